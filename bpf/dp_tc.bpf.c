@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * dualpath tc programs, attached with clsact on every rail:
+ *   dp_egress  - classify, place the flow on a rail, redirect when the
+ *                decided rail is not the one the route chose;
+ *   dp_ingress - per-rail, per-class receive accounting.
+ * Both are fail-open: a packet they cannot handle passes untouched and is
+ * counted by reason in dp_exceptions.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lib/steer.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+static __always_inline void dp_count_tx(__u32 rail, __u8 cls, __u32 len)
+{
+	struct dp_counters *c = dp_counters_of(rail, cls);
+
+	if (c) {
+		c->tx_bytes += len;
+		c->tx_packets += 1;
+	}
+}
+
+/* Returns the rail the flow goes out on, updating the flow table. */
+static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u32 gen,
+					  __u32 rail_here, __u32 len)
+{
+	__u32 idx = cls;
+	struct dp_decision *d = bpf_map_lookup_elem(&dp_decisions, &idx);
+	struct dp_counters *c;
+	struct dp_flow *f;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 target;
+
+	if (!d)
+		return rail_here;
+
+	f = bpf_map_lookup_elem(&dp_flows, &pkt->key);
+	if (!f) {
+		struct dp_flow nf = {};
+
+		target = dp_place(d, dp_flow_hash(&pkt->key, 0));
+		if (target == DP_RAIL_NONE)
+			target = rail_here;
+		nf.first_seen_ns = now;
+		nf.last_seen_ns = now;
+		nf.bytes = len;
+		nf.packets = 1;
+		nf.gen = gen;
+		nf.cls = cls;
+		nf.rail = target;
+		nf.flowlet = 1;
+		if (bpf_map_update_elem(&dp_flows, &pkt->key, &nf, BPF_NOEXIST) == 0) {
+			c = dp_counters_of(target, cls);
+			if (c)
+				c->flows_placed += 1;
+		} else {
+			dp_count_exception(rail_here, DP_EXC_FLOW_TABLE_FULL);
+		}
+		return target;
+	}
+
+	/* flow entries are shared by all CPUs; their statistics are approximate */
+	f->cls = cls;
+	f->gen = gen;
+	target = f->rail;
+	if (target >= DP_MAX_RAILS || !d->share[target & (DP_MAX_RAILS - 1)] ||
+	    !dp_rail_usable(target)) {
+		/* the rail lost its share (operator move, failover): re-place */
+		__u32 flowlet = f->flowlet + 1;
+		__u32 moved = dp_place(d, dp_flow_hash(&pkt->key, flowlet));
+
+		if (moved == DP_RAIL_NONE)
+			moved = rail_here;
+		if (moved != target) {
+			f->rail = moved;
+			f->flowlet = flowlet;
+			f->replacements += 1;
+			c = dp_counters_of(moved, cls);
+			if (c)
+				c->flows_replaced += 1;
+		}
+		target = moved;
+	}
+	f->last_seen_ns = now;
+	f->bytes += len;
+	f->packets += 1;
+	return target;
+}
+
+SEC("tc")
+int dp_egress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u32 rail_here = dp_rail_of_ifindex(skb->ifindex);
+	struct bpf_redir_neigh nh = {};
+	struct dp_pkt pkt = {};
+	struct dp_config *cfg;
+	struct dp_counters *c;
+	struct dp_rail *rail;
+	__u32 zero = 0, target, mark = skb->mark;
+	long ret;
+	int exc;
+	__u8 cls;
+
+	if (rail_here == DP_RAIL_NONE) {
+		dp_count_exception(DP_MAX_RAILS, DP_EXC_UNKNOWN_IFINDEX);
+		return TC_ACT_OK;
+	}
+	exc = dp_parse(data, data_end, &pkt);
+	if (exc >= 0) {
+		dp_count_exception(rail_here, exc);
+		dp_count_tx(rail_here, DP_CLASS_NONE, skb->len);
+		return TC_ACT_OK;
+	}
+	cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	if (!cfg)
+		return TC_ACT_OK;
+	cls = dp_classify(&pkt, mark, cfg);
+
+	if (mark & DP_MARK_REDIRECTED) {
+		/* steered here by another rail's hook: count it, never re-steer */
+		skb->mark = mark & ~DP_MARK_REDIRECTED;
+		dp_count_tx(rail_here, cls, skb->len);
+		return TC_ACT_OK;
+	}
+	if (cls >= DP_MAX_CLASSES) {
+		dp_count_tx(rail_here, DP_CLASS_NONE, skb->len);
+		return TC_ACT_OK;
+	}
+
+	target = dp_flow_rail(&pkt, cls, cfg->active_gen & 1, rail_here, skb->len);
+	if (target == rail_here || target >= DP_MAX_RAILS) {
+		dp_count_tx(rail_here, cls, skb->len);
+		return TC_ACT_OK;
+	}
+
+	rail = bpf_map_lookup_elem(&dp_rails, &target);
+	if (!rail || !(rail->flags & DP_RAIL_F_ENABLED) || !rail->ifindex) {
+		dp_count_exception(rail_here, DP_EXC_TARGET_UNAVAILABLE);
+		dp_count_tx(rail_here, cls, skb->len);
+		return TC_ACT_OK;
+	}
+	if (pkt.family == 2 && (rail->flags & DP_RAIL_F_GW4)) {
+		nh.nh_family = 2;
+		nh.ipv4_nh = rail->gw4;
+	} else if (pkt.family == 10 && (rail->flags & DP_RAIL_F_GW6)) {
+		nh.nh_family = 10;
+		__builtin_memcpy(nh.ipv6_nh, rail->gw6, sizeof(nh.ipv6_nh));
+	} else {
+		dp_count_exception(rail_here, DP_EXC_NO_GATEWAY);
+		dp_count_tx(rail_here, cls, skb->len);
+		return TC_ACT_OK;
+	}
+
+	skb->mark = mark | DP_MARK_REDIRECTED;
+	ret = bpf_redirect_neigh(rail->ifindex, &nh, sizeof(nh), 0);
+	if (ret != TC_ACT_REDIRECT) {
+		skb->mark = mark;
+		dp_count_exception(rail_here, DP_EXC_REDIRECT_FAILED);
+		dp_count_tx(rail_here, cls, skb->len);
+		return TC_ACT_OK;
+	}
+	c = dp_counters_of(rail_here, cls);
+	if (c) {
+		c->redirect_packets += 1;
+		c->redirect_bytes += skb->len;
+	}
+	return TC_ACT_REDIRECT;
+}
+
+SEC("tc")
+int dp_ingress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u32 rail_here = dp_rail_of_ifindex(skb->ifindex);
+	struct dp_pkt pkt = {};
+	struct dp_counters *c;
+	struct dp_config *cfg;
+	__u32 zero = 0;
+	__u8 cls = DP_CLASS_NONE;
+	int exc;
+
+	if (rail_here == DP_RAIL_NONE)
+		return TC_ACT_OK;
+	exc = dp_parse(data, data_end, &pkt);
+	cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	if (exc < 0 && cfg)
+		cls = dp_classify(&pkt, 0, cfg);
+	c = dp_counters_of(rail_here, cls);
+	if (c) {
+		c->rx_bytes += skb->len;
+		c->rx_packets += 1;
+	}
+	return TC_ACT_OK;
+}
+
+/* The baseline the classifier's per-packet cost is measured against. */
+SEC("tc")
+int dp_empty(struct __sk_buff *skb)
+{
+	return TC_ACT_OK;
+}

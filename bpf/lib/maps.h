@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Every map of the dualpath datapath. All are pinned by name under the
+ * instance's bpffs directory (libbpf pin_root_path), so a restarted daemon
+ * reuses them: counters, flows and decisions survive a restart. */
+#ifndef DP_BPF_MAPS_H
+#define DP_BPF_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "dualpath/abi.h"
+
+#define DP_FLOW_TABLE_SIZE 65536
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_GENERATIONS *DP_PORT_SPACE);
+	__type(key, __u32);
+	__type(value, struct dp_port_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DP_GENERATIONS *DP_MAX_CLASSES * 4);
+	__type(key, struct dp_mark_key);
+	__type(value, struct dp_mark_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_marks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_RAILS);
+	__type(key, __u32);
+	__type(value, struct dp_rail);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_rails SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct dp_ifindex_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_ifindex SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct dp_decision);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_decisions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct dp_slot_name);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_class_names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_RAILS);
+	__type(key, __u32);
+	__type(value, struct dp_slot_name);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_rail_names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, DP_FLOW_TABLE_SIZE);
+	__type(key, struct dp_flow_key);
+	__type(value, struct dp_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DP_MAX_RAILS *DP_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct dp_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_counters SEC(".maps");
+
+/* One extra row (rail index DP_MAX_RAILS) for hooks on an unknown ifindex. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, (DP_MAX_RAILS + 1) * DP_EXC_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_exceptions SEC(".maps");
+
+/* Not used by the programs: ownership records for the daemon (abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_owned SEC(".maps");
+
+#endif /* DP_BPF_MAPS_H */

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Classification, flow placement and accounting. Hook-neutral: no __sk_buff
+ * access here; entry files pass in what they read from their context. */
+#ifndef DP_BPF_STEER_H
+#define DP_BPF_STEER_H
+
+#include <linux/in.h>
+
+#include "maps.h"
+#include "parse.h"
+
+static __always_inline void dp_count_exception(__u32 rail, __u32 reason)
+{
+	__u32 key = rail * DP_EXC_MAX + reason;
+	__u64 *v = bpf_map_lookup_elem(&dp_exceptions, &key);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline struct dp_counters *dp_counters_of(__u32 rail, __u32 cls)
+{
+	__u32 key;
+
+	if (cls >= DP_MAX_CLASSES)
+		cls = DP_CLASS_UNCLASSIFIED;
+	key = rail * DP_MAX_CLASSES + cls;
+	return bpf_map_lookup_elem(&dp_counters, &key);
+}
+
+static __always_inline __u32 dp_rail_of_ifindex(__u32 ifindex)
+{
+	struct dp_ifindex_val *v = bpf_map_lookup_elem(&dp_ifindex, &ifindex);
+
+	if (!v || v->rail >= DP_MAX_RAILS)
+		return DP_RAIL_NONE;
+	return v->rail;
+}
+
+/* Socket mark first, then port (destination before source), then default. */
+static __always_inline __u8 dp_classify(const struct dp_pkt *pkt, __u32 mark,
+					const struct dp_config *cfg)
+{
+	__u32 gen = cfg->active_gen & 1;
+	struct dp_port_entry *pe;
+	__u32 key;
+	__u32 base = pkt->key.proto == IPPROTO_TCP ? DP_PORT_TCP_DST : DP_PORT_UDP_DST;
+
+	mark &= ~DP_MARK_REDIRECTED;
+	if (mark) {
+		struct dp_mark_key mk = { .gen = gen, .mark = mark };
+		struct dp_mark_val *mv = bpf_map_lookup_elem(&dp_marks, &mk);
+
+		if (mv && mv->cls < DP_MAX_CLASSES)
+			return mv->cls;
+	}
+
+	key = gen * DP_PORT_SPACE + bpf_ntohs(pkt->key.dport);
+	pe = bpf_map_lookup_elem(&dp_ports, &key);
+	if (pe && base < DP_PORT_SLOTS && pe->cls[base] < DP_MAX_CLASSES)
+		return pe->cls[base];
+	key = gen * DP_PORT_SPACE + bpf_ntohs(pkt->key.sport);
+	pe = bpf_map_lookup_elem(&dp_ports, &key);
+	if (pe && base + 1 < DP_PORT_SLOTS && pe->cls[base + 1] < DP_MAX_CLASSES)
+		return pe->cls[base + 1];
+
+	if (cfg->default_class < DP_MAX_CLASSES)
+		return cfg->default_class;
+	return DP_CLASS_NONE;
+}
+
+/* A deterministic 32-bit hash of the flow key and a salt (the flowlet number). */
+static __always_inline __u32 dp_flow_hash(const struct dp_flow_key *k, __u32 salt)
+{
+	__u32 h = 0x9e3779b9u ^ salt;
+	const __u32 *w = (const __u32 *)k;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*k) / 4); i++) {
+		h ^= w[i];
+		h *= 0x85ebca6bu;
+		h ^= h >> 13;
+	}
+	h ^= h >> 16;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+static __always_inline int dp_rail_usable(__u32 rail)
+{
+	struct dp_rail *r;
+
+	if (rail >= DP_MAX_RAILS)
+		return 0;
+	r = bpf_map_lookup_elem(&dp_rails, &rail);
+	return r && (r->flags & DP_RAIL_F_ENABLED) && r->ifindex;
+}
+
+/* Weighted choice over rails with a share and usable; DP_RAIL_NONE if none. */
+static __always_inline __u32 dp_place(const struct dp_decision *d, __u32 hash)
+{
+	__u32 pick = hash % DP_SHARE_SCALE;
+	__u32 acc = 0;
+	__u32 fallback = DP_RAIL_NONE;
+
+#pragma unroll
+	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
+		__u32 s = d->share[r];
+
+		if (!s || !dp_rail_usable(r))
+			continue;
+		if (fallback == DP_RAIL_NONE)
+			fallback = r;
+		acc += s;
+		if (pick < acc)
+			return r;
+	}
+	/* shares of usable rails sum below the scale: use the first usable one */
+	return fallback;
+}
+
+#endif /* DP_BPF_STEER_H */

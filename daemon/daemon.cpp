@@ -1,0 +1,618 @@
+#include "dualpath/daemon.h"
+
+#include <net/if.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include <spdlog/spdlog.h>
+
+#include "dualpath/encode.h"
+#include "dualpath/routing.h"
+#include "dualpath/units.h"
+#include "dualpath/version.h"
+
+namespace dp {
+
+namespace {
+
+constexpr uint32_t kOperatorPinned = 1u << 16;  // dp_decision.flags: pinned by dpctl
+
+std::vector<std::string> read_names(const BpfMap& m, size_t n) {
+  std::vector<std::string> out(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    dp_slot_name v{};
+    if (m.lookup(&i, &v)) out[i] = decode_name(v);
+  }
+  return out;
+}
+
+Result<void> write_ports(const BpfMap& m, uint32_t gen, const std::vector<dp_port_entry>& ports) {
+  std::vector<uint32_t> keys(DP_PORT_SPACE);
+  for (uint32_t i = 0; i < DP_PORT_SPACE; ++i) keys[i] = gen * DP_PORT_SPACE + i;
+  uint32_t count = DP_PORT_SPACE;
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  if (bpf_map_update_batch(m.fd(), keys.data(), ports.data(), &count, &opts) == 0) return {};
+  for (uint32_t i = 0; i < DP_PORT_SPACE; ++i) DP_TRY(m.update(&keys[i], &ports[i]));
+  return {};
+}
+
+Result<void> write_marks(const BpfMap& m, uint32_t gen,
+                         const std::vector<std::pair<uint32_t, uint8_t>>& marks) {
+  std::vector<dp_mark_key> stale;
+  dp_mark_key k{}, next{};
+  void* prev = nullptr;
+  while (bpf_map_get_next_key(m.fd(), prev, &next) == 0) {
+    if (next.gen == gen) stale.push_back(next);
+    k = next;
+    prev = &k;
+  }
+  for (auto& s : stale) DP_TRY(m.remove(&s));
+  for (auto& [mark, cls] : marks) {
+    dp_mark_key mk{gen, mark};
+    dp_mark_val mv{cls, {}};
+    DP_TRY(m.update(&mk, &mv));
+  }
+  return {};
+}
+
+}  // namespace
+
+dp_counters sum_counters(const std::vector<dp_counters>& per_cpu) {
+  dp_counters s{};
+  for (auto& c : per_cpu) {
+    s.tx_bytes += c.tx_bytes;
+    s.tx_packets += c.tx_packets;
+    s.rx_bytes += c.rx_bytes;
+    s.rx_packets += c.rx_packets;
+    s.redirect_packets += c.redirect_packets;
+    s.redirect_bytes += c.redirect_bytes;
+    s.flows_placed += c.flows_placed;
+    s.flows_replaced += c.flows_replaced;
+  }
+  return s;
+}
+
+const char* exception_name(int reason) {
+  static constexpr const char* names[DP_EXC_MAX] = {
+      "non_ip",       "short",     "fragment",           "other_l4",        "ipv6_exthdr",
+      "unknown_ifindex", "target_unavailable", "no_gateway", "redirect_failed", "flow_table_full"};
+  return reason >= 0 && reason < DP_EXC_MAX ? names[reason] : "?";
+}
+
+std::string Daemon::pin_dir(const std::string& bpffs_root, const std::string& node) {
+  return (std::filesystem::path(bpffs_root) / "dualpath" / node).string();
+}
+
+Daemon::~Daemon() = default;
+
+// ---------------------------------------------------------------- start / apply
+
+Result<void> Daemon::start() {
+  started_ = std::chrono::steady_clock::now();
+  auto load = load_policy_file(opts_.policy_file);
+  if (!load.ok()) {
+    for (auto& e : load.errors) spdlog::error("{}", e.str());
+    return DP_ERROR("policy {} is invalid ({} error{})", opts_.policy_file, load.errors.size(),
+                    load.errors.size() == 1 ? "" : "s");
+  }
+  const Policy& p = *load.policy;
+  pin_dir_ = pin_dir(opts_.bpffs_root, p.node);
+  DP_TRY(ensure_bpffs(pin_dir_));
+  adopted_ = std::filesystem::exists(std::filesystem::path(pin_dir_) / "dp_config");
+  spdlog::info("{} the datapath pinned in {}", adopted_ ? "adopting" : "loading", pin_dir_);
+  auto skel = DpSkeleton::load(pin_dir_);
+  if (!skel) return skel.error();
+  skel_ = std::move(*skel);
+  // Pin the programs beside the maps (for bpftool and for operators to see).
+  for (auto [prog, name] : {std::pair{skel_->egress_fd(), "prog_egress"},
+                            std::pair{skel_->ingress_fd(), "prog_ingress"}}) {
+    auto path = std::filesystem::path(pin_dir_) / name;
+    ::unlink(path.c_str());
+    if (bpf_obj_pin(prog, path.c_str()) != 0)
+      return DP_SYS_ERROR(errno, "pinning program at {} failed", path.string());
+  }
+  uint32_t zero = 0;
+  dp_config cfg{};
+  if (skel_->map("dp_config").lookup(&zero, &cfg)) gen_ = cfg.active_gen & 1;
+  DP_TRY(apply_policy(p));
+  spdlog::info("node {}: policy {} (hash {}) applied: {} paths, {} classes, generation {}", p.node,
+               p.file, p.hash, p.paths.size(), p.classes.size(), gen_);
+  return {};
+}
+
+Result<void> Daemon::apply_policy(const Policy& next) {
+  // 1. Everything that can fail without touching the kernel.
+  std::vector<uint32_t> ifindex;
+  for (auto& ps : next.paths) {
+    unsigned idx = if_nametoindex(ps.interface.c_str());
+    if (!idx)
+      return DP_SYS_ERROR(ENODEV, "interface {} of path {} does not exist", ps.interface, ps.name);
+    ifindex.push_back(idx);
+  }
+  BpfMap class_names = skel_->map("dp_class_names"), rail_names = skel_->map("dp_rail_names");
+  BpfMap decisions = skel_->map("dp_decisions"), rails = skel_->map("dp_rails");
+  BpfMap ifmap = skel_->map("dp_ifindex"), owned = skel_->map("dp_owned");
+  std::vector<std::string> wanted_classes, wanted_rails;
+  for (auto& c : next.classes) wanted_classes.push_back(c.name);
+  for (auto& ps : next.paths) wanted_rails.push_back(ps.name);
+  auto existing_classes = read_names(class_names, DP_MAX_CLASSES);
+  auto existing_rails = read_names(rail_names, DP_MAX_RAILS);
+  auto cslots = assign_slots(existing_classes, wanted_classes, DP_MAX_CLASSES,
+                             {DP_CLASS_UNCLASSIFIED});
+  if (!cslots) return cslots.error();
+  auto rslots = assign_slots(existing_rails, wanted_rails, DP_MAX_RAILS);
+  if (!rslots) return rslots.error();
+  EncodedPolicy enc = encode_policy(next, *cslots, *rslots);
+  uint32_t next_gen = have_policy_ || adopted_ ? gen_ ^ 1u : gen_;
+
+  // 2. The inactive generation's classification tables: invisible to packets.
+  DP_TRY(write_ports(skel_->map("dp_ports"), next_gen, enc.ports));
+  DP_TRY(write_marks(skel_->map("dp_marks"), next_gen, enc.marks));
+
+  // 3. Policy routing, then the tc programs; undo routing if either fails.
+  auto routed = Routing::apply(next);
+  if (!routed) {
+    if (have_policy_) (void)Routing::apply(policy_);
+    return routed.error();
+  }
+  spdlog::info("policy routing: {} added, {} removed, {} unchanged", routed->added,
+               routed->removed, routed->unchanged);
+  for (size_t i = 0; i < next.paths.size(); ++i) {
+    auto r = Tc::attach(static_cast<int>(ifindex[i]), next.paths[i].interface, skel_->egress_fd(),
+                        skel_->ingress_fd(), owned);
+    if (!r) {
+      if (have_policy_) (void)Routing::apply(policy_);
+      else (void)Routing::remove(next);
+      return r.error();
+    }
+  }
+
+  // 4. Rails, names and decisions, then the flip that makes it all live.
+  for (size_t i = 0; i < next.paths.size(); ++i) {
+    auto slot = static_cast<uint32_t>((*rslots)[i]);
+    dp_rail r = encode_rail(next.paths[i], ifindex[i], true);
+    dp_slot_name n = encode_name(next.paths[i].name);
+    dp_ifindex_val v{slot};
+    DP_TRY(rails.update(&slot, &r));
+    DP_TRY(rail_names.update(&slot, &n));
+    DP_TRY(ifmap.update(&ifindex[i], &v));
+  }
+  for (size_t i = 0; i < next.classes.size(); ++i) {
+    const auto& cs = next.classes[i];
+    auto slot = static_cast<uint32_t>((*cslots)[i]);
+    dp_decision cur{};
+    bool known = existing_classes[slot] == cs.name && decisions.lookup(&slot, &cur);
+    auto pinned_rail = decision_single_rail(cur);
+    bool keep = known && (cur.flags & kOperatorPinned) && pinned_rail &&
+                std::find(rslots->begin(), rslots->end(), *pinned_rail) != rslots->end();
+    if (!keep) {
+      int prefer = (*rslots)[static_cast<size_t>(next.path_index(cs.prefer))];
+      dp_decision d = decision_all_on(prefer, cs.pinned, ++decision_version_);
+      DP_TRY(decisions.update(&slot, &d));
+    }
+    dp_slot_name n = encode_name(cs.name);
+    DP_TRY(class_names.update(&slot, &n));
+  }
+  uint32_t zero = 0;
+  dp_config cfg{};
+  cfg.active_gen = next_gen;
+  cfg.default_class = enc.default_class;
+  cfg.flowlet_gap_ns = 0;
+  DP_TRY(skel_->map("dp_config").update(&zero, &cfg));
+  gen_ = next_gen;
+
+  // 5. What the new policy no longer names.
+  for (uint32_t s = 0; s < DP_MAX_CLASSES; ++s) {
+    if (std::find(cslots->begin(), cslots->end(), static_cast<int>(s)) != cslots->end()) continue;
+    dp_slot_name empty{};
+    dp_decision none{};
+    (void)class_names.update(&s, &empty);
+    (void)decisions.update(&s, &none);
+  }
+  for (uint32_t s = 0; s < DP_MAX_RAILS; ++s) {
+    if (std::find(rslots->begin(), rslots->end(), static_cast<int>(s)) != rslots->end()) continue;
+    dp_slot_name empty{};
+    dp_rail none{};
+    (void)rail_names.update(&s, &empty);
+    (void)rails.update(&s, &none);
+  }
+  std::vector<uint32_t> stale_if;
+  uint32_t k = 0, nk = 0;
+  void* prev = nullptr;
+  while (bpf_map_get_next_key(ifmap.fd(), prev, &nk) == 0) {
+    if (std::find(ifindex.begin(), ifindex.end(), nk) == ifindex.end()) stale_if.push_back(nk);
+    k = nk;
+    prev = &k;
+  }
+  for (uint32_t idx : stale_if) {
+    char name[IF_NAMESIZE] = "?";
+    if_indextoname(idx, name);
+    auto r = Tc::detach(static_cast<int>(idx), name, &owned);
+    if (!r) spdlog::warn("{}", r.error().str());
+    (void)ifmap.remove(&idx);
+  }
+
+  class_slot_ = *cslots;
+  rail_slot_ = *rslots;
+  policy_ = next;
+  have_policy_ = true;
+  return {};
+}
+
+Result<void> Daemon::reload() {
+  auto load = load_policy_file(opts_.policy_file);
+  if (!load.ok()) {
+    for (auto& e : load.errors) spdlog::error("{}", e.str());
+    return DP_ERROR("policy {} refused ({} error{}); the running policy {} stays",
+                    opts_.policy_file, load.errors.size(), load.errors.size() == 1 ? "" : "s",
+                    policy_.hash);
+  }
+  if (load.policy->node != policy_.node)
+    return DP_ERROR("policy {} names node \"{}\" but this daemon runs node \"{}\"; refused",
+                    opts_.policy_file, load.policy->node, policy_.node);
+  Policy old = policy_;
+  auto r = apply_policy(*load.policy);
+  if (!r)
+    return DP_ERROR("applying policy {} failed: {}; the running policy {} stays",
+                    opts_.policy_file, r.error().what(), old.hash);
+  spdlog::info("policy reloaded: {} -> {}", old.hash, policy_.hash);
+  return {};
+}
+
+Result<void> Daemon::set_class_rail(int class_index, int path_index, bool pinned) {
+  auto slot = static_cast<uint32_t>(class_slot_[static_cast<size_t>(class_index)]);
+  dp_decision d = decision_all_on(rail_slot_[static_cast<size_t>(path_index)], pinned,
+                                  ++decision_version_);
+  if (pinned) d.flags |= kOperatorPinned;
+  return skel_->map("dp_decisions").update(&slot, &d);
+}
+
+Result<void> Daemon::cleanup(const Policy& p, const std::string& bpffs_root) {
+  std::string dir = pin_dir(bpffs_root, p.node);
+  std::optional<BpfMap> owned;
+  Fd owned_fd(bpf_obj_get((std::filesystem::path(dir) / "dp_owned").c_str()));
+  if (owned_fd.valid()) owned.emplace(owned_fd.get(), "dp_owned");
+  for (auto& ps : p.paths) {
+    unsigned idx = if_nametoindex(ps.interface.c_str());
+    if (!idx) continue;
+    DP_TRY(Tc::detach(static_cast<int>(idx), ps.interface, owned ? &*owned : nullptr));
+  }
+  auto routed = Routing::remove(p);
+  if (!routed) return routed.error();
+  spdlog::info("removed {} rules and routes of node {}", routed->removed, p.node);
+  DP_TRY(remove_pin_dir(dir));
+  return {};
+}
+
+// ---------------------------------------------------------------- tick
+
+void Daemon::tick() {
+  auto now = std::chrono::steady_clock::now();
+  double dt = ticks_ ? std::chrono::duration<double>(now - last_tick_).count() : 0;
+  BpfMap counters = skel_->map("dp_counters");
+  BpfMap exceptions = skel_->map("dp_exceptions");
+  std::array<uint64_t, DP_MAX_RAILS> tx_before{}, rx_before{}, tx_after{}, rx_after{};
+  for (int r = 0; r < DP_MAX_RAILS; ++r) {
+    for (int c = 0; c < DP_MAX_CLASSES; ++c) {
+      tx_before[r] += counters_[r][c].tx_bytes;
+      rx_before[r] += counters_[r][c].rx_bytes;
+      uint32_t key = static_cast<uint32_t>(r * DP_MAX_CLASSES + c);
+      auto v = counters.lookup_percpu<dp_counters>(&key);
+      if (v) counters_[r][c] = sum_counters(*v);
+      tx_after[r] += counters_[r][c].tx_bytes;
+      rx_after[r] += counters_[r][c].rx_bytes;
+    }
+    for (int e = 0; e < DP_EXC_MAX; ++e) {
+      uint32_t key = static_cast<uint32_t>(r * DP_EXC_MAX + e);
+      auto v = exceptions.lookup_percpu<uint64_t>(&key);
+      if (!v) continue;
+      uint64_t sum = 0;
+      for (auto x : *v) sum += x;
+      exceptions_[r][e] = sum;
+    }
+    if (dt > 0) {
+      tx_bps_[r] = static_cast<double>(tx_after[r] - tx_before[r]) * 8 / dt;
+      rx_bps_[r] = static_cast<double>(rx_after[r] - rx_before[r]) * 8 / dt;
+    }
+  }
+  last_tick_ = now;
+  ++ticks_;
+  sd_notify(0, "WATCHDOG=1");
+}
+
+// ---------------------------------------------------------------- control
+
+json Daemon::status_json() const {
+  return json{
+      {"node", policy_.node},
+      {"version", kVersion},
+      {"pid", ::getpid()},
+      {"policy", {{"file", policy_.file}, {"hash", policy_.hash}}},
+      {"uptime_s",
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
+      {"adopted", adopted_},
+      {"bpffs", pin_dir_},
+      {"generation", gen_},
+      {"paths", policy_.paths.size()},
+      {"classes", policy_.classes.size()},
+      {"ticks", ticks_},
+  };
+}
+
+json Daemon::paths_json() const {
+  json out = json::array();
+  BpfMap owned = skel_->map("dp_owned");
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+    const auto& ps = policy_.paths[i];
+    int slot = rail_slot_[i];
+    dp_counters sum{};
+    for (int c = 0; c < DP_MAX_CLASSES; ++c) {
+      const auto& x = counters_[static_cast<size_t>(slot)][static_cast<size_t>(c)];
+      sum.tx_bytes += x.tx_bytes;
+      sum.tx_packets += x.tx_packets;
+      sum.rx_bytes += x.rx_bytes;
+      sum.rx_packets += x.rx_packets;
+      sum.redirect_packets += x.redirect_packets;
+      sum.redirect_bytes += x.redirect_bytes;
+    }
+    int ifindex = static_cast<int>(if_nametoindex(ps.interface.c_str()));
+    json tc = nullptr;
+    if (ifindex) {
+      auto st = Tc::status(ifindex, &owned);
+      if (st)
+        tc = {{"egress_prog_id", st->egress_prog_id},
+              {"ingress_prog_id", st->ingress_prog_id},
+              {"clsact_owned", st->clsact_owned}};
+    }
+    json exc = json::object();
+    for (int e = 0; e < DP_EXC_MAX; ++e)
+      if (exceptions_[static_cast<size_t>(slot)][static_cast<size_t>(e)])
+        exc[exception_name(e)] = exceptions_[static_cast<size_t>(slot)][static_cast<size_t>(e)];
+    double tx_bps = tx_bps_[static_cast<size_t>(slot)];
+    out.push_back({
+        {"name", ps.name},
+        {"interface", ps.interface},
+        {"ifindex", ifindex},
+        {"slot", slot},
+        {"capacity_bps", ps.capacity_bps},
+        {"table", ps.table},
+        {"fwmark", ps.fwmark},
+        {"gateway", ps.gateway ? json(ps.gateway->str()) : json(nullptr)},
+        {"gateway6", ps.gateway6 ? json(ps.gateway6->str()) : json(nullptr)},
+        {"tc", tc},
+        {"tx_bytes", sum.tx_bytes},
+        {"tx_packets", sum.tx_packets},
+        {"rx_bytes", sum.rx_bytes},
+        {"rx_packets", sum.rx_packets},
+        {"redirected_out_packets", sum.redirect_packets},
+        {"redirected_out_bytes", sum.redirect_bytes},
+        {"tx_bps", tx_bps},
+        {"rx_bps", rx_bps_[static_cast<size_t>(slot)]},
+        {"utilisation", ps.capacity_bps ? tx_bps / static_cast<double>(ps.capacity_bps) : 0.0},
+        {"exceptions", exc},
+    });
+  }
+  return out;
+}
+
+json Daemon::classes_json() const {
+  json out = json::array();
+  BpfMap decisions = skel_->map("dp_decisions");
+  for (size_t i = 0; i < policy_.classes.size(); ++i) {
+    const auto& cs = policy_.classes[i];
+    auto slot = static_cast<uint32_t>(class_slot_[i]);
+    dp_decision d{};
+    (void)decisions.lookup(&slot, &d);
+    json shares = json::object(), tx = json::object(), rx = json::object();
+    uint64_t tx_total = 0, rx_total = 0;
+    std::optional<std::string> rail;
+    for (size_t p = 0; p < policy_.paths.size(); ++p) {
+      auto rs = static_cast<size_t>(rail_slot_[p]);
+      const auto& c = counters_[rs][slot];
+      shares[policy_.paths[p].name] = 100.0 * d.share[rs] / DP_SHARE_SCALE;
+      tx[policy_.paths[p].name] = c.tx_bytes;
+      rx[policy_.paths[p].name] = c.rx_bytes;
+      tx_total += c.tx_bytes;
+      rx_total += c.rx_bytes;
+      if (d.share[rs] == DP_SHARE_SCALE) rail = policy_.paths[p].name;
+    }
+    json ports = json::array();
+    for (auto& r : cs.ports) ports.push_back(r.str());
+    out.push_back({
+        {"name", cs.name},
+        {"slot", slot},
+        {"kind", to_string(cs.kind)},
+        {"priority", cs.priority},
+        {"ports", ports},
+        {"match", to_string(cs.match)},
+        {"mark", cs.mark ? json(*cs.mark) : json(nullptr)},
+        {"prefer", cs.prefer},
+        {"rail", rail ? json(*rail) : json(nullptr)},
+        {"shares", shares},
+        {"pinned", (d.flags & DP_DECISION_F_PINNED) != 0},
+        {"pinned_by", (d.flags & kOperatorPinned) ? "operator" : (cs.pinned ? "policy" : "")},
+        {"tx_bytes", tx_total},
+        {"rx_bytes", rx_total},
+        {"tx_bytes_by_path", tx},
+        {"rx_bytes_by_path", rx},
+    });
+  }
+  return out;
+}
+
+json Daemon::handle(const json& req, bool privileged) {
+  if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
+    return reply_error("bad_request", "a request is a JSON object with a string \"cmd\"");
+  const std::string cmd = req["cmd"];
+  const json args = req.value("args", json::object());
+  if (!args.is_object()) return reply_error("bad_request", "\"args\" must be an object");
+  auto arg = [&](const char* name) -> std::optional<std::string> {
+    if (!args.contains(name) || !args[name].is_string()) return std::nullopt;
+    return args[name].get<std::string>();
+  };
+
+  if (cmd == "status") return reply_ok(status_json());
+  if (cmd == "path.list") return reply_ok(paths_json());
+  if (cmd == "path.show") {
+    auto name = arg("path");
+    if (!name) return reply_error("bad_request", "path.show needs \"path\"");
+    for (auto& p : paths_json())
+      if (p["name"] == *name) return reply_ok(p);
+    return reply_error("not_found", fmt::format("no path named \"{}\"", *name));
+  }
+  if (cmd == "class.list") return reply_ok(classes_json());
+  if (cmd == "policy.show")
+    return reply_ok({{"file", policy_.file}, {"hash", policy_.hash}, {"node", policy_.node}});
+
+  // Mutating commands.
+  if (cmd == "class.set" || cmd == "policy.reload") {
+    if (!privileged) return reply_error("permission_denied", fmt::format("{} needs root", cmd));
+  }
+  if (cmd == "class.set") {
+    auto cls = arg("class");
+    auto path = arg("path");
+    if (!cls || !path) return reply_error("bad_request", "class.set needs \"class\" and \"path\"");
+    int ci = -1;
+    for (size_t i = 0; i < policy_.classes.size(); ++i)
+      if (policy_.classes[i].name == *cls) ci = static_cast<int>(i);
+    if (ci < 0) return reply_error("not_found", fmt::format("no class named \"{}\"", *cls));
+    int pi = policy_.path_index(*path);
+    if (pi < 0) return reply_error("not_found", fmt::format("no path named \"{}\"", *path));
+    auto r = set_class_rail(ci, pi, true);
+    if (!r) return reply_error("failed", r.error().what());
+    spdlog::info("class {} pinned to path {} by operator", *cls, *path);
+    return reply_ok({{"class", *cls}, {"path", *path}, {"pinned", true}});
+  }
+  if (cmd == "policy.reload") {
+    auto r = reload();
+    if (!r) return reply_error("invalid", r.error().what());
+    return reply_ok({{"hash", policy_.hash}});
+  }
+  return reply_error("unknown_command", fmt::format("unknown command \"{}\"", cmd));
+}
+
+// ---------------------------------------------------------------- loop
+
+namespace {
+
+struct Client {
+  Fd fd;
+  std::string in;
+  bool privileged = false;
+};
+
+}  // namespace
+
+int Daemon::run() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, s);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  Fd sfd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  Fd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  auto tick_ns = policy_.scheduler.tick.count();
+  itimerspec its{};
+  its.it_interval.tv_sec = tick_ns / 1'000'000'000;
+  its.it_interval.tv_nsec = tick_ns % 1'000'000'000;
+  its.it_value = its.it_interval;
+  timerfd_settime(tfd.get(), 0, &its, nullptr);
+  auto lfd = listen_unix(opts_.socket_path, 0660);
+  if (!lfd) {
+    spdlog::error("{}", lfd.error().what());
+    return 1;
+  }
+  Fd ep(epoll_create1(EPOLL_CLOEXEC));
+  auto watch = [&](int fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev);
+  };
+  watch(sfd.get());
+  watch(tfd.get());
+  watch(lfd->get());
+  std::map<int, Client> clients;
+  tick();
+  sd_notify(0, "READY=1");
+  spdlog::info("serving {} (tick {})", opts_.socket_path, format_duration(policy_.scheduler.tick));
+
+  int exit_code = 0;
+  for (bool running = true; running;) {
+    epoll_event evs[16];
+    int n = epoll_wait(ep.get(), evs, 16, -1);
+    if (n < 0 && errno == EINTR) continue;
+    for (int i = 0; i < n; ++i) {
+      int fd = evs[i].data.fd;
+      if (fd == sfd.get()) {
+        signalfd_siginfo si{};
+        while (::read(sfd.get(), &si, sizeof(si)) == sizeof(si)) {
+          if (si.ssi_signo == SIGHUP) {
+            sd_notify(0, "RELOADING=1");
+            auto r = reload();
+            if (!r) spdlog::error("{}", r.error().what());
+            sd_notify(0, "READY=1");
+          } else {
+            spdlog::info("signal {}: exiting; the datapath stays pinned and steering",
+                         strsignal(static_cast<int>(si.ssi_signo)));
+            running = false;
+          }
+        }
+      } else if (fd == tfd.get()) {
+        uint64_t expirations = 0;
+        (void)!::read(tfd.get(), &expirations, sizeof(expirations));
+        tick();
+      } else if (fd == lfd->get()) {
+        int c;
+        while ((c = ::accept4(lfd->get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+          ucred cred{};
+          socklen_t len = sizeof(cred);
+          Client cl;
+          cl.fd.reset(c);
+          cl.privileged = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == 0;
+          watch(c);
+          clients.emplace(c, std::move(cl));
+        }
+      } else if (auto it = clients.find(fd); it != clients.end()) {
+        Client& cl = it->second;
+        char buf[8192];
+        ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
+        bool close_it = r == 0 || (r < 0 && errno != EAGAIN);
+        if (r > 0) cl.in.append(buf, static_cast<size_t>(r));
+        size_t nl;
+        while (!close_it && (nl = cl.in.find('\n')) != std::string::npos) {
+          json req = json::parse(cl.in.substr(0, nl), nullptr, false);
+          cl.in.erase(0, nl + 1);
+          json reply = req.is_discarded() ? reply_error("bad_request", "the request is not valid JSON")
+                                          : handle(req, cl.privileged);
+          std::string out = reply.dump() + "\n";
+          if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()))
+            close_it = true;
+        }
+        if (!close_it && cl.in.size() > kMaxRequestBytes) {
+          std::string out =
+              reply_error("bad_request", "request too large (limit 64 KiB per line)").dump() + "\n";
+          (void)::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+          close_it = true;
+        }
+        if (close_it) {
+          epoll_ctl(ep.get(), EPOLL_CTL_DEL, fd, nullptr);
+          clients.erase(it);
+        }
+      }
+    }
+  }
+  sd_notify(0, "STOPPING=1");
+  ::unlink(opts_.socket_path.c_str());
+  return exit_code;
+}
+
+}  // namespace dp

@@ -1,0 +1,70 @@
+// dualpathd: the dualpath traffic-steering daemon.
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdarg>
+
+#include "dualpath/daemon.h"
+#include "dualpath/version.h"
+
+namespace {
+
+int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list ap) {
+  char buf[4096];
+  int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+  std::string_view s(buf, n > 0 ? std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1) : 0);
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  if (level == LIBBPF_WARN)
+    spdlog::warn("libbpf: {}", s);
+  else if (level == LIBBPF_INFO)
+    spdlog::debug("libbpf: {}", s);
+  else
+    spdlog::trace("libbpf: {}", s);
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dualpathd - steer inference traffic over two NICs (dualpath " +
+               std::string(dp::kVersion) + ")"};
+  dp::DaemonOptions opts;
+  bool cleanup = false, verbose = false;
+  app.add_option("--policy", opts.policy_file, "policy file (TOML)")->required()->check(CLI::ExistingFile);
+  app.add_option("--socket", opts.socket_path, "control socket path")->capture_default_str();
+  app.add_option("--bpffs", opts.bpffs_root, "bpffs root; pins go to ROOT/dualpath/NODE")
+      ->capture_default_str();
+  app.add_flag("--cleanup", cleanup,
+               "remove everything dualpath created for this policy's node, then exit");
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+  app.set_version_flag("--version", std::string(dp::kVersion));
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (verbose) spdlog::set_level(spdlog::level::debug);
+  libbpf_set_print(libbpf_log);
+
+  if (cleanup) {
+    auto load = dp::load_policy_file(opts.policy_file);
+    if (!load.ok()) {
+      for (auto& e : load.errors) spdlog::error("{}", e.str());
+      return 2;
+    }
+    auto r = dp::Daemon::cleanup(*load.policy, opts.bpffs_root);
+    if (!r) {
+      spdlog::error("cleanup: {}", r.error().str());
+      return 1;
+    }
+    spdlog::info("cleanup of node {} done", load.policy->node);
+    return 0;
+  }
+
+  dp::Daemon d(opts);
+  auto r = d.start();
+  if (!r) {
+    spdlog::error("{}", r.error().str());
+    return 1;
+  }
+  return d.run();
+}

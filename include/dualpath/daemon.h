@@ -1,0 +1,81 @@
+// dualpathd: owns the datapath of one node. Loads (or adopts) the BPF
+// programs and pinned maps, programs them and the policy routing from the
+// policy, runs the tick loop, and serves the control socket.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dualpath/control.h"
+#include "dualpath/datapath.h"
+#include "dualpath/policy.h"
+#include "dualpath/result.h"
+
+namespace dp {
+
+struct DaemonOptions {
+  std::string policy_file;
+  std::string socket_path = kDefaultSocket;
+  std::string bpffs_root = "/sys/fs/bpf";  // pins go to <bpffs_root>/dualpath/<node>
+};
+
+// Per rail and class, summed over CPUs.
+using CounterTable = std::array<std::array<dp_counters, DP_MAX_CLASSES>, DP_MAX_RAILS>;
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions opts) : opts_(std::move(opts)) {}
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Validates the policy, loads or adopts the datapath, programs everything.
+  Result<void> start();
+  // Serves until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit code.
+  int run();
+
+  // One control request; `privileged` is true for uid 0 peers.
+  json handle(const json& request, bool privileged);
+
+  // Removes everything dualpath created for this policy (dualpathd --cleanup).
+  static Result<void> cleanup(const Policy& p, const std::string& bpffs_root);
+  static std::string pin_dir(const std::string& bpffs_root, const std::string& node);
+
+ private:
+  Result<void> apply_policy(const Policy& next);
+  Result<void> reload();
+  void tick();
+  Result<void> set_class_rail(int class_index, int path_index, bool pinned);
+
+  json status_json() const;
+  json paths_json() const;
+  json classes_json() const;
+
+  DaemonOptions opts_;
+  Policy policy_;
+  bool have_policy_ = false;
+  bool adopted_ = false;
+  std::string pin_dir_;
+  std::unique_ptr<DpSkeleton> skel_;
+  std::vector<int> class_slot_;  // per policy class
+  std::vector<int> rail_slot_;   // per policy path
+  uint32_t gen_ = 0;
+  uint32_t decision_version_ = 0;
+
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point last_tick_;
+  CounterTable counters_{};
+  std::array<double, DP_MAX_RAILS> tx_bps_{};
+  std::array<double, DP_MAX_RAILS> rx_bps_{};
+  std::array<std::array<uint64_t, DP_EXC_MAX>, DP_MAX_RAILS> exceptions_{};
+  uint64_t ticks_ = 0;
+};
+
+// Sums a per-CPU counters row.
+dp_counters sum_counters(const std::vector<dp_counters>& per_cpu);
+const char* exception_name(int reason);
+
+}  // namespace dp

@@ -1,0 +1,129 @@
+// A node's policy: its paths (rails), traffic classes, and the settings of the
+// scheduler and health checks. Parsed from TOML with toml++ and validated
+// completely before anything is applied. Pure: no I/O except reading the file.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dp {
+
+struct IpAddr {
+  int family = 0;  // AF_INET or AF_INET6
+  std::array<uint8_t, 16> bytes{};
+  std::string str() const;
+  static std::optional<IpAddr> parse(const std::string& text);
+  bool operator==(const IpAddr&) const = default;
+};
+
+struct Prefix {
+  IpAddr addr;
+  int len = 0;
+  std::string str() const;
+  static std::optional<Prefix> parse(const std::string& text);  // "default" = 0.0.0.0/0
+};
+
+enum class Proto : uint8_t { Tcp = 6, Udp = 17 };
+enum class PortMatch { Any, Src, Dst };
+enum class ClassKind { LatencySensitive, Elastic };
+
+const char* to_string(Proto p);
+const char* to_string(PortMatch m);
+const char* to_string(ClassKind k);
+
+struct PortRange {
+  Proto proto = Proto::Tcp;
+  uint16_t lo = 0;
+  uint16_t hi = 0;
+  int line = 0;  // where it was written, for diagnostics
+  int column = 0;
+  std::string str() const;  // "tcp:50000-50999"
+};
+
+struct PathSpec {
+  std::string name;
+  std::string interface;
+  std::optional<IpAddr> gateway;   // IPv4 next hop (or peer) on this rail
+  std::optional<IpAddr> gateway6;  // IPv6 next hop (or peer) on this rail
+  std::optional<IpAddr> source;    // preferred IPv4 source for the table's routes
+  std::optional<IpAddr> source6;
+  uint64_t capacity_bps = 0;
+  uint32_t table = 0;
+  uint32_t fwmark = 0;
+  std::vector<Prefix> routes;
+};
+
+struct ClassSpec {
+  std::string name;
+  ClassKind kind = ClassKind::Elastic;
+  int priority = 0;  // 0 (lowest) .. 7 (highest)
+  std::string prefer;
+  std::optional<uint32_t> mark;
+  std::vector<PortRange> ports;
+  PortMatch match = PortMatch::Any;
+  bool pinned = false;  // the scheduler never moves a pinned class
+};
+
+struct SchedulerSettings {
+  double load_threshold = 0.60;
+  std::chrono::nanoseconds latency_tolerance = std::chrono::microseconds(500);
+  std::chrono::nanoseconds dead_zone = std::chrono::microseconds(200);
+  std::chrono::nanoseconds cooldown = std::chrono::milliseconds(200);
+  double ewma_weight = 0.2;
+  std::chrono::nanoseconds tick = std::chrono::milliseconds(50);
+  std::chrono::nanoseconds flowlet_gap = std::chrono::microseconds(500);
+};
+
+struct HealthSettings {
+  std::chrono::nanoseconds interval = std::chrono::milliseconds(500);
+  int multiplier = 3;
+  std::chrono::nanoseconds holddown = std::chrono::minutes(5);
+  std::vector<int> ramp{10, 25, 50, 100};  // percent of the former share, a step per interval
+  std::chrono::nanoseconds ramp_interval = std::chrono::seconds(30);
+};
+
+struct RoutingSettings {
+  uint32_t rule_priority = 10000;  // the service owns [rule_priority, rule_priority + 99]
+  uint8_t route_protocol = 200;    // rtnetlink protocol tag of our rules and routes
+};
+
+struct Policy {
+  std::string file;
+  std::string hash;  // content hash, 16 hex digits (FNV-1a 64 of the file's bytes)
+  std::string node;  // instance name: pins live under <bpffs>/dualpath/<node>
+  std::optional<std::string> default_class;
+  RoutingSettings routing;
+  SchedulerSettings scheduler;
+  HealthSettings health;
+  std::vector<PathSpec> paths;
+  std::vector<ClassSpec> classes;
+
+  const PathSpec* path(const std::string& name) const;
+  const ClassSpec* klass(const std::string& name) const;
+  int path_index(const std::string& name) const;  // -1 if none
+};
+
+struct Diagnostic {
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string message;
+  std::string str() const;  // "file:line:column: error: message"
+};
+
+struct PolicyLoad {
+  std::optional<Policy> policy;  // set only when there are no diagnostics
+  std::vector<Diagnostic> errors;
+  bool ok() const { return policy.has_value(); }
+};
+
+PolicyLoad load_policy_file(const std::string& path);
+PolicyLoad parse_policy(const std::string& text, const std::string& name);
+
+std::string content_hash(const std::string& bytes);
+
+}  // namespace dp

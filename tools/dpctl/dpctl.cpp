@@ -1,0 +1,281 @@
+// dpctl: operate dualpathd.  dpctl [-j] [-p] [--socket PATH] OBJECT COMMAND [ARGS]
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+
+#include "dualpath/control.h"
+#include "dualpath/policy.h"
+#include "dualpath/units.h"
+#include "dualpath/version.h"
+
+namespace {
+
+using dp::json;
+
+struct Globals {
+  bool json_out = false;
+  bool pretty = false;
+  std::string socket = dp::kDefaultSocket;
+};
+
+void print_json(const Globals& g, const json& j) {
+  std::cout << (g.pretty ? j.dump(2) : j.dump()) << "\n";
+}
+
+// Errors: {"error": ...} on stdout under -j, a sentence on stderr otherwise.
+int fail(const Globals& g, const std::string& message, const json& extra = nullptr) {
+  if (g.json_out) {
+    json j{{"error", message}};
+    if (!extra.is_null()) j["details"] = extra;
+    print_json(g, j);
+  } else {
+    std::cerr << "dpctl: " << message << "\n";
+  }
+  return 1;
+}
+
+// Column-aligned table.
+void print_table(const std::vector<std::string>& head,
+                 const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w(head.size());
+  for (size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
+  for (auto& r : rows)
+    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s;
+    for (size_t i = 0; i < r.size(); ++i) {
+      s += r[i];
+      if (i + 1 < r.size()) s += std::string(w[i] - r[i].size() + 2, ' ');
+    }
+    std::cout << s << "\n";
+  };
+  line(head);
+  for (auto& r : rows) line(r);
+}
+
+std::string str(const json& j) {
+  if (j.is_null()) return "-";
+  if (j.is_string()) return j.get<std::string>();
+  return j.dump();
+}
+
+// Sends a request; prints the error reply and returns nullopt on failure.
+std::optional<json> request(const Globals& g, const std::string& cmd, json args, int* rc) {
+  auto r = dp::call(g.socket, json{{"cmd", cmd}, {"args", std::move(args)}});
+  if (!r) {
+    *rc = fail(g, r.error().what());
+    return std::nullopt;
+  }
+  if (!(*r).value("ok", false)) {
+    auto err = (*r)["error"];
+    *rc = fail(g, err.value("message", "request failed"), err);
+    return std::nullopt;
+  }
+  *rc = 0;
+  return (*r)["data"];
+}
+
+int cmd_status(const Globals& g) {
+  int rc;
+  auto d = request(g, "status", json::object(), &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  std::cout << "node:       " << str((*d)["node"]) << "\n"
+            << "policy:     " << str((*d)["policy"]["file"]) << " (hash "
+            << str((*d)["policy"]["hash"]) << ")\n"
+            << "daemon:     pid " << (*d)["pid"] << ", version " << str((*d)["version"])
+            << ", up " << fmt::format("{:.0f}s", (*d)["uptime_s"].get<double>())
+            << ((*d)["adopted"].get<bool>() ? ", adopted a pinned datapath" : "") << "\n"
+            << "datapath:   pinned in " << str((*d)["bpffs"]) << ", generation "
+            << (*d)["generation"] << "\n"
+            << "paths:      " << (*d)["paths"] << ", classes: " << (*d)["classes"] << "\n";
+  return 0;
+}
+
+void print_path_detail(const json& p) {
+  std::cout << "path " << str(p["name"]) << " (interface " << str(p["interface"]) << ", ifindex "
+            << p["ifindex"] << ")\n";
+  std::cout << "  capacity    " << dp::format_bandwidth(p["capacity_bps"].get<double>()) << "\n";
+  std::cout << "  routing     fwmark " << fmt::format("{:#x}", p["fwmark"].get<uint32_t>())
+            << " -> table " << p["table"] << ", gateway " << str(p["gateway"]) << " / "
+            << str(p["gateway6"]) << "\n";
+  std::cout << "  tx          " << dp::format_bandwidth(p["tx_bps"].get<double>()) << ", "
+            << fmt::format("{:.1f}%", 100 * p["utilisation"].get<double>()) << " of capacity, "
+            << dp::format_bytes(p["tx_bytes"].get<double>()) << " in " << p["tx_packets"]
+            << " packets\n";
+  std::cout << "  rx          " << dp::format_bandwidth(p["rx_bps"].get<double>()) << ", "
+            << dp::format_bytes(p["rx_bytes"].get<double>()) << " in " << p["rx_packets"]
+            << " packets\n";
+  std::cout << "  redirected  " << p["redirected_out_packets"] << " packets to another rail\n";
+  if (p["tc"].is_object())
+    std::cout << "  tc          egress prog " << p["tc"]["egress_prog_id"] << ", ingress prog "
+              << p["tc"]["ingress_prog_id"]
+              << (p["tc"]["clsact_owned"].get<bool>() ? ", clsact created by dualpath" : "")
+              << "\n";
+  if (!p["exceptions"].empty()) {
+    std::cout << "  passed untouched:";
+    for (auto& [k, v] : p["exceptions"].items()) std::cout << " " << k << "=" << v;
+    std::cout << "\n";
+  }
+}
+
+int cmd_path_list(const Globals& g) {
+  int rc;
+  auto d = request(g, "path.list", json::object(), &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  std::vector<std::vector<std::string>> rows;
+  for (auto& p : *d)
+    rows.push_back({str(p["name"]), str(p["interface"]),
+                    dp::format_bandwidth(p["capacity_bps"].get<double>()),
+                    dp::format_bandwidth(p["tx_bps"].get<double>()),
+                    fmt::format("{:.1f}%", 100 * p["utilisation"].get<double>()),
+                    dp::format_bytes(p["tx_bytes"].get<double>()),
+                    dp::format_bytes(p["rx_bytes"].get<double>()),
+                    std::to_string(p["redirected_out_packets"].get<uint64_t>())});
+  print_table({"PATH", "IFACE", "CAPACITY", "TX RATE", "UTIL", "TX", "RX", "REDIRECTED"}, rows);
+  return 0;
+}
+
+int cmd_path_show(const Globals& g, const std::string& name) {
+  int rc;
+  auto d = request(g, "path.show", {{"path", name}}, &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  print_path_detail(*d);
+  return 0;
+}
+
+int cmd_class_list(const Globals& g) {
+  int rc;
+  auto d = request(g, "class.list", json::object(), &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  std::vector<std::vector<std::string>> rows;
+  for (auto& c : *d) {
+    std::string ports;
+    for (auto& p : c["ports"]) ports += (ports.empty() ? "" : ",") + p.get<std::string>();
+    std::string rail = str(c["rail"]);
+    if (c["rail"].is_null()) {
+      rail.clear();
+      for (auto& [k, v] : c["shares"].items())
+        if (v.get<double>() > 0) rail += fmt::format("{}{}:{:.0f}%", rail.empty() ? "" : ",", k, v.get<double>());
+    }
+    std::string by_path;
+    for (auto& [k, v] : c["tx_bytes_by_path"].items())
+      by_path += fmt::format("{}{}={}", by_path.empty() ? "" : " ", k, dp::format_bytes(v.get<double>()));
+    rows.push_back({str(c["name"]), str(c["kind"]), std::to_string(c["priority"].get<int>()),
+                    ports.empty() ? "-" : ports,
+                    c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),
+                    rail + (c["pinned"].get<bool>() ? " (pinned)" : ""), by_path});
+  }
+  print_table({"CLASS", "KIND", "PRIO", "PORTS", "MARK", "RAIL", "TX BYTES"}, rows);
+  return 0;
+}
+
+int cmd_class_set(const Globals& g, const std::string& cls, const std::string& path) {
+  int rc;
+  auto d = request(g, "class.set", {{"class", cls}, {"path", path}}, &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  std::cout << "class " << cls << " pinned to path " << path << "\n";
+  return 0;
+}
+
+int cmd_policy_check(const Globals& g, const std::string& file) {
+  auto load = dp::load_policy_file(file);
+  if (!load.ok()) {
+    if (g.json_out) {
+      json errs = json::array();
+      for (auto& e : load.errors)
+        errs.push_back({{"file", e.file}, {"line", e.line}, {"column", e.column}, {"message", e.message}});
+      print_json(g, {{"valid", false}, {"file", file}, {"errors", errs}});
+    } else {
+      for (auto& e : load.errors) std::cerr << e.str() << "\n";
+      std::cerr << file << ": " << load.errors.size() << " error"
+                << (load.errors.size() == 1 ? "" : "s") << "\n";
+    }
+    return 1;
+  }
+  const auto& p = *load.policy;
+  if (g.json_out) {
+    print_json(g, {{"valid", true}, {"file", file}, {"node", p.node}, {"hash", p.hash},
+                   {"paths", p.paths.size()}, {"classes", p.classes.size()}});
+  } else {
+    std::cout << file << ": valid (node " << p.node << ", " << p.paths.size() << " paths, "
+              << p.classes.size() << " classes, hash " << p.hash << ")\n";
+  }
+  return 0;
+}
+
+int cmd_policy_reload(const Globals& g) {
+  int rc;
+  auto d = request(g, "policy.reload", json::object(), &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  std::cout << "policy reloaded (hash " << str((*d)["hash"]) << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dpctl - operate dualpathd (dualpath " + std::string(dp::kVersion) + ")"};
+  app.require_subcommand(1);
+  Globals g;
+  if (const char* s = std::getenv("DPCTL_SOCKET")) g.socket = s;
+  app.add_flag("-j,--json", g.json_out, "JSON output, errors included");
+  app.add_flag("-p,--pretty", g.pretty, "indented JSON (implies -j)");
+  app.add_option("-s,--socket", g.socket, "dualpathd control socket (env DPCTL_SOCKET)")
+      ->capture_default_str();
+  app.set_version_flag("--version", std::string(dp::kVersion));
+
+  std::function<int()> action;
+  auto* status = app.add_subcommand("status", "daemon, policy and datapath summary");
+  status->callback([&] { action = [&] { return cmd_status(g); }; });
+
+  auto* path = app.add_subcommand("path", "the rails")->require_subcommand(1);
+  path->add_subcommand("list", "every path with rate, utilisation and counters")
+      ->callback([&] { action = [&] { return cmd_path_list(g); }; });
+  std::string path_name;
+  auto* show = path->add_subcommand("show", "one path in detail");
+  show->add_option("PATH", path_name, "path name")->required();
+  show->callback([&] { action = [&] { return cmd_path_show(g, path_name); }; });
+
+  auto* cls = app.add_subcommand("class", "the traffic classes")->require_subcommand(1);
+  cls->add_subcommand("list", "classes with ports, mark, rail now and bytes")
+      ->callback([&] { action = [&] { return cmd_class_list(g); }; });
+  std::string class_name, class_path;
+  auto* set = cls->add_subcommand("set", "pin a class to a path");
+  set->add_option("CLASS", class_name, "class name")->required();
+  set->add_option("PATH", class_path, "path name")->required();
+  set->callback([&] { action = [&] { return cmd_class_set(g, class_name, class_path); }; });
+
+  auto* pol = app.add_subcommand("policy", "policy files")->require_subcommand(1);
+  std::string policy_file;
+  auto* check = pol->add_subcommand("check", "validate a policy file offline (no daemon needed)");
+  check->add_option("FILE", policy_file, "policy file")->required();
+  check->callback([&] { action = [&] { return cmd_policy_check(g, policy_file); }; });
+  pol->add_subcommand("reload", "make the daemon re-read its policy file (like SIGHUP)")
+      ->callback([&] { action = [&] { return cmd_policy_reload(g); }; });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    bool json_mode = false;
+    for (int i = 1; i < argc; ++i)
+      json_mode |= std::string(argv[i]) == "-j" || std::string(argv[i]) == "--json" ||
+                   std::string(argv[i]) == "-p" || std::string(argv[i]) == "--pretty";
+    if (json_mode) {
+      std::cout << json{{"error", e.what()}}.dump() << "\n";
+      return 2;
+    }
+    return app.exit(e);
+  }
+  if (g.pretty) g.json_out = true;
+  return action ? action() : 2;
+}
