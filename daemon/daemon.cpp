@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -104,6 +105,13 @@ Result<void> Daemon::start() {
                     load.errors.size() == 1 ? "" : "s");
   }
   const Policy& p = *load.policy;
+  // Claim the control socket before touching the kernel: a second daemon for
+  // the same node stops here instead of re-programming a running datapath.
+  auto lfd = listen_unix(opts_.socket_path, 0660);
+  if (!lfd) return lfd.error();
+  listen_fd_ = std::move(*lfd);
+  struct stat st {};
+  if (::stat(opts_.socket_path.c_str(), &st) == 0) socket_ino_ = st.st_ino;
   pin_dir_ = pin_dir(opts_.bpffs_root, p.node);
   DP_TRY(ensure_bpffs(pin_dir_));
   adopted_ = std::filesystem::exists(std::filesystem::path(pin_dir_) / "dp_config");
@@ -525,11 +533,7 @@ int Daemon::run() {
   its.it_interval.tv_nsec = tick_ns % 1'000'000'000;
   its.it_value = its.it_interval;
   timerfd_settime(tfd.get(), 0, &its, nullptr);
-  auto lfd = listen_unix(opts_.socket_path, 0660);
-  if (!lfd) {
-    spdlog::error("{}", lfd.error().what());
-    return 1;
-  }
+  const Fd* lfd = &listen_fd_;
   Fd ep(epoll_create1(EPOLL_CLOEXEC));
   auto watch = [&](int fd) {
     epoll_event ev{};
@@ -611,7 +615,9 @@ int Daemon::run() {
     }
   }
   sd_notify(0, "STOPPING=1");
-  ::unlink(opts_.socket_path.c_str());
+  struct stat st {};
+  if (::stat(opts_.socket_path.c_str(), &st) == 0 && st.st_ino == socket_ino_)
+    ::unlink(opts_.socket_path.c_str());
   return exit_code;
 }
 

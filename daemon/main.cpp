@@ -15,7 +15,12 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list ap) {
   int n = vsnprintf(buf, sizeof(buf), fmt, ap);
   std::string_view s(buf, n > 0 ? std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1) : 0);
   while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
-  if (level == LIBBPF_WARN)
+  if (s.starts_with("libbpf: ")) s.remove_prefix(8);
+  // bpf_tc_query on an interface without our filter: expected, not a warning
+  // (and bpf_tc_hook_create on an existing clsact): expected, not warnings
+  bool expected = s.find("Cannot find specified filter chain") != std::string_view::npos ||
+                  s.find("Exclusivity flag on") != std::string_view::npos;
+  if (level == LIBBPF_WARN && !expected)
     spdlog::warn("libbpf: {}", s);
   else if (level == LIBBPF_INFO)
     spdlog::debug("libbpf: {}", s);
