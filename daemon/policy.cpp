@@ -451,7 +451,7 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
         }
       }
     }
-    if (!ps.gateway && !ps.gateway6)
+    if (!t.get("gateway") && !t.get("gateway6"))
       c.error(t, fmt::format("{} has neither gateway nor gateway6: traffic steered onto it needs "
                              "a next hop",
                              section));

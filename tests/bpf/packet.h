@@ -1,0 +1,32 @@
+// A small packet builder for BPF_PROG_TEST_RUN fixtures.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dptest {
+
+struct PacketSpec {
+  int family = 4;          // 4 or 6
+  uint8_t proto = 6;       // IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, ...
+  uint16_t sport = 40000;  // host order
+  uint16_t dport = 50001;
+  uint16_t ethertype = 0;  // 0: from family
+  bool vlan = false;       // one 802.1Q tag (VID 42) before the IP header
+  bool v4_fragment = false;     // MF set
+  bool v6_fragment_hdr = false;  // a fragment extension header before L4
+  bool v6_hop_by_hop = false;    // a hop-by-hop header before L4
+  size_t payload = 64;
+  size_t truncate_to = 0;  // 0: full packet
+};
+
+std::vector<uint8_t> build_packet(const PacketSpec& s);
+
+// Flow key of the packet as the datapath builds it (for dp_flows lookups).
+struct FlowKeyBytes {
+  uint8_t bytes[40];
+};
+FlowKeyBytes flow_key_of(const PacketSpec& s);
+
+}  // namespace dptest

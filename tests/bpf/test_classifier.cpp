@@ -1,0 +1,310 @@
+// The real datapath programs, loaded through the verifier, fed packets with
+// BPF_PROG_TEST_RUN. The maps are programmed from the lab policy by the same
+// encoder the daemon uses. Needs root (CAP_BPF); skipped otherwise.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <linux/pkt_cls.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "dualpath/datapath.h"
+#include "dualpath/encode.h"
+#include "packet.h"
+
+using dptest::build_packet;
+using dptest::PacketSpec;
+
+namespace {
+
+constexpr uint32_t kLoIfindex = 1;       // test runs use the loopback device
+constexpr uint32_t kRail1Ifindex = 4242;  // never dereferenced by a test run
+// class slots in lab-a.toml order
+constexpr int kDispatch = 0, kCombine = 1, kParamSync = 2, kControl = 3, kLogs = 4;
+
+struct RunResult {
+  int ret = -1;
+  uint32_t mark_out = 0;
+};
+
+class Classifier : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "skipped: BPF tests need root (CAP_BPF, CAP_NET_ADMIN)";
+    auto skel = dp::DpSkeleton::load("");
+    ASSERT_TRUE(skel) << skel.error().str();
+    skel_ = std::move(*skel);
+    auto load = dp::load_policy_file(std::string(DP_POLICY_DIR) + "/lab-a.toml");
+    ASSERT_TRUE(load.ok());
+    policy_ = *load.policy;
+    auto enc = dp::encode_policy(policy_, {0, 1, 2, 3, 4}, {0, 1});
+    write_ports(0, enc);
+    for (auto& [mark, cls] : enc.marks) {
+      dp_mark_key k{0, mark};
+      dp_mark_val v{cls, {}};
+      ASSERT_TRUE(map("dp_marks").update(&k, &v));
+    }
+    set_config(0, DP_CLASS_NONE);
+    set_rail(0, kLoIfindex, true, true, true);
+    set_rail(1, kRail1Ifindex, true, true, true);
+    uint32_t ifidx = kLoIfindex;
+    dp_ifindex_val here{0};
+    ASSERT_TRUE(map("dp_ifindex").update(&ifidx, &here));
+    for (uint32_t c = 0; c < policy_.classes.size(); ++c)
+      set_decision(c, policy_.path_index(policy_.classes[c].prefer));
+  }
+
+  dp::BpfMap map(const char* n) { return skel_->map(n); }
+
+  void write_ports(uint32_t gen, const dp::EncodedPolicy& enc) {
+    for (uint32_t p = 0; p < DP_PORT_SPACE; ++p) {
+      uint32_t key = gen * DP_PORT_SPACE + p;
+      ASSERT_TRUE(map("dp_ports").update(&key, &enc.ports[p]));
+    }
+  }
+  void set_config(uint32_t gen, uint32_t default_class) {
+    uint32_t zero = 0;
+    dp_config c{gen, default_class, 0};
+    ASSERT_TRUE(map("dp_config").update(&zero, &c));
+  }
+  void set_rail(uint32_t slot, uint32_t ifindex, bool enabled, bool gw4, bool gw6) {
+    dp::PathSpec ps = policy_.paths[slot];
+    if (!gw4) ps.gateway.reset();
+    if (!gw6) ps.gateway6.reset();
+    dp_rail r = dp::encode_rail(ps, ifindex, enabled);
+    ASSERT_TRUE(map("dp_rails").update(&slot, &r));
+  }
+  void set_decision(uint32_t cls, int rail) {
+    dp_decision d = dp::decision_all_on(rail, false, ++version_);
+    ASSERT_TRUE(map("dp_decisions").update(&cls, &d));
+  }
+
+  RunResult run(int prog_fd, const PacketSpec& s, uint32_t mark = 0) {
+    auto pkt = build_packet(s);
+    __sk_buff ctx_in{}, ctx_out{};
+    ctx_in.mark = mark;
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(),
+                .data_size_in = static_cast<uint32_t>(pkt.size()), .ctx_in = &ctx_in,
+                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in),
+                .ctx_size_out = sizeof(ctx_out), .repeat = 1);
+    int err = bpf_prog_test_run_opts(prog_fd, &opts);
+    EXPECT_EQ(err, 0) << "BPF_PROG_TEST_RUN failed: " << std::strerror(errno);
+    return {static_cast<int>(opts.retval), ctx_out.mark};
+  }
+  RunResult egress(const PacketSpec& s, uint32_t mark = 0) { return run(skel_->egress_fd(), s, mark); }
+
+  dp_counters counters(uint32_t rail, uint32_t cls) {
+    uint32_t key = rail * DP_MAX_CLASSES + cls;
+    auto v = map("dp_counters").lookup_percpu<dp_counters>(&key);
+    EXPECT_TRUE(v);
+    dp_counters s{};
+    if (!v) return s;
+    for (auto& c : *v) {
+      s.tx_packets += c.tx_packets;
+      s.rx_packets += c.rx_packets;
+      s.redirect_packets += c.redirect_packets;
+      s.flows_placed += c.flows_placed;
+      s.flows_replaced += c.flows_replaced;
+    }
+    return s;
+  }
+  uint64_t exception(uint32_t rail, int reason) {
+    uint32_t key = rail * DP_EXC_MAX + static_cast<uint32_t>(reason);
+    auto v = map("dp_exceptions").lookup_percpu<uint64_t>(&key);
+    uint64_t s = 0;
+    if (v)
+      for (auto x : *v) s += x;
+    return s;
+  }
+  uint64_t all_exceptions() {
+    uint64_t s = 0;
+    for (uint32_t r = 0; r <= DP_MAX_RAILS; ++r)
+      for (int e = 0; e < DP_EXC_MAX; ++e) s += exception(r, e);
+    return s;
+  }
+
+  std::unique_ptr<dp::DpSkeleton> skel_;
+  dp::Policy policy_;
+  uint32_t version_ = 0;
+};
+
+// ---------------------------------------------------------------- fixture table
+
+struct Case {
+  const char* name;
+  PacketSpec pkt;
+  uint32_t mark;
+  int want_ret;       // TC_ACT_OK or TC_ACT_REDIRECT
+  int want_class;     // class slot counted (tx or redirect), DP_CLASS_UNCLASSIFIED, or -1
+  int want_exception;  // dp_exception on rail0, or -1 for none
+};
+
+PacketSpec tcp4(uint16_t sport, uint16_t dport) { return {4, IPPROTO_TCP, sport, dport}; }
+PacketSpec udp4(uint16_t sport, uint16_t dport) { return {4, IPPROTO_UDP, sport, dport}; }
+PacketSpec tcp6(uint16_t sport, uint16_t dport) { return {6, IPPROTO_TCP, sport, dport}; }
+PacketSpec udp6(uint16_t sport, uint16_t dport) { return {6, IPPROTO_UDP, sport, dport}; }
+PacketSpec with(PacketSpec s, void (*f)(PacketSpec&)) {
+  f(s);
+  return s;
+}
+
+const Case kCases[] = {
+    {"v4_tcp_dst_port_on_this_rail_stays", tcp4(40000, 50001), 0, TC_ACT_OK, kDispatch, -1},
+    {"v4_tcp_dst_port_of_other_rail_redirects", tcp4(40000, 52001), 0, TC_ACT_REDIRECT, kParamSync, -1},
+    {"v4_tcp_src_port_of_other_rail_redirects", tcp4(52001, 40000), 0, TC_ACT_REDIRECT, kParamSync, -1},
+    {"v4_udp_logs_redirects", udp4(40000, 54001), 0, TC_ACT_REDIRECT, kLogs, -1},
+    {"v6_udp_logs_redirects", udp6(40000, 54000), 0, TC_ACT_REDIRECT, kLogs, -1},
+    {"v6_tcp_control_stays", tcp6(40000, 53000), 0, TC_ACT_OK, kControl, -1},
+    {"v6_tcp_combine_src_port_stays", tcp6(51000, 33333), 0, TC_ACT_OK, kCombine, -1},
+    {"mark_beats_port", tcp4(40000, 50001), 0x54, TC_ACT_REDIRECT, kLogs, -1},
+    {"unknown_mark_falls_back_to_port", tcp4(40000, 52001), 0x999, TC_ACT_REDIRECT, kParamSync, -1},
+    {"dst_port_beats_src_port", tcp4(52001, 50001), 0, TC_ACT_OK, kDispatch, -1},
+    {"already_redirected_passes_untouched", tcp4(40000, 52001), DP_MARK_REDIRECTED, TC_ACT_OK, kParamSync, -1},
+    {"udp_on_tcp_only_class_is_unclassified", udp4(40000, 52001), 0, TC_ACT_OK, DP_CLASS_UNCLASSIFIED, -1},
+    {"unclassified_port_passes", tcp4(40000, 40001), 0, TC_ACT_OK, DP_CLASS_UNCLASSIFIED, -1},
+    {"v6_hop_by_hop_then_tcp_is_followed", with(tcp6(40000, 52001), [](PacketSpec& s) { s.v6_hop_by_hop = true; }),
+     0, TC_ACT_REDIRECT, kParamSync, -1},
+    {"v4_fragment_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.v4_fragment = true; }), 0, TC_ACT_OK, -1,
+     DP_EXC_FRAGMENT},
+    {"v6_fragment_header_passes", with(udp6(40000, 54000), [](PacketSpec& s) { s.v6_fragment_hdr = true; }), 0,
+     TC_ACT_OK, -1, DP_EXC_FRAGMENT},
+    {"truncated_tcp_header_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.truncate_to = 14 + 20 + 10; }), 0,
+     TC_ACT_OK, -1, DP_EXC_SHORT},
+    // The kernel's test-run refuses an untagged IP frame with a truncated IP
+    // header (-EINVAL), so truncated L3 headers are fed behind a VLAN tag.
+    {"vlan_tagged_tcp_is_classified", with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; }), 0,
+     TC_ACT_REDIRECT, kParamSync, -1},
+    {"truncated_ipv4_header_passes",
+     with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 10; }), 0, TC_ACT_OK, -1,
+     DP_EXC_SHORT},
+    {"truncated_ipv6_header_passes",
+     with(tcp6(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 30; }), 0, TC_ACT_OK, -1,
+     DP_EXC_SHORT},
+    {"truncated_vlan_tag_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 16; }),
+     0, TC_ACT_OK, -1, DP_EXC_SHORT},
+    {"arp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.ethertype = 0x0806; }), 0, TC_ACT_OK, -1, DP_EXC_NON_IP},
+    {"icmp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.proto = IPPROTO_ICMP; }), 0, TC_ACT_OK, -1,
+     DP_EXC_OTHER_L4},
+};
+
+class ClassifierTable : public Classifier, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(ClassifierTable, Verdict) {
+  const Case& c = GetParam();
+  auto r = egress(c.pkt, c.mark);
+  EXPECT_EQ(r.ret, c.want_ret) << c.name;
+  if (c.want_ret == TC_ACT_REDIRECT) {
+    EXPECT_EQ(r.mark_out, c.mark | DP_MARK_REDIRECTED) << "a redirected packet carries the mark bit";
+    EXPECT_EQ(counters(0, static_cast<uint32_t>(c.want_class)).redirect_packets, 1u);
+    EXPECT_EQ(counters(0, static_cast<uint32_t>(c.want_class)).tx_packets, 0u)
+        << "tx is counted where the packet leaves, not here";
+  } else {
+    EXPECT_EQ(r.mark_out & DP_MARK_REDIRECTED, 0u) << "the redirect bit never leaves the hook";
+    if (c.want_class >= 0) {
+      EXPECT_EQ(counters(0, static_cast<uint32_t>(c.want_class)).tx_packets, 1u);
+    }
+  }
+  if (c.want_exception >= 0) {
+    EXPECT_EQ(exception(0, c.want_exception), 1u);
+    EXPECT_EQ(all_exceptions(), 1u);
+    EXPECT_EQ(counters(0, DP_CLASS_UNCLASSIFIED).tx_packets, 1u) << "passed packets are still counted";
+  } else {
+    EXPECT_EQ(all_exceptions(), 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ClassifierTable, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
+
+// ---------------------------------------------------------------- state and edge cases
+
+TEST_F(Classifier, FlowTableRemembersClassAndRail) {
+  PacketSpec s = tcp4(40000, 52001);
+  ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);
+  ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);
+  auto key = dptest::flow_key_of(s);
+  dp_flow f{};
+  ASSERT_TRUE(map("dp_flows").lookup(key.bytes, &f));
+  EXPECT_EQ(f.cls, kParamSync);
+  EXPECT_EQ(f.rail, 1);
+  EXPECT_EQ(f.packets, 2u);
+  EXPECT_EQ(counters(1, kParamSync).flows_placed, 1u);
+}
+
+TEST_F(Classifier, DecisionChangeMovesAnExistingFlow) {
+  PacketSpec s = tcp4(40000, 52001);
+  ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);
+  set_decision(kParamSync, 0);
+  EXPECT_EQ(egress(s).ret, TC_ACT_OK) << "the flow follows its class to rail0";
+  auto key = dptest::flow_key_of(s);
+  dp_flow f{};
+  ASSERT_TRUE(map("dp_flows").lookup(key.bytes, &f));
+  EXPECT_EQ(f.rail, 0);
+  EXPECT_EQ(f.replacements, 1u);
+  EXPECT_EQ(counters(0, kParamSync).flows_replaced, 1u);
+  set_decision(kParamSync, 1);
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "and back";
+}
+
+TEST_F(Classifier, DisabledTargetRailPassesOnTheRoutedRail) {
+  set_rail(1, kRail1Ifindex, false, true, true);
+  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, TC_ACT_OK);
+  EXPECT_EQ(counters(0, kParamSync).tx_packets, 1u);
+  EXPECT_EQ(counters(0, kParamSync).redirect_packets, 0u);
+}
+
+TEST_F(Classifier, RailWithoutIfindexIsNeverATarget) {
+  set_rail(1, 0, true, true, true);
+  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, TC_ACT_OK);
+}
+
+TEST_F(Classifier, MissingGatewayOfTheFamilyPasses) {
+  set_rail(1, kRail1Ifindex, true, true, false);
+  EXPECT_EQ(egress(udp6(40000, 54000)).ret, TC_ACT_OK);
+  EXPECT_EQ(exception(0, DP_EXC_NO_GATEWAY), 1u);
+  EXPECT_EQ(egress(udp4(40000, 54000)).ret, TC_ACT_REDIRECT) << "IPv4 still has its gateway";
+}
+
+TEST_F(Classifier, UnknownInterfacePasses) {
+  uint32_t ifidx = kLoIfindex;
+  ASSERT_TRUE(map("dp_ifindex").remove(&ifidx));
+  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, TC_ACT_OK);
+  EXPECT_EQ(exception(DP_MAX_RAILS, DP_EXC_UNKNOWN_IFINDEX), 1u);
+}
+
+TEST_F(Classifier, DefaultClassTakesUnmatchedTraffic) {
+  set_config(0, kLogs);
+  EXPECT_EQ(egress(tcp4(40000, 40001)).ret, TC_ACT_REDIRECT);
+  EXPECT_EQ(counters(0, kLogs).redirect_packets, 1u);
+}
+
+TEST_F(Classifier, GenerationFlipSwitchesClassificationAtOnce) {
+  // generation 1: port 50001 belongs to logs (rail1)
+  auto p = policy_;
+  p.classes[kDispatch].ports = {};
+  p.classes[kDispatch].mark = 0x77;
+  p.classes[kLogs].ports.push_back({dp::Proto::Tcp, 50001, 50001, 0, 0});
+  write_ports(1, dp::encode_policy(p, {0, 1, 2, 3, 4}, {0, 1}));
+  PacketSpec s = tcp4(40001, 50001);
+  EXPECT_EQ(egress(s).ret, TC_ACT_OK);
+  set_config(1, DP_CLASS_NONE);
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "the same flow is reclassified after the flip";
+  set_config(0, DP_CLASS_NONE);
+  EXPECT_EQ(egress(s).ret, TC_ACT_OK);
+}
+
+TEST_F(Classifier, IngressCountsReceivedBytesPerClass) {
+  auto r = run(skel_->ingress_fd(), tcp4(52001, 40000));
+  EXPECT_EQ(r.ret, TC_ACT_OK);
+  EXPECT_EQ(counters(0, kParamSync).rx_packets, 1u);
+  EXPECT_EQ(counters(0, kParamSync).tx_packets, 0u);
+  run(skel_->ingress_fd(), with(tcp4(1, 2), [](PacketSpec& s) { s.ethertype = 0x0806; }));
+  EXPECT_EQ(counters(0, DP_CLASS_UNCLASSIFIED).rx_packets, 1u);
+}
+
+TEST_F(Classifier, EmptyBaselineProgramLoads) {
+  EXPECT_EQ(run(skel_->empty_fd(), tcp4(1, 2)).ret, TC_ACT_OK);
+}
+
+}  // namespace

@@ -1,0 +1,240 @@
+// Every policy error kind, with the line and column it is reported at.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "dualpath/abi.h"
+#include "dualpath/policy.h"
+
+namespace {
+
+// A valid two-rail policy; tests patch it to make one mistake each.
+const char* kBase = R"([node]
+name = "n1"
+
+[[path]]
+name = "rail0"
+interface = "eth0"
+gateway = "10.0.0.1"
+capacity = "200Gbit"
+table = 100
+fwmark = 0x100
+
+[[path]]
+name = "rail1"
+interface = "eth1"
+gateway6 = "fd00::1"
+capacity = "50Gbit"
+table = 101
+fwmark = 0x101
+
+[[class]]
+name = "dispatch"
+kind = "latency_sensitive"
+priority = 6
+prefer = "rail0"
+ports = ["tcp:50000-50999"]
+
+[[class]]
+name = "logs"
+kind = "elastic"
+prefer = "rail1"
+mark = 0x54
+ports = ["tcp:54000-54099", "udp:514"]
+)";
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << "fixture text not found: " << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+// Parses text and expects exactly one error, at `line`, containing `needle`.
+void expect_one_error(const std::string& text, int line, const std::string& needle) {
+  auto r = dp::parse_policy(text, "p.toml");
+  ASSERT_FALSE(r.ok()) << "policy was accepted";
+  ASSERT_EQ(r.errors.size(), 1u) << [&] {
+    std::string all;
+    for (auto& e : r.errors) all += e.str() + "\n";
+    return all;
+  }();
+  EXPECT_EQ(r.errors[0].line, line) << r.errors[0].str();
+  EXPECT_GT(r.errors[0].column, 0) << r.errors[0].str();
+  EXPECT_NE(r.errors[0].message.find(needle), std::string::npos) << r.errors[0].str();
+  EXPECT_EQ(r.errors[0].str().rfind("p.toml:" + std::to_string(line) + ":", 0), 0u);
+}
+
+}  // namespace
+
+TEST(Policy, BaseIsValid) {
+  auto r = dp::parse_policy(kBase, "p.toml");
+  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
+  const auto& p = *r.policy;
+  EXPECT_EQ(p.node, "n1");
+  ASSERT_EQ(p.paths.size(), 2u);
+  EXPECT_EQ(p.paths[0].capacity_bps, 200'000'000'000ull);
+  EXPECT_EQ(p.paths[1].gateway6->str(), "fd00::1");
+  ASSERT_EQ(p.classes.size(), 2u);
+  EXPECT_EQ(p.classes[1].ports[1].str(), "udp:514");
+  EXPECT_EQ(*p.classes[1].mark, 0x54u);
+  EXPECT_EQ(p.scheduler.load_threshold, 0.60);  // defaults
+  EXPECT_EQ(p.health.multiplier, 3);
+  EXPECT_EQ(p.hash.size(), 16u);
+}
+
+TEST(Policy, ShippedPoliciesAreValid) {
+  for (const char* f : {"example-node.toml", "lab-a.toml", "lab-b.toml"}) {
+    auto r = dp::load_policy_file(std::string(DP_POLICY_DIR) + "/" + f);
+    EXPECT_TRUE(r.ok()) << f << ": " << (r.errors.empty() ? "" : r.errors[0].str());
+    if (r.ok()) {
+      EXPECT_EQ(r.policy->classes.size(), 5u) << f;
+    }
+  }
+}
+
+TEST(Policy, TomlSyntaxErrorHasPosition) {
+  expect_one_error(replace(kBase, "table = 100", "table = = 100"), 9, "");
+}
+
+TEST(Policy, UnknownKey) {
+  expect_one_error(replace(kBase, "table = 100", "table = 100\ncolour = \"blue\""), 10,
+                   "unknown key \"colour\"");
+}
+
+TEST(Policy, UnknownTopLevelSection) {
+  expect_one_error(std::string(kBase) + "\n[sheduler]\ntick = \"50ms\"\n", 34, "unknown key \"sheduler\"");
+}
+
+TEST(Policy, DuplicatePathName) {
+  auto text = replace(replace(kBase, "name = \"rail1\"", "name = \"rail0\""), "prefer = \"rail1\"",
+                      "prefer = \"rail0\"");
+  expect_one_error(text, 13, "duplicate path name");
+}
+
+TEST(Policy, DuplicateClassName) {
+  expect_one_error(replace(kBase, "name = \"logs\"", "name = \"dispatch\""), 28, "duplicate class name");
+}
+
+TEST(Policy, OverlappingPortRanges) {
+  expect_one_error(replace(kBase, "\"tcp:54000-54099\"", "\"tcp:50900-51000\""), 32,
+                   "overlaps tcp:50000-50999 of class \"dispatch\"");
+}
+
+TEST(Policy, OverlapOnlyCountsSameProtocolAndDirection) {
+  auto udp = replace(kBase, "\"tcp:54000-54099\"", "\"udp:50900-51000\"");
+  EXPECT_TRUE(dp::parse_policy(udp, "p.toml").ok());
+  auto src_dst = replace(replace(kBase, "\"tcp:54000-54099\"", "\"tcp:50900-51000\""), "mark = 0x54",
+                         "mark = 0x54\nmatch = \"src\"");
+  src_dst = replace(src_dst, "priority = 6", "priority = 6\nmatch = \"dst\"");
+  EXPECT_TRUE(dp::parse_policy(src_dst, "p.toml").ok());
+}
+
+TEST(Policy, ReversedRange) {
+  expect_one_error(replace(kBase, "tcp:50000-50999", "tcp:50999-50000"), 25, "reversed");
+}
+
+TEST(Policy, OutOfRangePort) {
+  expect_one_error(replace(kBase, "udp:514", "udp:70000"), 32, "out of range");
+  expect_one_error(replace(kBase, "udp:514", "udp:0"), 32, "out of range");
+}
+
+TEST(Policy, MalformedPortRange) {
+  expect_one_error(replace(kBase, "udp:514", "sctp:514"), 32, "malformed");
+}
+
+TEST(Policy, PreferredPathMissing) {
+  expect_one_error(replace(kBase, "prefer = \"rail1\"", "prefer = \"rail9\""), 30,
+                   "prefers path \"rail9\", which the policy does not define");
+}
+
+TEST(Policy, BadBandwidthUnit) {
+  expect_one_error(replace(kBase, "\"50Gbit\"", "\"50Gbps\""), 16, "ambiguous");
+  expect_one_error(replace(kBase, "\"50Gbit\"", "\"50 furlongs\""), 16, "unknown unit");
+}
+
+TEST(Policy, BadDurationUnit) {
+  expect_one_error(std::string(kBase) + "\n[health]\nholddown = \"5 minutes\"\n", 35, "unknown unit");
+}
+
+TEST(Policy, MissingRequiredField) {
+  expect_one_error(replace(kBase, "capacity = \"50Gbit\"\n", ""), 12,
+                   "missing the required key \"capacity\"");
+  expect_one_error(replace(kBase, "kind = \"elastic\"\n", ""), 27, "missing the required key \"kind\"");
+}
+
+TEST(Policy, DuplicateFwmark) {
+  expect_one_error(replace(kBase, "fwmark = 0x101", "fwmark = 0x100"), 18,
+                   "fwmark 0x100 is used by more than one path");
+}
+
+TEST(Policy, DuplicateTable) {
+  expect_one_error(replace(kBase, "table = 101", "table = 100"), 17,
+                   "routing table 100 is used by more than one path");
+}
+
+TEST(Policy, KernelTableRefused) {
+  expect_one_error(replace(kBase, "table = 101", "table = 254"), 17, "kernel's own");
+}
+
+TEST(Policy, DuplicateClassMark) {
+  expect_one_error(replace(kBase, "priority = 6", "priority = 6\nmark = 0x54"), 32,
+                   "already the mark of class \"dispatch\"");
+}
+
+TEST(Policy, ClassMarkEqualToPathFwmark) {
+  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x100"), 31, "a path's fwmark");
+}
+
+TEST(Policy, ReservedMarkBit) {
+  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x40000054"), 31, "reserves");
+}
+
+TEST(Policy, OutOfRangePriority) {
+  expect_one_error(replace(kBase, "priority = 6", "priority = 9"), 23, "out of range (0 to 7)");
+}
+
+TEST(Policy, WrongType) {
+  expect_one_error(replace(kBase, "table = 100", "table = \"100\""), 9, "must be an integer");
+}
+
+TEST(Policy, BadGatewayFamily) {
+  expect_one_error(replace(kBase, "gateway = \"10.0.0.1\"", "gateway = \"fd00::9\""), 7,
+                   "must be an IPv4 address");
+}
+
+TEST(Policy, ClassWithoutPortsOrMark) {
+  expect_one_error(replace(kBase, "mark = 0x54\nports = [\"tcp:54000-54099\", \"udp:514\"]\n", ""),
+                   27, "neither ports nor mark");
+}
+
+TEST(Policy, DefaultClassMustExist) {
+  expect_one_error(replace(kBase, "name = \"n1\"", "name = \"n1\"\ndefault_class = \"bulk\""), 3,
+                   "default_class \"bulk\"");
+}
+
+TEST(Policy, DeadZoneAboveToleranceRefused) {
+  expect_one_error(std::string(kBase) + "\n[scheduler]\ndead_zone = \"1ms\"\n", 35,
+                   "larger than latency_tolerance");
+}
+
+TEST(Policy, ReportsEveryErrorSortedByLine) {
+  auto text = replace(replace(kBase, "prefer = \"rail1\"", "prefer = \"x\""), "table = 100", "table = 0");
+  auto r = dp::parse_policy(text, "p.toml");
+  ASSERT_EQ(r.errors.size(), 2u);
+  EXPECT_LT(r.errors[0].line, r.errors[1].line);
+}
+
+TEST(Policy, MissingFileIsAnError) {
+  auto r = dp::load_policy_file("/nonexistent/policy.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.errors[0].message.find("cannot read"), std::string::npos);
+}
+
+TEST(Policy, HashChangesWithContent) {
+  auto a = dp::parse_policy(kBase, "p.toml");
+  auto b = dp::parse_policy(replace(kBase, "\"50Gbit\"", "\"40Gbit\""), "p.toml");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a.policy->hash, b.policy->hash);
+}
