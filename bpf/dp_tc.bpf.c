@@ -6,7 +6,13 @@
  *   dp_ingress - per-rail, per-class receive accounting.
  * Both are fail-open: a packet they cannot handle passes untouched and is
  * counted by reason in dp_exceptions.
+ *
+ * "Pass" is TC_ACT_UNSPEC, not TC_ACT_OK: the daemon attaches these programs
+ * ahead of other filters (priority 1), and TC_ACT_UNSPEC lets the filters
+ * after them (Cilium's, an operator's) still see the packet, where TC_ACT_OK
+ * would end the chain.
  */
+#define DP_PASS TC_ACT_UNSPEC
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
@@ -110,41 +116,41 @@ int dp_egress(struct __sk_buff *skb)
 
 	if (rail_here == DP_RAIL_NONE) {
 		dp_count_exception(DP_MAX_RAILS, DP_EXC_UNKNOWN_IFINDEX);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 	exc = dp_parse(data, data_end, &pkt);
 	if (exc >= 0) {
 		dp_count_exception(rail_here, exc);
 		dp_count_tx(rail_here, DP_CLASS_NONE, skb->len);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (!cfg)
-		return TC_ACT_OK;
+		return DP_PASS;
 	cls = dp_classify(&pkt, mark, cfg);
 
 	if (mark & DP_MARK_REDIRECTED) {
 		/* steered here by another rail's hook: count it, never re-steer */
 		skb->mark = mark & ~DP_MARK_REDIRECTED;
 		dp_count_tx(rail_here, cls, skb->len);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 	if (cls >= DP_MAX_CLASSES) {
 		dp_count_tx(rail_here, DP_CLASS_NONE, skb->len);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 
 	target = dp_flow_rail(&pkt, cls, cfg->active_gen & 1, rail_here, skb->len);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 
 	rail = bpf_map_lookup_elem(&dp_rails, &target);
 	if (!rail || !(rail->flags & DP_RAIL_F_ENABLED) || !rail->ifindex) {
 		dp_count_exception(rail_here, DP_EXC_TARGET_UNAVAILABLE);
 		dp_count_tx(rail_here, cls, skb->len);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 	if (pkt.family == 2 && (rail->flags & DP_RAIL_F_GW4)) {
 		nh.nh_family = 2;
@@ -155,7 +161,7 @@ int dp_egress(struct __sk_buff *skb)
 	} else {
 		dp_count_exception(rail_here, DP_EXC_NO_GATEWAY);
 		dp_count_tx(rail_here, cls, skb->len);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 
 	skb->mark = mark | DP_MARK_REDIRECTED;
@@ -164,7 +170,7 @@ int dp_egress(struct __sk_buff *skb)
 		skb->mark = mark;
 		dp_count_exception(rail_here, DP_EXC_REDIRECT_FAILED);
 		dp_count_tx(rail_here, cls, skb->len);
-		return TC_ACT_OK;
+		return DP_PASS;
 	}
 	c = dp_counters_of(rail_here, cls);
 	if (c) {
@@ -188,7 +194,7 @@ int dp_ingress(struct __sk_buff *skb)
 	int exc;
 
 	if (rail_here == DP_RAIL_NONE)
-		return TC_ACT_OK;
+		return DP_PASS;
 	exc = dp_parse(data, data_end, &pkt);
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (exc < 0 && cfg)
@@ -198,7 +204,7 @@ int dp_ingress(struct __sk_buff *skb)
 		c->rx_bytes += skb->len;
 		c->rx_packets += 1;
 	}
-	return TC_ACT_OK;
+	return DP_PASS;
 }
 
 /* The baseline the classifier's per-packet cost is measured against. */

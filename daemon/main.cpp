@@ -17,9 +17,12 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list ap) {
   while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
   if (s.starts_with("libbpf: ")) s.remove_prefix(8);
   // bpf_tc_query on an interface without our filter: expected, not a warning
-  // (and bpf_tc_hook_create on an existing clsact): expected, not warnings
-  bool expected = s.find("Cannot find specified filter chain") != std::string_view::npos ||
-                  s.find("Exclusivity flag on") != std::string_view::npos;
+  // (and bpf_tc_hook_create on an existing clsact, cleanup of a missing
+  // one): expected answers to a question we asked, not warnings
+  bool expected = false;
+  for (auto m : {"Cannot find specified filter chain", "Exclusivity flag on",
+                 "Filter with specified priority/protocol not found", "Parent Qdisc doesn't exist"})
+    expected |= s.find(m) != std::string_view::npos;
   if (level == LIBBPF_WARN && !expected)
     spdlog::warn("libbpf: {}", s);
   else if (level == LIBBPF_INFO)

@@ -18,6 +18,7 @@ using dptest::PacketSpec;
 
 namespace {
 
+constexpr int DP_PASS = TC_ACT_UNSPEC;  // what the programs return for "not steered"
 constexpr uint32_t kLoIfindex = 1;       // test runs use the loopback device
 constexpr uint32_t kRail1Ifindex = 4242;  // never dereferenced by a test run
 // class slots in lab-a.toml order
@@ -135,7 +136,7 @@ struct Case {
   const char* name;
   PacketSpec pkt;
   uint32_t mark;
-  int want_ret;       // TC_ACT_OK or TC_ACT_REDIRECT
+  int want_ret;       // DP_PASS or TC_ACT_REDIRECT
   int want_class;     // class slot counted (tx or redirect), DP_CLASS_UNCLASSIFIED, or -1
   int want_exception;  // dp_exception on rail0, or -1 for none
 };
@@ -150,41 +151,41 @@ PacketSpec with(PacketSpec s, void (*f)(PacketSpec&)) {
 }
 
 const Case kCases[] = {
-    {"v4_tcp_dst_port_on_this_rail_stays", tcp4(40000, 50001), 0, TC_ACT_OK, kDispatch, -1},
+    {"v4_tcp_dst_port_on_this_rail_stays", tcp4(40000, 50001), 0, DP_PASS, kDispatch, -1},
     {"v4_tcp_dst_port_of_other_rail_redirects", tcp4(40000, 52001), 0, TC_ACT_REDIRECT, kParamSync, -1},
     {"v4_tcp_src_port_of_other_rail_redirects", tcp4(52001, 40000), 0, TC_ACT_REDIRECT, kParamSync, -1},
     {"v4_udp_logs_redirects", udp4(40000, 54001), 0, TC_ACT_REDIRECT, kLogs, -1},
     {"v6_udp_logs_redirects", udp6(40000, 54000), 0, TC_ACT_REDIRECT, kLogs, -1},
-    {"v6_tcp_control_stays", tcp6(40000, 53000), 0, TC_ACT_OK, kControl, -1},
-    {"v6_tcp_combine_src_port_stays", tcp6(51000, 33333), 0, TC_ACT_OK, kCombine, -1},
+    {"v6_tcp_control_stays", tcp6(40000, 53000), 0, DP_PASS, kControl, -1},
+    {"v6_tcp_combine_src_port_stays", tcp6(51000, 33333), 0, DP_PASS, kCombine, -1},
     {"mark_beats_port", tcp4(40000, 50001), 0x54, TC_ACT_REDIRECT, kLogs, -1},
     {"unknown_mark_falls_back_to_port", tcp4(40000, 52001), 0x999, TC_ACT_REDIRECT, kParamSync, -1},
-    {"dst_port_beats_src_port", tcp4(52001, 50001), 0, TC_ACT_OK, kDispatch, -1},
-    {"already_redirected_passes_untouched", tcp4(40000, 52001), DP_MARK_REDIRECTED, TC_ACT_OK, kParamSync, -1},
-    {"udp_on_tcp_only_class_is_unclassified", udp4(40000, 52001), 0, TC_ACT_OK, DP_CLASS_UNCLASSIFIED, -1},
-    {"unclassified_port_passes", tcp4(40000, 40001), 0, TC_ACT_OK, DP_CLASS_UNCLASSIFIED, -1},
+    {"dst_port_beats_src_port", tcp4(52001, 50001), 0, DP_PASS, kDispatch, -1},
+    {"already_redirected_passes_untouched", tcp4(40000, 52001), DP_MARK_REDIRECTED, DP_PASS, kParamSync, -1},
+    {"udp_on_tcp_only_class_is_unclassified", udp4(40000, 52001), 0, DP_PASS, DP_CLASS_UNCLASSIFIED, -1},
+    {"unclassified_port_passes", tcp4(40000, 40001), 0, DP_PASS, DP_CLASS_UNCLASSIFIED, -1},
     {"v6_hop_by_hop_then_tcp_is_followed", with(tcp6(40000, 52001), [](PacketSpec& s) { s.v6_hop_by_hop = true; }),
      0, TC_ACT_REDIRECT, kParamSync, -1},
-    {"v4_fragment_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.v4_fragment = true; }), 0, TC_ACT_OK, -1,
+    {"v4_fragment_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.v4_fragment = true; }), 0, DP_PASS, -1,
      DP_EXC_FRAGMENT},
     {"v6_fragment_header_passes", with(udp6(40000, 54000), [](PacketSpec& s) { s.v6_fragment_hdr = true; }), 0,
-     TC_ACT_OK, -1, DP_EXC_FRAGMENT},
+     DP_PASS, -1, DP_EXC_FRAGMENT},
     {"truncated_tcp_header_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.truncate_to = 14 + 20 + 10; }), 0,
-     TC_ACT_OK, -1, DP_EXC_SHORT},
+     DP_PASS, -1, DP_EXC_SHORT},
     // The kernel's test-run refuses an untagged IP frame with a truncated IP
     // header (-EINVAL), so truncated L3 headers are fed behind a VLAN tag.
     {"vlan_tagged_tcp_is_classified", with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; }), 0,
      TC_ACT_REDIRECT, kParamSync, -1},
     {"truncated_ipv4_header_passes",
-     with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 10; }), 0, TC_ACT_OK, -1,
+     with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 10; }), 0, DP_PASS, -1,
      DP_EXC_SHORT},
     {"truncated_ipv6_header_passes",
-     with(tcp6(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 30; }), 0, TC_ACT_OK, -1,
+     with(tcp6(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 30; }), 0, DP_PASS, -1,
      DP_EXC_SHORT},
     {"truncated_vlan_tag_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 16; }),
-     0, TC_ACT_OK, -1, DP_EXC_SHORT},
-    {"arp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.ethertype = 0x0806; }), 0, TC_ACT_OK, -1, DP_EXC_NON_IP},
-    {"icmp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.proto = IPPROTO_ICMP; }), 0, TC_ACT_OK, -1,
+     0, DP_PASS, -1, DP_EXC_SHORT},
+    {"arp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.ethertype = 0x0806; }), 0, DP_PASS, -1, DP_EXC_NON_IP},
+    {"icmp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.proto = IPPROTO_ICMP; }), 0, DP_PASS, -1,
      DP_EXC_OTHER_L4},
 };
 
@@ -236,7 +237,7 @@ TEST_F(Classifier, DecisionChangeMovesAnExistingFlow) {
   PacketSpec s = tcp4(40000, 52001);
   ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);
   set_decision(kParamSync, 0);
-  EXPECT_EQ(egress(s).ret, TC_ACT_OK) << "the flow follows its class to rail0";
+  EXPECT_EQ(egress(s).ret, DP_PASS) << "the flow follows its class to rail0";
   auto key = dptest::flow_key_of(s);
   dp_flow f{};
   ASSERT_TRUE(map("dp_flows").lookup(key.bytes, &f));
@@ -249,19 +250,19 @@ TEST_F(Classifier, DecisionChangeMovesAnExistingFlow) {
 
 TEST_F(Classifier, DisabledTargetRailPassesOnTheRoutedRail) {
   set_rail(1, kRail1Ifindex, false, true, true);
-  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, TC_ACT_OK);
+  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, DP_PASS);
   EXPECT_EQ(counters(0, kParamSync).tx_packets, 1u);
   EXPECT_EQ(counters(0, kParamSync).redirect_packets, 0u);
 }
 
 TEST_F(Classifier, RailWithoutIfindexIsNeverATarget) {
   set_rail(1, 0, true, true, true);
-  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, TC_ACT_OK);
+  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, DP_PASS);
 }
 
 TEST_F(Classifier, MissingGatewayOfTheFamilyPasses) {
   set_rail(1, kRail1Ifindex, true, true, false);
-  EXPECT_EQ(egress(udp6(40000, 54000)).ret, TC_ACT_OK);
+  EXPECT_EQ(egress(udp6(40000, 54000)).ret, DP_PASS);
   EXPECT_EQ(exception(0, DP_EXC_NO_GATEWAY), 1u);
   EXPECT_EQ(egress(udp4(40000, 54000)).ret, TC_ACT_REDIRECT) << "IPv4 still has its gateway";
 }
@@ -269,7 +270,7 @@ TEST_F(Classifier, MissingGatewayOfTheFamilyPasses) {
 TEST_F(Classifier, UnknownInterfacePasses) {
   uint32_t ifidx = kLoIfindex;
   ASSERT_TRUE(map("dp_ifindex").remove(&ifidx));
-  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, TC_ACT_OK);
+  EXPECT_EQ(egress(tcp4(40000, 52001)).ret, DP_PASS);
   EXPECT_EQ(exception(DP_MAX_RAILS, DP_EXC_UNKNOWN_IFINDEX), 1u);
 }
 
@@ -287,16 +288,16 @@ TEST_F(Classifier, GenerationFlipSwitchesClassificationAtOnce) {
   p.classes[kLogs].ports.push_back({dp::Proto::Tcp, 50001, 50001, 0, 0});
   write_ports(1, dp::encode_policy(p, {0, 1, 2, 3, 4}, {0, 1}));
   PacketSpec s = tcp4(40001, 50001);
-  EXPECT_EQ(egress(s).ret, TC_ACT_OK);
+  EXPECT_EQ(egress(s).ret, DP_PASS);
   set_config(1, DP_CLASS_NONE);
   EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "the same flow is reclassified after the flip";
   set_config(0, DP_CLASS_NONE);
-  EXPECT_EQ(egress(s).ret, TC_ACT_OK);
+  EXPECT_EQ(egress(s).ret, DP_PASS);
 }
 
 TEST_F(Classifier, IngressCountsReceivedBytesPerClass) {
   auto r = run(skel_->ingress_fd(), tcp4(52001, 40000));
-  EXPECT_EQ(r.ret, TC_ACT_OK);
+  EXPECT_EQ(r.ret, DP_PASS);
   EXPECT_EQ(counters(0, kParamSync).rx_packets, 1u);
   EXPECT_EQ(counters(0, kParamSync).tx_packets, 0u);
   run(skel_->ingress_fd(), with(tcp4(1, 2), [](PacketSpec& s) { s.ethertype = 0x0806; }));

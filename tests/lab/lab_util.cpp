@@ -1,0 +1,289 @@
+#include "lab_util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+namespace lab {
+
+Cmd sh(const std::string& cmd) {
+  Cmd r;
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string must(const std::string& cmd) {
+  Cmd r = sh(cmd);
+  EXPECT_EQ(r.rc, 0) << cmd << "\n" << r.out;
+  return r.out;
+}
+
+std::string dp_lab() { return std::string(DP_SOURCE_DIR) + "/tools/dp-lab"; }
+
+uint64_t tx_bytes(const std::string& ns, const std::string& dev) {
+  Cmd r = sh("ip -n " + ns + " -j -s link show dev " + dev);
+  json j = json::parse(r.out, nullptr, false);
+  if (j.is_discarded() || !j.is_array() || j.empty()) {
+    ADD_FAILURE() << "cannot read link statistics of " << dev << " in " << ns << ": " << r.out;
+    return 0;
+  }
+  return j[0]["stats64"]["tx"]["bytes"].get<uint64_t>();
+}
+
+json dpctl(const std::string& node, const std::string& args) {
+  Cmd r = sh(dp_lab() + " dpctl " + node + " -j " + args);
+  json j = json::parse(r.out, nullptr, false);
+  if (j.is_discarded()) ADD_FAILURE() << "dpctl " << args << " printed no JSON: " << r.out;
+  return j;
+}
+
+namespace {
+
+bool enter_netns(const std::string& ns) {
+  int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::setns(fd, CLONE_NEWNET) == 0;
+  ::close(fd);
+  return ok;
+}
+
+struct Wire {
+  uint64_t bytes = 0, sum = 0;
+  char error[200] = {};
+};
+
+uint64_t fnv(uint64_t h, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+constexpr uint64_t kFnvInit = 0xcbf29ce484222325ull;
+
+sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len) {
+  sockaddr_storage ss{};
+  if (ip.find(':') != std::string::npos) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr);
+    *len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    inet_pton(AF_INET, ip.c_str(), &a->sin_addr);
+    *len = sizeof(*a);
+  }
+  return ss;
+}
+
+[[noreturn]] void finish(int fd, Wire& w, const char* err = nullptr) {
+  if (err) snprintf(w.error, sizeof(w.error), "%s: %s", err, strerror(errno));
+  (void)!::write(fd, &w, sizeof(w));
+  _exit(0);
+}
+
+void run_server(const TransferSpec& s, int out, int ready) {
+  Wire w;
+  if (!enter_netns(s.server_ns)) finish(out, w, "server setns");
+  socklen_t len;
+  bool v6 = s.dst.find(':') != std::string::npos;
+  auto any = make_addr(v6 ? "::" : "0.0.0.0", s.dport, &len);
+  int l = ::socket(any.ss_family, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(l, reinterpret_cast<sockaddr*>(&any), len) != 0) finish(out, w, "server bind");
+  if (::listen(l, 1) != 0) finish(out, w, "server listen");
+  char c = 1;
+  (void)!::write(ready, &c, 1);
+  int fd = ::accept(l, nullptr, nullptr);
+  if (fd < 0) finish(out, w, "server accept");
+  w.sum = kFnvInit;
+  std::vector<uint8_t> buf(1 << 16);
+  for (;;) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n < 0) finish(out, w, "server recv");
+    if (n == 0) break;
+    w.sum = fnv(w.sum, buf.data(), static_cast<size_t>(n));
+    w.bytes += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  finish(out, w);
+}
+
+void run_client(const TransferSpec& s, int out) {
+  Wire w;
+  if (!enter_netns(s.client_ns)) finish(out, w, "client setns");
+  socklen_t len;
+  auto dst = make_addr(s.dst, s.dport, &len);
+  int fd = ::socket(dst.ss_family, SOCK_STREAM, 0);
+  if (s.mark && setsockopt(fd, SOL_SOCKET, SO_MARK, &s.mark, sizeof(s.mark)) != 0)
+    finish(out, w, "client SO_MARK");
+  if (s.sport) {
+    socklen_t sl;
+    bool v6 = s.dst.find(':') != std::string::npos;
+    auto src = make_addr(v6 ? "::" : "0.0.0.0", s.sport, &sl);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sl) != 0) finish(out, w, "client bind");
+  }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&dst), len) != 0) finish(out, w, "client connect");
+  w.sum = kFnvInit;
+  std::vector<uint8_t> buf(1 << 16);
+  auto start = std::chrono::steady_clock::now();
+  uint64_t pos = 0;
+  while (pos < s.bytes) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), s.bytes - pos));
+    for (size_t i = 0; i < n; ++i) buf[i] = static_cast<uint8_t>(((pos + i) * 131 + (pos + i) / 65521) & 0xff);
+    size_t off = 0;
+    while (off < n) {
+      ssize_t k = ::send(fd, buf.data() + off, n - off, MSG_NOSIGNAL);
+      if (k < 0) finish(out, w, "client send");
+      off += static_cast<size_t>(k);
+    }
+    w.sum = fnv(w.sum, buf.data(), n);
+    pos += n;
+    w.bytes = pos;
+    if (s.rate_bps > 0) {
+      auto due = start + std::chrono::duration<double>(static_cast<double>(pos) * 8 / s.rate_bps);
+      std::this_thread::sleep_until(due);
+    }
+  }
+  ::shutdown(fd, SHUT_WR);
+  while (::recv(fd, buf.data(), buf.size(), 0) > 0) {
+  }
+  ::close(fd);
+  finish(out, w);
+}
+
+Wire read_wire(int fd, pid_t pid) {
+  Wire w;
+  ssize_t n = ::read(fd, &w, sizeof(w));
+  if (n != static_cast<ssize_t>(sizeof(w))) snprintf(w.error, sizeof(w.error), "child died");
+  ::waitpid(pid, nullptr, 0);
+  ::close(fd);
+  return w;
+}
+
+}  // namespace
+
+Transfer::Transfer(TransferSpec s) : spec_(std::move(s)) {
+  int sp[2], cp[2], rp[2];
+  if (pipe(sp) || pipe(cp) || pipe(rp)) return;
+  server_ = fork();
+  if (server_ == 0) {
+    ::close(sp[0]);
+    ::close(rp[0]);
+    run_server(spec_, sp[1], rp[1]);
+  }
+  ::close(sp[1]);
+  ::close(rp[1]);
+  server_pipe_ = sp[0];
+  char c;
+  if (::read(rp[0], &c, 1) != 1) {
+    ::close(rp[0]);
+    return;  // the server failed; wait() reports why
+  }
+  ::close(rp[0]);
+  client_ = fork();
+  if (client_ == 0) {
+    ::close(cp[0]);
+    run_client(spec_, cp[1]);
+  }
+  ::close(cp[1]);
+  client_pipe_ = cp[0];
+}
+
+TransferResult Transfer::wait() {
+  TransferResult r;
+  Wire c, s;
+  if (client_pipe_ >= 0) {
+    c = read_wire(client_pipe_, client_);
+    client_pipe_ = -1;
+  } else {
+    snprintf(c.error, sizeof(c.error), "client not started");
+  }
+  if (server_pipe_ >= 0) {
+    s = read_wire(server_pipe_, server_);
+    server_pipe_ = -1;
+  }
+  r.sent = c.bytes;
+  r.sent_sum = c.sum;
+  r.received = s.bytes;
+  r.received_sum = s.sum;
+  if (s.error[0]) r.error = std::string("server: ") + s.error;
+  else if (c.error[0]) r.error = std::string("client: ") + c.error;
+  return r;
+}
+
+Transfer::~Transfer() {
+  for (pid_t p : {client_, server_})
+    if (p > 0 && ::waitpid(p, nullptr, WNOHANG) == 0) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+  if (client_pipe_ >= 0) ::close(client_pipe_);
+  if (server_pipe_ >= 0) ::close(server_pipe_);
+}
+
+TransferResult tcp_transfer(const TransferSpec& s) {
+  Transfer t(s);
+  return t.wait();
+}
+
+int udp_send(const std::string& ns, const std::string& dst, uint16_t dport, uint16_t sport,
+             int count, int size, uint32_t mark) {
+  int p[2];
+  if (pipe(p)) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int sent = 0;
+    if (enter_netns(ns)) {
+      socklen_t len;
+      auto to = make_addr(dst, dport, &len);
+      int fd = ::socket(to.ss_family, SOCK_DGRAM, 0);
+      if (mark) setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark));
+      if (sport) {
+        socklen_t sl;
+        auto src = make_addr(dst.find(':') != std::string::npos ? "::" : "0.0.0.0", sport, &sl);
+        (void)::bind(fd, reinterpret_cast<sockaddr*>(&src), sl);
+      }
+      std::vector<uint8_t> buf(static_cast<size_t>(size), 0x5a);
+      for (int i = 0; i < count; ++i)
+        if (::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), len) > 0) {
+          ++sent;
+          if (i % 64 == 63) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    }
+    (void)!::write(p[1], &sent, sizeof(sent));
+    _exit(0);
+  }
+  ::close(p[1]);
+  int sent = -1;
+  (void)!::read(p[0], &sent, sizeof(sent));
+  ::close(p[0]);
+  ::waitpid(pid, nullptr, 0);
+  return sent;
+}
+
+}  // namespace lab

@@ -1,2 +1,352 @@
+// Lab integration: the real daemons in the two-node lab (tools/dp-lab), real
+// TCP and UDP traffic over veth, real rules, routes and tc filters. Runs as
+// root; the tests share one lab and run in the order written. The lab is torn
+// down at the end even when a test fails (and by the lab_cleanup CTest
+// fixture if this binary dies).
 #include <gtest/gtest.h>
-TEST(Lab, Placeholder) { GTEST_SKIP(); }
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "lab_util.h"
+
+namespace fs = std::filesystem;
+using lab::json;
+using lab::must;
+using lab::sh;
+
+namespace {
+
+std::string g_skip;     // non-empty: why the lab tests are skipped
+std::string g_policies;  // private copies of the lab policies
+
+constexpr uint64_t kBytes = 4 << 20;
+
+std::string read_file(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+void write_file(const std::string& p, const std::string& s) { std::ofstream(p) << s; }
+
+pid_t daemon_pid(const std::string& ns) {
+  return static_cast<pid_t>(std::stol("0" + read_file("/run/dualpath-lab/" + ns + ".pid")));
+}
+
+std::string nsenter(const std::string& ns) { return "nsenter --net=/run/netns/" + ns + " -- "; }
+
+class LabEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      g_skip = "lab tests need root (namespaces, BPF, netlink)";
+      return;
+    }
+    if (sh("ip netns list").out.find("dpl-a") != std::string::npos) {
+      g_skip = "a lab is already up (yours?); run 'tools/dp-lab down' to let the tests use it";
+      return;
+    }
+    g_policies = fs::temp_directory_path() / ("dplab-" + std::to_string(getpid()));
+    fs::create_directories(g_policies);
+    for (const char* f : {"lab-a.toml", "lab-b.toml"})
+      fs::copy_file(std::string(DP_SOURCE_DIR) + "/policies/" + f, g_policies + "/" + f,
+                    fs::copy_options::overwrite_existing);
+    setenv("DP_LAB_POLICIES", g_policies.c_str(), 1);
+    setenv("DP_BUILD", DP_BUILD_DIR, 1);
+    auto up = sh(lab::dp_lab() + " up --no-daemon");
+    if (up.rc != 0) {
+      g_skip = "dp-lab up failed: " + up.out;
+      return;
+    }
+    // Things that are not dualpath's, made before the daemons start.
+    const std::string a = nsenter("dpl-a"), b = nsenter("dpl-b");
+    must(a + "ip rule add fwmark 0x999 lookup 999 pref 10050");
+    must(a + "ip route add 192.0.2.0/24 dev rail0 table 100");
+    must(a + "tc qdisc add dev rail0 clsact");
+    must(a + "tc filter add dev rail0 egress prio 10 bpf da obj " DP_FOREIGN_BPF_OBJ " sec tc");
+    must(b + "tc qdisc add dev rail1 clsact");
+    auto daemons = sh(lab::dp_lab() + " up");
+    if (daemons.rc != 0) g_skip = "starting the lab daemons failed: " + daemons.out;
+  }
+  void TearDown() override {
+    if (!g_policies.empty()) {
+      sh(lab::dp_lab() + " down");
+      fs::remove_all(g_policies);
+    }
+  }
+};
+
+class Lab : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!g_skip.empty()) GTEST_SKIP() << "skipped: " << g_skip;
+  }
+
+  // Bytes each rail of dpl-a sent during fn().
+  template <class F>
+  std::pair<uint64_t, uint64_t> rail_delta(F fn) {
+    uint64_t r0 = lab::tx_bytes("dpl-a", "rail0"), r1 = lab::tx_bytes("dpl-a", "rail1");
+    fn();
+    return {lab::tx_bytes("dpl-a", "rail0") - r0, lab::tx_bytes("dpl-a", "rail1") - r1};
+  }
+
+  // Asserts that `bytes` of a transfer left by `rail` and (almost) nothing by the other.
+  static void expect_on(int rail, std::pair<uint64_t, uint64_t> d, uint64_t bytes,
+                        const std::string& what) {
+    uint64_t on = rail == 0 ? d.first : d.second, off = rail == 0 ? d.second : d.first;
+    EXPECT_GE(on, bytes) << what << ": rail" << rail << " sent " << on << " bytes";
+    EXPECT_LT(off, bytes / 20) << what << ": the other rail sent " << off << " bytes";
+  }
+
+  static json klass(const std::string& node, const std::string& name) {
+    for (auto& c : lab::dpctl(node, "class list"))
+      if (c["name"] == name) return c;
+    ADD_FAILURE() << "no class " << name;
+    return {};
+  }
+};
+
+TEST_F(Lab, EveryClassLeavesByItsPolicyRail) {
+  struct Probe {
+    std::string cls;
+    uint16_t dport;
+    std::string dst;
+    int rail;
+  };
+  const Probe probes[] = {
+      {"expert-dispatch", 50001, "10.99.0.2", 0}, {"expert-combine", 51001, "fd99::2", 0},
+      {"param-sync", 52001, "10.99.0.2", 1},      {"control", 53001, "10.99.0.2", 0},
+      {"logs", 54001, "fd99::2", 1},
+  };
+  for (const auto& p : probes) {
+    json before = klass("a", p.cls);
+    lab::TransferResult r;
+    auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", p.dst, p.dport, 0, 0, kBytes}); });
+    ASSERT_TRUE(r.ok()) << p.cls << ": " << r.error;
+    expect_on(p.rail, d, kBytes, p.cls + " over " + p.dst);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // > 2 ticks: counters read
+    // dualpathd's own counters agree with the kernel's link statistics
+    json after = klass("a", p.cls);
+    std::string rail = "rail" + std::to_string(p.rail);
+    uint64_t counted = after["tx_bytes_by_path"][rail].get<uint64_t>() -
+                       before["tx_bytes_by_path"][rail].get<uint64_t>();
+    uint64_t link = p.rail == 0 ? d.first : d.second;
+    EXPECT_NEAR(static_cast<double>(counted), static_cast<double>(link), 0.05 * static_cast<double>(link))
+        << p.cls << ": dualpathd counted " << counted << " bytes, the link " << link;
+  }
+}
+
+TEST_F(Lab, SourcePortAndUdpAndSocketMarkAreClassified) {
+  // source port in the param-sync range, destination in no class's range
+  lab::TransferResult r;
+  auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 45001, 52500, 0, kBytes}); });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(1, d, kBytes, "source port 52500 (param-sync)");
+  // UDP: logs to rail1, expert-dispatch to rail0
+  d = rail_delta([&] { EXPECT_EQ(lab::udp_send("dpl-a", "10.99.0.2", 54010, 0, 2000, 1200), 2000); });
+  expect_on(1, d, 2000 * 1200, "udp logs");
+  d = rail_delta([&] { EXPECT_EQ(lab::udp_send("dpl-a", "fd99::2", 50010, 0, 2000, 1200), 2000); });
+  expect_on(0, d, 2000 * 1200, "udp expert-dispatch over IPv6");
+  // SO_MARK 0x54 makes any port logs (rail1), even expert-dispatch's
+  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50002, 0, 0x54, kBytes}); });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(1, d, kBytes, "SO_MARK 0x54 on an expert-dispatch port");
+  // no class: the kernel's route (rail0) decides
+  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 45002, 0, 0, kBytes}); });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(0, d, kBytes, "unclassified traffic");
+}
+
+TEST_F(Lab, ClassSetMovesTrafficAndBack) {
+  json set = lab::dpctl("a", "class set expert-dispatch rail1");
+  ASSERT_EQ(set.value("pinned", false), true) << set.dump();
+  json c = klass("a", "expert-dispatch");
+  EXPECT_EQ(c["rail"], "rail1");
+  EXPECT_EQ(c["pinned_by"], "operator");
+  lab::TransferResult r;
+  auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50003, 0, 0, kBytes}); });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(1, d, kBytes, "expert-dispatch after class set rail1");
+  lab::dpctl("a", "class set expert-dispatch rail0");
+  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50004, 0, 0, kBytes}); });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(0, d, kBytes, "expert-dispatch after class set rail0");
+  // unknown names are errors, in JSON too, with a non-zero exit code
+  auto bad = sh(lab::dp_lab() + " dpctl a -j class set nosuch rail0");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("\"error\""), std::string::npos) << bad.out;
+  EXPECT_NE(sh(lab::dp_lab() + " dpctl a class set logs rail9").rc, 0);
+}
+
+// Sends raw bytes on the control socket and returns the reply line ("" on close).
+std::string raw_request(int fd, const std::string& bytes) {
+  if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) < 0) return "";
+  std::string in;
+  char buf[4096];
+  while (in.find('\n') == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+  }
+  return in;
+}
+
+TEST_F(Lab, MalformedControlRequestsGetErrorRepliesAndTheDaemonServesOn) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strcpy(a.sun_path, "/run/dualpath/dpl-a.sock");
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  struct Case {
+    std::string line, code;
+  };
+  const Case cases[] = {
+      {"this is not json\n", "bad_request"},
+      {"[1,2,3]\n", "bad_request"},
+      {"{\"cmd\": 42}\n", "bad_request"},
+      {"{\"cmd\": \"no.such.command\"}\n", "unknown_command"},
+      {"{\"cmd\": \"class.set\", \"args\": \"rail1\"}\n", "bad_request"},
+      {"{\"cmd\": \"class.set\", \"args\": {\"class\": 7, \"path\": []}}\n", "bad_request"},
+      {"{\"cmd\": \"path.show\", \"args\": {\"path\": \"rail9\"}}\n", "not_found"},
+      {"{\"cmd\": \"status\"\n", "bad_request"},
+  };
+  for (const auto& c : cases) {
+    json reply = json::parse(raw_request(fd, c.line), nullptr, false);
+    ASSERT_FALSE(reply.is_discarded()) << "no JSON reply to: " << c.line;
+    EXPECT_EQ(reply["ok"], false) << c.line;
+    EXPECT_EQ(reply["error"]["code"], c.code) << c.line << " -> " << reply.dump();
+  }
+  // the same connection still serves good requests
+  json ok = json::parse(raw_request(fd, "{\"cmd\":\"status\"}\n"), nullptr, false);
+  EXPECT_EQ(ok["ok"], true);
+  // a line over the size limit is refused and the connection closed
+  std::string huge(70 * 1024, 'x');
+  json big = json::parse(raw_request(fd, huge), nullptr, false);
+  EXPECT_EQ(big["error"]["code"], "bad_request");
+  ::close(fd);
+  EXPECT_EQ(lab::dpctl("a", "status")["node"], "dpl-a") << "the daemon keeps serving";
+}
+
+TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
+  const std::string file = g_policies + "/lab-a.toml";
+  const std::string good = read_file(file);
+  const std::string hash = lab::dpctl("a", "status")["policy"]["hash"];
+  // a mistake on line 12: the daemon refuses it, with the position, and keeps going
+  std::string bad = std::regex_replace(good, std::regex("rule_priority = 10000"),
+                                       "rule_priority = 10000\nrule_prio = 5");
+  write_file(file, bad);
+  ASSERT_EQ(::kill(daemon_pid("dpl-a"), SIGHUP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(lab::dpctl("a", "status")["policy"]["hash"], hash);
+  std::string log = read_file("/run/dualpath-lab/dpl-a.log");
+  EXPECT_NE(log.find("lab-a.toml:12:1: error: unknown key \"rule_prio\""), std::string::npos) << log;
+  auto reload = sh(lab::dp_lab() + " dpctl a -j policy reload");
+  EXPECT_NE(reload.rc, 0);
+  EXPECT_NE(reload.out.find("the running policy"), std::string::npos) << reload.out;
+  // traffic is still steered by the old policy
+  lab::TransferResult r;
+  auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52002, 0, 0, kBytes}); });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(1, d, kBytes, "param-sync after a refused reload");
+
+  // a good change: param-sync now prefers rail0
+  std::string moved = good;
+  auto at = moved.find("name = \"param-sync\"");
+  ASSERT_NE(at, std::string::npos);
+  moved.replace(moved.find("prefer = \"rail1\"", at), 16, "prefer = \"rail0\"");
+  write_file(file, moved);
+  ASSERT_EQ(::kill(daemon_pid("dpl-a"), SIGHUP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_NE(lab::dpctl("a", "status")["policy"]["hash"], hash);
+  EXPECT_EQ(klass("a", "param-sync")["rail"], "rail0");
+  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52003, 0, 0, kBytes}); });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(0, d, kBytes, "param-sync after a good reload");
+  // and back
+  write_file(file, good);
+  json back = lab::dpctl("a", "policy reload");
+  EXPECT_EQ(back["hash"], hash);
+}
+
+TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
+  lab::dpctl("a", "class set expert-combine rail1");
+  uint64_t counted_before = klass("a", "expert-combine")["tx_bytes"].get<uint64_t>();
+  const uint64_t bytes = 48ull << 20;  // about 1.6 s at rail1's 250 Mbit/s
+  uint64_t r1 = lab::tx_bytes("dpl-a", "rail1");
+  lab::Transfer t({"dpl-a", "dpl-b", "10.99.0.2", 51002, 0, 0, bytes});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pid_t pid = daemon_pid("dpl-a");
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  auto r = t.wait();
+  ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_EQ(r.received, bytes);
+  EXPECT_GE(lab::tx_bytes("dpl-a", "rail1") - r1, bytes) << "the transfer stayed on rail1 without a daemon";
+
+  // restart: the new daemon adopts the pinned datapath
+  must(lab::dp_lab() + " up");
+  json st = lab::dpctl("a", "status");
+  ASSERT_EQ(st["adopted"], true) << st.dump();
+  std::string filters = must(nsenter("dpl-a") + "tc filter show dev rail1 egress");
+  size_t ours = 0;
+  std::istringstream lines(filters);
+  for (std::string line; std::getline(lines, line);) ours += line.find("name dp_egress") != std::string::npos;
+  EXPECT_EQ(ours, 1u) << "no duplicated filters:\n" << filters;
+  json c = klass("a", "expert-combine");
+  EXPECT_EQ(c["rail"], "rail1") << "the operator's pin survived the restart";
+  EXPECT_EQ(c["pinned_by"], "operator");
+  EXPECT_GE(c["tx_bytes"].get<uint64_t>(), counted_before + bytes) << "counters were not reset";
+  lab::dpctl("a", "class set expert-combine rail0");
+}
+
+TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
+  for (const char* ns : {"dpl-a", "dpl-b"}) {
+    ASSERT_EQ(::kill(daemon_pid(ns), SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    must(nsenter(ns) + DP_BUILD_DIR "/daemon/dualpathd --cleanup --policy " + g_policies + "/lab-" +
+         std::string(ns).substr(4) + ".toml");
+  }
+  const std::string a = nsenter("dpl-a"), b = nsenter("dpl-b");
+  // foreign objects stay
+  EXPECT_NE(must(a + "ip rule show").find("fwmark 0x999 lookup 999"), std::string::npos);
+  EXPECT_NE(must(a + "ip route show table 100").find("192.0.2.0/24"), std::string::npos);
+  std::string f0 = must(a + "tc filter show dev rail0 egress");
+  EXPECT_NE(f0.find("foreign_pass"), std::string::npos) << f0;
+  EXPECT_EQ(f0.find("dp_egress"), std::string::npos) << f0;
+  EXPECT_NE(must(a + "tc qdisc show dev rail0").find("clsact"), std::string::npos)
+      << "the clsact dualpath did not create stays";
+  EXPECT_NE(must(b + "tc qdisc show dev rail1").find("clsact"), std::string::npos)
+      << "an empty clsact made by someone else stays";
+  // nothing of ours is left
+  for (const std::string& ns : {a, b}) {
+    EXPECT_EQ(must(ns + "ip -d rule show").find("proto 200"), std::string::npos);
+    EXPECT_EQ(must(ns + "ip route show table all proto 200"), "");
+    for (const char* dev : {"rail0", "rail1"})
+      for (const char* dir : {"egress", "ingress"})
+        EXPECT_EQ(must(ns + "tc filter show dev " + dev + " " + dir).find("dp_"), std::string::npos)
+            << dev << " " << dir;
+  }
+  EXPECT_EQ(must(a + "tc qdisc show dev rail1").find("clsact"), std::string::npos)
+      << "the clsact dualpath created is removed";
+  EXPECT_FALSE(fs::exists("/sys/fs/bpf/dualpath/dpl-a"));
+  EXPECT_FALSE(fs::exists("/sys/fs/bpf/dualpath/dpl-b"));
+  // cleanup twice is fine
+  must(a + DP_BUILD_DIR "/daemon/dualpathd --cleanup --policy " + g_policies + "/lab-a.toml");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new LabEnv);
+  return RUN_ALL_TESTS();
+}

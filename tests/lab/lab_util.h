@@ -1,0 +1,66 @@
+// Helpers for lab tests: shell commands, namespaces, real TCP/UDP traffic.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace lab {
+
+using json = nlohmann::json;
+
+struct Cmd {
+  int rc = -1;
+  std::string out;  // stdout and stderr
+};
+Cmd sh(const std::string& cmd);
+// Like sh(), but fails the current test when rc != 0.
+std::string must(const std::string& cmd);
+
+std::string dp_lab();  // path of tools/dp-lab with the test's environment
+uint64_t tx_bytes(const std::string& ns, const std::string& dev);
+json dpctl(const std::string& node, const std::string& args);  // -j, parsed
+
+struct TransferSpec {
+  std::string client_ns = "dpl-a";
+  std::string server_ns = "dpl-b";
+  std::string dst = "10.99.0.2";
+  uint16_t dport = 0;
+  uint16_t sport = 0;  // 0: ephemeral
+  uint32_t mark = 0;   // SO_MARK on the client socket
+  uint64_t bytes = 4 << 20;
+  double rate_bps = 0;  // 0: as fast as possible
+};
+
+struct TransferResult {
+  uint64_t sent = 0, received = 0;
+  uint64_t sent_sum = 0, received_sum = 0;  // FNV-1a over the byte stream
+  std::string error;                         // empty when both ends succeeded
+  bool ok() const { return error.empty() && sent == received && sent_sum == received_sum; }
+};
+
+// A TCP transfer from client_ns to server_ns, each end in a forked child that
+// entered the namespace. start() returns once the server listens.
+class Transfer {
+ public:
+  explicit Transfer(TransferSpec s);
+  ~Transfer();
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+  TransferResult wait();
+
+ private:
+  TransferSpec spec_;
+  pid_t server_ = -1, client_ = -1;
+  int server_pipe_ = -1, client_pipe_ = -1;
+};
+
+TransferResult tcp_transfer(const TransferSpec& s);
+// Sends `count` UDP datagrams of `size` bytes; returns the number sent.
+int udp_send(const std::string& ns, const std::string& dst, uint16_t dport, uint16_t sport,
+             int count, int size, uint32_t mark = 0);
+
+}  // namespace lab
