@@ -77,7 +77,8 @@ Result<json> call(const std::string& socket_path, const json& request, int timeo
     pollfd p{fd.get(), POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
     ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
-    if (n <= 0) return DP_SYS_ERROR(n == 0 ? EPIPE : errno, "reading the reply from {} failed", socket_path);
+    if (n <= 0)
+      return DP_SYS_ERROR(n == 0 ? EPIPE : errno, "reading the reply from {} failed", socket_path);
     in.append(buf, static_cast<size_t>(n));
   }
   json reply = json::parse(in.substr(0, in.find('\n')), nullptr, false);

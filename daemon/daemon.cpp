@@ -83,8 +83,9 @@ dp_counters sum_counters(const std::vector<dp_counters>& per_cpu) {
 
 const char* exception_name(int reason) {
   static constexpr const char* names[DP_EXC_MAX] = {
-      "non_ip",       "short",     "fragment",           "other_l4",        "ipv6_exthdr",
-      "unknown_ifindex", "target_unavailable", "no_gateway", "redirect_failed", "flow_table_full"};
+      "non_ip",          "short",           "fragment",           "other_l4",
+      "ipv6_exthdr",     "unknown_ifindex", "target_unavailable", "no_gateway",
+      "redirect_failed", "flow_table_full"};
   return reason >= 0 && reason < DP_EXC_MAX ? names[reason] : "?";
 }
 
@@ -153,8 +154,8 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   for (auto& ps : next.paths) wanted_rails.push_back(ps.name);
   auto existing_classes = read_names(class_names, DP_MAX_CLASSES);
   auto existing_rails = read_names(rail_names, DP_MAX_RAILS);
-  auto cslots = assign_slots(existing_classes, wanted_classes, DP_MAX_CLASSES,
-                             {DP_CLASS_UNCLASSIFIED});
+  auto cslots =
+      assign_slots(existing_classes, wanted_classes, DP_MAX_CLASSES, {DP_CLASS_UNCLASSIFIED});
   if (!cslots) return cslots.error();
   auto rslots = assign_slots(existing_rails, wanted_rails, DP_MAX_RAILS);
   if (!rslots) return rslots.error();
@@ -171,14 +172,16 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     if (have_policy_) (void)Routing::apply(policy_);
     return routed.error();
   }
-  spdlog::info("policy routing: {} added, {} removed, {} unchanged", routed->added,
-               routed->removed, routed->unchanged);
+  spdlog::info("policy routing: {} added, {} removed, {} unchanged", routed->added, routed->removed,
+               routed->unchanged);
   for (size_t i = 0; i < next.paths.size(); ++i) {
     auto r = Tc::attach(static_cast<int>(ifindex[i]), next.paths[i].interface, skel_->egress_fd(),
                         skel_->ingress_fd(), owned);
     if (!r) {
-      if (have_policy_) (void)Routing::apply(policy_);
-      else (void)Routing::remove(next);
+      if (have_policy_)
+        (void)Routing::apply(policy_);
+      else
+        (void)Routing::remove(next);
       return r.error();
     }
   }
@@ -269,16 +272,16 @@ Result<void> Daemon::reload() {
   Policy old = policy_;
   auto r = apply_policy(*load.policy);
   if (!r)
-    return DP_ERROR("applying policy {} failed: {}; the running policy {} stays",
-                    opts_.policy_file, r.error().what(), old.hash);
+    return DP_ERROR("applying policy {} failed: {}; the running policy {} stays", opts_.policy_file,
+                    r.error().what(), old.hash);
   spdlog::info("policy reloaded: {} -> {}", old.hash, policy_.hash);
   return {};
 }
 
 Result<void> Daemon::set_class_rail(int class_index, int path_index, bool pinned) {
   auto slot = static_cast<uint32_t>(class_slot_[static_cast<size_t>(class_index)]);
-  dp_decision d = decision_all_on(rail_slot_[static_cast<size_t>(path_index)], pinned,
-                                  ++decision_version_);
+  dp_decision d =
+      decision_all_on(rail_slot_[static_cast<size_t>(path_index)], pinned, ++decision_version_);
   if (pinned) d.flags |= kOperatorPinned;
   return skel_->map("dp_decisions").update(&slot, &d);
 }
@@ -595,8 +598,9 @@ int Daemon::run() {
         while (!close_it && (nl = cl.in.find('\n')) != std::string::npos) {
           json req = json::parse(cl.in.substr(0, nl), nullptr, false);
           cl.in.erase(0, nl + 1);
-          json reply = req.is_discarded() ? reply_error("bad_request", "the request is not valid JSON")
-                                          : handle(req, cl.privileged);
+          json reply = req.is_discarded()
+                           ? reply_error("bad_request", "the request is not valid JSON")
+                           : handle(req, cl.privileged);
           std::string out = reply.dump() + "\n";
           if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()))
             close_it = true;

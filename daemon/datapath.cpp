@@ -162,7 +162,8 @@ Result<void> Tc::attach(int ifindex, const std::string& ifname, int egress_fd, i
   } else if (err != -EEXIST) {
     return DP_SYS_ERROR(err, "creating the clsact qdisc on {} failed", ifname);
   }
-  for (auto [point, fd] : {std::pair{BPF_TC_EGRESS, egress_fd}, std::pair{BPF_TC_INGRESS, ingress_fd}}) {
+  for (auto [point, fd] :
+       {std::pair{BPF_TC_EGRESS, egress_fd}, std::pair{BPF_TC_INGRESS, ingress_fd}}) {
     uint32_t existing = query(ifindex, point);
     if (existing && !is_our_prog(existing))
       return DP_ERROR(

@@ -39,7 +39,9 @@ int main(int argc, char** argv) {
                std::string(dp::kVersion) + ")"};
   dp::DaemonOptions opts;
   bool cleanup = false, verbose = false;
-  app.add_option("--policy", opts.policy_file, "policy file (TOML)")->required()->check(CLI::ExistingFile);
+  app.add_option("--policy", opts.policy_file, "policy file (TOML)")
+      ->required()
+      ->check(CLI::ExistingFile);
   app.add_option("--socket", opts.socket_path, "control socket path")->capture_default_str();
   app.add_option("--bpffs", opts.bpffs_root, "bpffs root; pins go to ROOT/dualpath/NODE")
       ->capture_default_str();

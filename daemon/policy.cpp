@@ -3,12 +3,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "dualpath/abi.h"
 #include "dualpath/units.h"
@@ -138,8 +138,7 @@ class Checker {
                                     std::string_view section, bool required) {
     const toml::node* n = t.get(key);
     if (!n) {
-      if (required)
-        error(t, fmt::format("{} is missing the required key \"{}\"", section, key));
+      if (required) error(t, fmt::format("{} is missing the required key \"{}\"", section, key));
       return std::nullopt;
     }
     if (auto s = n->as_string()) return s->get();
@@ -151,8 +150,7 @@ class Checker {
                                  std::string_view section, bool required, int64_t lo, int64_t hi) {
     const toml::node* n = t.get(key);
     if (!n) {
-      if (required)
-        error(t, fmt::format("{} is missing the required key \"{}\"", section, key));
+      if (required) error(t, fmt::format("{} is missing the required key \"{}\"", section, key));
       return std::nullopt;
     }
     auto i = n->as_integer();
@@ -198,8 +196,8 @@ class Checker {
       return std::nullopt;
     }
     if (*d < min) {
-      error(*t.get(key), fmt::format("\"{}\" in {} must be at least {}", key, section,
-                                     format_duration(min)));
+      error(*t.get(key),
+            fmt::format("\"{}\" in {} must be at least {}", key, section, format_duration(min)));
       return std::nullopt;
     }
     return *d;
@@ -351,8 +349,9 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
       }
     }
     if (!good || ramp.back() != 100)
-      c.error(*n, "ramp in [health] must be increasing percentages ending at 100, e.g. "
-                  "[10, 25, 50, 100]");
+      c.error(*n,
+              "ramp in [health] must be increasing percentages ending at 100, e.g. "
+              "[10, 25, 50, 100]");
     else
       h.ramp = ramp;
   }
@@ -370,8 +369,8 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
     return;
   }
   if (arr->size() > DP_MAX_RAILS)
-    c.error(*n, fmt::format("{} paths are given; at most {} are supported", arr->size(),
-                            DP_MAX_RAILS));
+    c.error(*n,
+            fmt::format("{} paths are given; at most {} are supported", arr->size(), DP_MAX_RAILS));
   std::set<std::string> names, ifaces;
   std::set<uint32_t> tables, marks;
   for (auto& e : *arr) {
@@ -386,8 +385,9 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
       ps.name = *v;
       section = fmt::format("path \"{}\"", *v);
       if (!valid_name(*v))
-        c.error(where(t, "name"),
-                fmt::format("path name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *v));
+        c.error(
+            where(t, "name"),
+            fmt::format("path name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *v));
       else if (!names.insert(*v).second)
         c.error(where(t, "name"), fmt::format("duplicate path name \"{}\"", *v));
     }
@@ -407,7 +407,8 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
     if (auto v = c.string(t, "capacity", section, true)) {
       auto bw = parse_bandwidth(*v);
       if (!bw)
-        c.error(where(t, "capacity"), fmt::format("capacity of {}: {}", section, bw.error().message));
+        c.error(where(t, "capacity"),
+                fmt::format("capacity of {}: {}", section, bw.error().message));
       else
         ps.capacity_bps = *bw;
     }
@@ -419,8 +420,8 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
                             "local 255): pick another",
                             ps.table, section));
       else if (!tables.insert(ps.table).second)
-        c.error(where(t, "table"), fmt::format("routing table {} is used by more than one path",
-                                               ps.table));
+        c.error(where(t, "table"),
+                fmt::format("routing table {} is used by more than one path", ps.table));
     }
     if (auto v = c.integer(t, "fwmark", section, true, 1, 0xFFFFFFFFll)) {
       ps.fwmark = static_cast<uint32_t>(*v);
@@ -485,9 +486,9 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
       cs.name = *v;
       section = fmt::format("class \"{}\"", *v);
       if (!valid_name(*v))
-        c.error(where(t, "name"),
-                fmt::format("class name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'",
-                            *v));
+        c.error(
+            where(t, "name"),
+            fmt::format("class name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *v));
       else if (!names.insert(*v).second)
         c.error(where(t, "name"), fmt::format("duplicate class name \"{}\"", *v));
     }
@@ -505,9 +506,9 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     if (auto v = c.string(t, "prefer", section, true)) {
       cs.prefer = *v;
       if (!p.path(*v))
-        c.error(where(t, "prefer"),
-                fmt::format("{} prefers path \"{}\", which the policy does not define", section,
-                            *v));
+        c.error(
+            where(t, "prefer"),
+            fmt::format("{} prefers path \"{}\", which the policy does not define", section, *v));
     }
     if (auto v = c.integer(t, "mark", section, false, 1, 0xFFFFFFFFll)) {
       auto m = static_cast<uint32_t>(*v);
@@ -550,16 +551,16 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     if (const toml::node* pn = t.get("ports")) {
       auto* pa = pn->as_array();
       if (!pa) {
-        c.error(*pn, fmt::format("ports of {} must be an array like [\"tcp:50000-50999\"]",
-                                 section));
+        c.error(*pn,
+                fmt::format("ports of {} must be an array like [\"tcp:50000-50999\"]", section));
       } else {
         for (auto& pe : *pa)
           if (auto r = parse_port_range(c, pe, cs.name)) cs.ports.push_back(*r);
       }
     }
     if (cs.ports.empty() && !cs.mark && !t.get("ports"))
-      c.error(t, fmt::format("{} has neither ports nor mark: no traffic could ever match it",
-                             section));
+      c.error(
+          t, fmt::format("{} has neither ports nor mark: no traffic could ever match it", section));
     p.classes.push_back(std::move(cs));
   }
 
@@ -600,15 +601,13 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
     root = toml::parse(text, name);
   } catch (const toml::parse_error& e) {
     out.errors.push_back({name, static_cast<int>(e.source().begin.line),
-                          static_cast<int>(e.source().begin.column),
-                          std::string(e.description())});
+                          static_cast<int>(e.source().begin.column), std::string(e.description())});
     return out;
   }
   Policy p;
   p.file = name;
   p.hash = content_hash(text);
-  c.only_keys(root, {"node", "routing", "scheduler", "health", "path", "class"},
-              "the top level");
+  c.only_keys(root, {"node", "routing", "scheduler", "health", "path", "class"}, "the top level");
   parse_node(c, root, p);
   parse_routing(c, root, p);
   parse_scheduler(c, root, p);
@@ -627,7 +626,8 @@ PolicyLoad load_policy_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     PolicyLoad out;
-    out.errors.push_back({path, 0, 0, fmt::format("cannot read the file: {}", std::strerror(errno))});
+    out.errors.push_back(
+        {path, 0, 0, fmt::format("cannot read the file: {}", std::strerror(errno))});
     return out;
   }
   std::stringstream ss;

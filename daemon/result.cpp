@@ -8,9 +8,9 @@ namespace dp {
 
 Error make_error(int code, std::string message, std::source_location loc) {
   if (code < 0) code = -code;
-  return Error{code, std::move(message),
-               fmt::format("{}:{}", std::filesystem::path(loc.file_name()).filename().string(),
-                           loc.line())};
+  return Error{
+      code, std::move(message),
+      fmt::format("{}:{}", std::filesystem::path(loc.file_name()).filename().string(), loc.line())};
 }
 
 std::string Error::what() const {

@@ -130,8 +130,10 @@ Result<std::vector<WantedRoute>> wanted_routes(const Policy& p) {
       w.gw = v4 ? ps.gateway : ps.gateway6;
       w.src = v4 ? ps.source : ps.source6;
       std::string dst = r.str();
-      if (r.len == 0) dst = v4 ? "0.0.0.0/0" : "::/0";
-      else if ((v4 && r.len == 32) || (!v4 && r.len == 128)) dst = r.addr.str();
+      if (r.len == 0)
+        dst = v4 ? "0.0.0.0/0" : "::/0";
+      else if ((v4 && r.len == 32) || (!v4 && r.len == 128))
+        dst = r.addr.str();
       w.key = route_key(ps.table, dst, w.gw ? w.gw->str() : "", ifindex, w.src ? w.src->str() : "");
       out.push_back(std::move(w));
     }
@@ -236,9 +238,10 @@ Result<RoutingChange> Routing::apply(const Policy& p) {
     rtnl_route_add_nexthop(r.get(), nh);  // the route owns nh now
     int err = rtnl_route_add(s.sk, r.get(), NLM_F_CREATE | NLM_F_EXCL);
     if (err == -NLE_EXIST)
-      return DP_ERROR("adding \"{}\" failed: a route to {} that is not dualpath's already exists "
-                      "in table {}; remove it or choose another table",
-                      w.key, w.dst.str(), w.path->table);
+      return DP_ERROR(
+          "adding \"{}\" failed: a route to {} that is not dualpath's already exists "
+          "in table {}; remove it or choose another table",
+          w.key, w.dst.str(), w.path->table);
     DP_TRY(nl_err(err, "adding \"" + w.key + "\" failed"));
     ++ch.added;
   }

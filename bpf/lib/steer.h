@@ -48,7 +48,7 @@ static __always_inline __u8 dp_classify(const struct dp_pkt *pkt, __u32 mark,
 
 	mark &= ~DP_MARK_REDIRECTED;
 	if (mark) {
-		struct dp_mark_key mk = { .gen = gen, .mark = mark };
+		struct dp_mark_key mk = {.gen = gen, .mark = mark};
 		struct dp_mark_val *mv = bpf_map_lookup_elem(&dp_marks, &mk);
 
 		if (mv && mv->cls < DP_MAX_CLASSES)

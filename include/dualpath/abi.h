@@ -43,65 +43,65 @@
 
 /* Index into struct dp_port_entry.cls */
 enum dp_port_slot {
-	DP_PORT_TCP_DST = 0,
-	DP_PORT_TCP_SRC = 1,
-	DP_PORT_UDP_DST = 2,
-	DP_PORT_UDP_SRC = 3,
-	DP_PORT_SLOTS = 4,
+  DP_PORT_TCP_DST = 0,
+  DP_PORT_TCP_SRC = 1,
+  DP_PORT_UDP_DST = 2,
+  DP_PORT_UDP_SRC = 3,
+  DP_PORT_SLOTS = 4,
 };
 
 /* dp_ports: ARRAY, key = gen * DP_PORT_SPACE + port. O(1) classification. */
 struct dp_port_entry {
-	__u8 cls[DP_PORT_SLOTS]; /* class slot or DP_CLASS_NONE */
+  __u8 cls[DP_PORT_SLOTS]; /* class slot or DP_CLASS_NONE */
 };
 
 /* dp_marks: HASH, socket mark (skb->mark) -> class slot, per generation. */
 struct dp_mark_key {
-	__u32 gen;
-	__u32 mark;
+  __u32 gen;
+  __u32 mark;
 };
 
 struct dp_mark_val {
-	__u8 cls;
-	__u8 pad[3];
+  __u8 cls;
+  __u8 pad[3];
 };
 
 /* dp_config: ARRAY with one element. */
 struct dp_config {
-	__u32 active_gen;
-	__u32 default_class; /* class slot for unmatched TCP/UDP, or DP_CLASS_NONE */
-	__u64 flowlet_gap_ns; /* 0 = flows keep their rail until it loses its share */
+  __u32 active_gen;
+  __u32 default_class;  /* class slot for unmatched TCP/UDP, or DP_CLASS_NONE */
+  __u64 flowlet_gap_ns; /* 0 = flows keep their rail until it loses its share */
 };
 
 enum dp_rail_flags {
-	DP_RAIL_F_ENABLED = 1u << 0, /* may be a redirect target */
-	DP_RAIL_F_GW4 = 1u << 1,     /* gw4 is valid */
-	DP_RAIL_F_GW6 = 1u << 2,     /* gw6 is valid */
+  DP_RAIL_F_ENABLED = 1u << 0, /* may be a redirect target */
+  DP_RAIL_F_GW4 = 1u << 1,     /* gw4 is valid */
+  DP_RAIL_F_GW6 = 1u << 2,     /* gw6 is valid */
 };
 
 /* dp_rails: ARRAY, key = rail slot. */
 struct dp_rail {
-	__u32 ifindex;
-	__u32 flags; /* enum dp_rail_flags */
-	__u32 gw4;   /* network byte order */
-	__u32 gw6[4];
+  __u32 ifindex;
+  __u32 flags; /* enum dp_rail_flags */
+  __u32 gw4;   /* network byte order */
+  __u32 gw6[4];
 };
 
 /* dp_ifindex: HASH, ifindex -> rail slot; tells a hook which rail it is on. */
 struct dp_ifindex_val {
-	__u32 rail;
+  __u32 rail;
 };
 
 enum dp_decision_flags {
-	DP_DECISION_F_PINNED = 1u << 0, /* set by an operator (policy or dpctl) */
+  DP_DECISION_F_PINNED = 1u << 0, /* set by an operator (policy or dpctl) */
 };
 
 /* dp_decisions: ARRAY, key = class slot. The share of new flows per rail;
  * shares sum to DP_SHARE_SCALE. Written by the daemon only. */
 struct dp_decision {
-	__u16 share[DP_MAX_RAILS];
-	__u32 flags;   /* enum dp_decision_flags */
-	__u32 version; /* bumped on every change */
+  __u16 share[DP_MAX_RAILS];
+  __u32 flags;   /* enum dp_decision_flags */
+  __u32 version; /* bumped on every change */
 };
 
 /* dp_class_names / dp_rail_names: ARRAY, key = slot. Slots are stable across
@@ -109,43 +109,43 @@ struct dp_decision {
  * long as a policy names it. Empty name = free slot. */
 #define DP_NAME_LEN 32
 struct dp_slot_name {
-	char name[DP_NAME_LEN];
+  char name[DP_NAME_LEN];
 };
 
 /* dp_flows: LRU_HASH. Addresses are IPv4-mapped for IPv4 (::ffff:a.b.c.d). */
 struct dp_flow_key {
-	__u32 saddr[4];
-	__u32 daddr[4];
-	__u16 sport; /* network byte order */
-	__u16 dport; /* network byte order */
-	__u8 proto;
-	__u8 pad[3];
+  __u32 saddr[4];
+  __u32 daddr[4];
+  __u16 sport; /* network byte order */
+  __u16 dport; /* network byte order */
+  __u8 proto;
+  __u8 pad[3];
 };
 
 struct dp_flow {
-	__u64 first_seen_ns;
-	__u64 last_seen_ns;
-	__u64 bytes;
-	__u64 packets;
-	__u32 gen;  /* classification generation the class was taken from */
-	__u8 cls;   /* class slot */
-	__u8 rail;  /* rail slot the flow is placed on */
-	__u16 pad;
-	__u32 flowlet;     /* flowlets started for this flow */
-	__u32 replacements; /* times the flow changed rail */
+  __u64 first_seen_ns;
+  __u64 last_seen_ns;
+  __u64 bytes;
+  __u64 packets;
+  __u32 gen; /* classification generation the class was taken from */
+  __u8 cls;  /* class slot */
+  __u8 rail; /* rail slot the flow is placed on */
+  __u16 pad;
+  __u32 flowlet;      /* flowlets started for this flow */
+  __u32 replacements; /* times the flow changed rail */
 };
 
 /* dp_counters: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class slot
  * (DP_CLASS_UNCLASSIFIED for traffic of no class). The daemon sums CPUs. */
 struct dp_counters {
-	__u64 tx_bytes; /* left by this rail (after any redirect) */
-	__u64 tx_packets;
-	__u64 rx_bytes; /* arrived on this rail */
-	__u64 rx_packets;
-	__u64 redirect_packets; /* classified here, sent to another rail */
-	__u64 redirect_bytes;
-	__u64 flows_placed;    /* new flows placed on this rail */
-	__u64 flows_replaced;  /* existing flows moved to this rail */
+  __u64 tx_bytes; /* left by this rail (after any redirect) */
+  __u64 tx_packets;
+  __u64 rx_bytes; /* arrived on this rail */
+  __u64 rx_packets;
+  __u64 redirect_packets; /* classified here, sent to another rail */
+  __u64 redirect_bytes;
+  __u64 flows_placed;   /* new flows placed on this rail */
+  __u64 flows_replaced; /* existing flows moved to this rail */
 };
 
 /*
@@ -155,24 +155,24 @@ struct dp_counters {
  * reason.
  */
 enum dp_exception {
-	DP_EXC_NON_IP = 0,          /* not IPv4/IPv6 (ARP, LLDP, ...) */
-	DP_EXC_SHORT,               /* truncated L2/L3/L4 header */
-	DP_EXC_FRAGMENT,            /* IP fragment or IPv6 fragment header */
-	DP_EXC_OTHER_L4,            /* neither TCP nor UDP (ICMP, SCTP, ...) */
-	DP_EXC_IPV6_EXTHDR,         /* IPv6 extension chain not followed */
-	DP_EXC_UNKNOWN_IFINDEX,     /* hook on an interface that is no rail */
-	DP_EXC_TARGET_UNAVAILABLE,  /* decided rail disabled or without ifindex */
-	DP_EXC_NO_GATEWAY,          /* decided rail has no gateway of this family */
-	DP_EXC_REDIRECT_FAILED,     /* bpf_redirect_neigh refused; passed instead */
-	DP_EXC_FLOW_TABLE_FULL,     /* flow insert failed; steered statelessly */
-	DP_EXC_MAX,
+  DP_EXC_NON_IP = 0,         /* not IPv4/IPv6 (ARP, LLDP, ...) */
+  DP_EXC_SHORT,              /* truncated L2/L3/L4 header */
+  DP_EXC_FRAGMENT,           /* IP fragment or IPv6 fragment header */
+  DP_EXC_OTHER_L4,           /* neither TCP nor UDP (ICMP, SCTP, ...) */
+  DP_EXC_IPV6_EXTHDR,        /* IPv6 extension chain not followed */
+  DP_EXC_UNKNOWN_IFINDEX,    /* hook on an interface that is no rail */
+  DP_EXC_TARGET_UNAVAILABLE, /* decided rail disabled or without ifindex */
+  DP_EXC_NO_GATEWAY,         /* decided rail has no gateway of this family */
+  DP_EXC_REDIRECT_FAILED,    /* bpf_redirect_neigh refused; passed instead */
+  DP_EXC_FLOW_TABLE_FULL,    /* flow insert failed; steered statelessly */
+  DP_EXC_MAX,
 };
 
 /* dp_owned: HASH, ifindex -> enum dp_own_flags. What dualpath created on an
  * interface, kept in the kernel beside the pins so a restarted daemon or
  * `dualpathd --cleanup` removes exactly that and nothing else. */
 enum dp_own_flags {
-	DP_OWN_CLSACT = 1u << 0, /* the clsact qdisc was created by dualpath */
+  DP_OWN_CLSACT = 1u << 0, /* the clsact qdisc was created by dualpath */
 };
 
 #endif /* DUALPATH_ABI_H */

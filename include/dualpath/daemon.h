@@ -3,9 +3,9 @@
 // policy, runs the tick loop, and serves the control socket.
 #pragma once
 
+#include <sys/types.h>
 #include <array>
 #include <chrono>
-#include <sys/types.h>
 
 #include <memory>
 #include <string>
@@ -74,7 +74,7 @@ class Daemon {
   std::array<double, DP_MAX_RAILS> rx_bps_{};
   std::array<std::array<uint64_t, DP_EXC_MAX>, DP_MAX_RAILS> exceptions_{};
   uint64_t ticks_ = 0;
-  Fd listen_fd_;  // claimed first: one daemon per socket
+  Fd listen_fd_;          // claimed first: one daemon per socket
   ino_t socket_ino_ = 0;  // unlink the socket at exit only if it is still ours
 };
 

@@ -74,7 +74,7 @@ class DpSkeleton {
 struct TcStatus {
   bool clsact = false;
   bool clsact_owned = false;
-  uint32_t egress_prog_id = 0;   // 0 if our filter is absent
+  uint32_t egress_prog_id = 0;  // 0 if our filter is absent
   uint32_t ingress_prog_id = 0;
 };
 

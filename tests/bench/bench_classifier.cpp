@@ -54,8 +54,10 @@ int main(int argc, char** argv) {
   uint32_t repeat = 2'000'000;
   int rounds = 7;
   std::string json_out;
-  app.add_option("--repeat", repeat, "BPF_PROG_TEST_RUN repeat count per measurement")->capture_default_str();
-  app.add_option("--rounds", rounds, "interleaved rounds; the median is reported")->capture_default_str();
+  app.add_option("--repeat", repeat, "BPF_PROG_TEST_RUN repeat count per measurement")
+      ->capture_default_str();
+  app.add_option("--rounds", rounds, "interleaved rounds; the median is reported")
+      ->capture_default_str();
   app.add_option("--json", json_out, "also write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) {
@@ -73,7 +75,8 @@ int main(int argc, char** argv) {
   if (!load.ok()) return 1;
   const dp::Policy& p = *load.policy;
   auto enc = dp::encode_policy(p, {0, 1, 2, 3, 4}, {0, 1});
-  for (uint32_t port = 0; port < DP_PORT_SPACE; ++port) (void)s.map("dp_ports").update(&port, &enc.ports[port]);
+  for (uint32_t port = 0; port < DP_PORT_SPACE; ++port)
+    (void)s.map("dp_ports").update(&port, &enc.ports[port]);
   for (auto& [mark, cls] : enc.marks) {
     dp_mark_key k{0, mark};
     dp_mark_val v{cls, {}};
@@ -109,32 +112,38 @@ int main(int argc, char** argv) {
   std::vector<int> rets(n);
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < n; ++i)
-      samples[i].push_back(run_ns(cases[i].baseline ? s.empty_fd() : s.egress_fd(), pkts[i], cases[i].mark,
-                                  repeat, &rets[i]));
+      samples[i].push_back(run_ns(cases[i].baseline ? s.empty_fd() : s.egress_fd(), pkts[i],
+                                  cases[i].mark, repeat, &rets[i]));
 
   double base = median(samples[0]);
-  std::printf("dualpath egress classifier, BPF_PROG_TEST_RUN, repeat %u, %d interleaved rounds (median)\n\n",
-              repeat, rounds);
+  std::printf(
+      "dualpath egress classifier, BPF_PROG_TEST_RUN, repeat %u, %d interleaved rounds "
+      "(median)\n\n",
+      repeat, rounds);
   std::printf("%-34s %10s %12s %10s  %s\n", "case", "ns/packet", "minus empty", "goal", "verdict");
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < n; ++i) {
     double m = median(samples[i]);
     double extra = m - base;
     const char* verdict = std::strchr(cases[i].name, '*') ? "redirect + arrival"
-                          : rets[i] == TC_ACT_REDIRECT ? "redirect"
-                          : (rets[i] == TC_ACT_UNSPEC ? "pass" : "ok");
+                          : rets[i] == TC_ACT_REDIRECT    ? "redirect"
+                                                       : (rets[i] == TC_ACT_UNSPEC ? "pass" : "ok");
     if (cases[i].baseline)
       std::printf("%-34s %10.1f %12s %10s  %s\n", cases[i].name, m, "-", "-", verdict);
     else
       std::printf("%-34s %10.1f %12.1f %10s  %s%s\n", cases[i].name, m, extra, "<= 50", verdict,
                   extra <= 50 ? "" : "   (over goal)");
-    out.push_back({{"case", cases[i].name}, {"ns_per_packet", m}, {"minus_empty_ns", cases[i].baseline ? 0 : extra},
+    out.push_back({{"case", cases[i].name},
+                   {"ns_per_packet", m},
+                   {"minus_empty_ns", cases[i].baseline ? 0 : extra},
                    {"samples", samples[i]}});
   }
   std::printf(
-      "\n* BPF_PROG_TEST_RUN runs one skb %u times, and a redirect marks it: the next run takes the\n"
+      "\n* BPF_PROG_TEST_RUN runs one skb %u times, and a redirect marks it: the next run takes "
+      "the\n"
       "  arrival path (recognise the mark, count, pass). These rows are the mean of the two hook\n"
-      "  visits a redirected packet really makes (classify+redirect on one rail, pass on the other).\n",
+      "  visits a redirected packet really makes (classify+redirect on one rail, pass on the "
+      "other).\n",
       repeat);
   if (!json_out.empty()) {
     FILE* f = std::fopen(json_out.c_str(), "w");

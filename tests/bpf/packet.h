@@ -12,9 +12,9 @@ struct PacketSpec {
   uint8_t proto = 6;       // IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, ...
   uint16_t sport = 40000;  // host order
   uint16_t dport = 50001;
-  uint16_t ethertype = 0;  // 0: from family
-  bool vlan = false;       // one 802.1Q tag (VID 42) before the IP header
-  bool v4_fragment = false;     // MF set
+  uint16_t ethertype = 0;        // 0: from family
+  bool vlan = false;             // one 802.1Q tag (VID 42) before the IP header
+  bool v4_fragment = false;      // MF set
   bool v6_fragment_hdr = false;  // a fragment extension header before L4
   bool v6_hop_by_hop = false;    // a hop-by-hop header before L4
   size_t payload = 64;

@@ -18,8 +18,8 @@ using dptest::PacketSpec;
 
 namespace {
 
-constexpr int DP_PASS = TC_ACT_UNSPEC;  // what the programs return for "not steered"
-constexpr uint32_t kLoIfindex = 1;       // test runs use the loopback device
+constexpr int DP_PASS = TC_ACT_UNSPEC;    // what the programs return for "not steered"
+constexpr uint32_t kLoIfindex = 1;        // test runs use the loopback device
 constexpr uint32_t kRail1Ifindex = 4242;  // never dereferenced by a test run
 // class slots in lab-a.toml order
 constexpr int kDispatch = 0, kCombine = 1, kParamSync = 2, kControl = 3, kLogs = 4;
@@ -87,13 +87,15 @@ class Classifier : public ::testing::Test {
     ctx_in.mark = mark;
     LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(),
                 .data_size_in = static_cast<uint32_t>(pkt.size()), .ctx_in = &ctx_in,
-                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in),
-                .ctx_size_out = sizeof(ctx_out), .repeat = 1);
+                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
+                .repeat = 1);
     int err = bpf_prog_test_run_opts(prog_fd, &opts);
     EXPECT_EQ(err, 0) << "BPF_PROG_TEST_RUN failed: " << std::strerror(errno);
     return {static_cast<int>(opts.retval), ctx_out.mark};
   }
-  RunResult egress(const PacketSpec& s, uint32_t mark = 0) { return run(skel_->egress_fd(), s, mark); }
+  RunResult egress(const PacketSpec& s, uint32_t mark = 0) {
+    return run(skel_->egress_fd(), s, mark);
+  }
 
   dp_counters counters(uint32_t rail, uint32_t cls) {
     uint32_t key = rail * DP_MAX_CLASSES + cls;
@@ -136,8 +138,8 @@ struct Case {
   const char* name;
   PacketSpec pkt;
   uint32_t mark;
-  int want_ret;       // DP_PASS or TC_ACT_REDIRECT
-  int want_class;     // class slot counted (tx or redirect), DP_CLASS_UNCLASSIFIED, or -1
+  int want_ret;        // DP_PASS or TC_ACT_REDIRECT
+  int want_class;      // class slot counted (tx or redirect), DP_CLASS_UNCLASSIFIED, or -1
   int want_exception;  // dp_exception on rail0, or -1 for none
 };
 
@@ -152,8 +154,10 @@ PacketSpec with(PacketSpec s, void (*f)(PacketSpec&)) {
 
 const Case kCases[] = {
     {"v4_tcp_dst_port_on_this_rail_stays", tcp4(40000, 50001), 0, DP_PASS, kDispatch, -1},
-    {"v4_tcp_dst_port_of_other_rail_redirects", tcp4(40000, 52001), 0, TC_ACT_REDIRECT, kParamSync, -1},
-    {"v4_tcp_src_port_of_other_rail_redirects", tcp4(52001, 40000), 0, TC_ACT_REDIRECT, kParamSync, -1},
+    {"v4_tcp_dst_port_of_other_rail_redirects", tcp4(40000, 52001), 0, TC_ACT_REDIRECT, kParamSync,
+     -1},
+    {"v4_tcp_src_port_of_other_rail_redirects", tcp4(52001, 40000), 0, TC_ACT_REDIRECT, kParamSync,
+     -1},
     {"v4_udp_logs_redirects", udp4(40000, 54001), 0, TC_ACT_REDIRECT, kLogs, -1},
     {"v6_udp_logs_redirects", udp6(40000, 54000), 0, TC_ACT_REDIRECT, kLogs, -1},
     {"v6_tcp_control_stays", tcp6(40000, 53000), 0, DP_PASS, kControl, -1},
@@ -161,30 +165,50 @@ const Case kCases[] = {
     {"mark_beats_port", tcp4(40000, 50001), 0x54, TC_ACT_REDIRECT, kLogs, -1},
     {"unknown_mark_falls_back_to_port", tcp4(40000, 52001), 0x999, TC_ACT_REDIRECT, kParamSync, -1},
     {"dst_port_beats_src_port", tcp4(52001, 50001), 0, DP_PASS, kDispatch, -1},
-    {"already_redirected_passes_untouched", tcp4(40000, 52001), DP_MARK_REDIRECTED, DP_PASS, kParamSync, -1},
-    {"udp_on_tcp_only_class_is_unclassified", udp4(40000, 52001), 0, DP_PASS, DP_CLASS_UNCLASSIFIED, -1},
+    {"already_redirected_passes_untouched", tcp4(40000, 52001), DP_MARK_REDIRECTED, DP_PASS,
+     kParamSync, -1},
+    {"udp_on_tcp_only_class_is_unclassified", udp4(40000, 52001), 0, DP_PASS, DP_CLASS_UNCLASSIFIED,
+     -1},
     {"unclassified_port_passes", tcp4(40000, 40001), 0, DP_PASS, DP_CLASS_UNCLASSIFIED, -1},
-    {"v6_hop_by_hop_then_tcp_is_followed", with(tcp6(40000, 52001), [](PacketSpec& s) { s.v6_hop_by_hop = true; }),
-     0, TC_ACT_REDIRECT, kParamSync, -1},
-    {"v4_fragment_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.v4_fragment = true; }), 0, DP_PASS, -1,
-     DP_EXC_FRAGMENT},
-    {"v6_fragment_header_passes", with(udp6(40000, 54000), [](PacketSpec& s) { s.v6_fragment_hdr = true; }), 0,
+    {"v6_hop_by_hop_then_tcp_is_followed",
+     with(tcp6(40000, 52001), [](PacketSpec& s) { s.v6_hop_by_hop = true; }), 0, TC_ACT_REDIRECT,
+     kParamSync, -1},
+    {"v4_fragment_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.v4_fragment = true; }), 0,
      DP_PASS, -1, DP_EXC_FRAGMENT},
-    {"truncated_tcp_header_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.truncate_to = 14 + 20 + 10; }), 0,
-     DP_PASS, -1, DP_EXC_SHORT},
+    {"v6_fragment_header_passes",
+     with(udp6(40000, 54000), [](PacketSpec& s) { s.v6_fragment_hdr = true; }), 0, DP_PASS, -1,
+     DP_EXC_FRAGMENT},
+    {"truncated_tcp_header_passes",
+     with(tcp4(40000, 52001), [](PacketSpec& s) { s.truncate_to = 14 + 20 + 10; }), 0, DP_PASS, -1,
+     DP_EXC_SHORT},
     // The kernel's test-run refuses an untagged IP frame with a truncated IP
     // header (-EINVAL), so truncated L3 headers are fed behind a VLAN tag.
-    {"vlan_tagged_tcp_is_classified", with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; }), 0,
-     TC_ACT_REDIRECT, kParamSync, -1},
+    {"vlan_tagged_tcp_is_classified",
+     with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; }), 0, TC_ACT_REDIRECT, kParamSync,
+     -1},
     {"truncated_ipv4_header_passes",
-     with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 10; }), 0, DP_PASS, -1,
-     DP_EXC_SHORT},
-    {"truncated_ipv6_header_passes",
-     with(tcp6(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 18 + 30; }), 0, DP_PASS, -1,
-     DP_EXC_SHORT},
-    {"truncated_vlan_tag_passes", with(tcp4(40000, 52001), [](PacketSpec& s) { s.vlan = true; s.truncate_to = 16; }),
+     with(tcp4(40000, 52001),
+          [](PacketSpec& s) {
+            s.vlan = true;
+            s.truncate_to = 18 + 10;
+          }),
      0, DP_PASS, -1, DP_EXC_SHORT},
-    {"arp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.ethertype = 0x0806; }), 0, DP_PASS, -1, DP_EXC_NON_IP},
+    {"truncated_ipv6_header_passes",
+     with(tcp6(40000, 52001),
+          [](PacketSpec& s) {
+            s.vlan = true;
+            s.truncate_to = 18 + 30;
+          }),
+     0, DP_PASS, -1, DP_EXC_SHORT},
+    {"truncated_vlan_tag_passes",
+     with(tcp4(40000, 52001),
+          [](PacketSpec& s) {
+            s.vlan = true;
+            s.truncate_to = 16;
+          }),
+     0, DP_PASS, -1, DP_EXC_SHORT},
+    {"arp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.ethertype = 0x0806; }), 0, DP_PASS, -1,
+     DP_EXC_NON_IP},
     {"icmp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.proto = IPPROTO_ICMP; }), 0, DP_PASS, -1,
      DP_EXC_OTHER_L4},
 };
@@ -196,7 +220,8 @@ TEST_P(ClassifierTable, Verdict) {
   auto r = egress(c.pkt, c.mark);
   EXPECT_EQ(r.ret, c.want_ret) << c.name;
   if (c.want_ret == TC_ACT_REDIRECT) {
-    EXPECT_EQ(r.mark_out, c.mark | DP_MARK_REDIRECTED) << "a redirected packet carries the mark bit";
+    EXPECT_EQ(r.mark_out, c.mark | DP_MARK_REDIRECTED)
+        << "a redirected packet carries the mark bit";
     EXPECT_EQ(counters(0, static_cast<uint32_t>(c.want_class)).redirect_packets, 1u);
     EXPECT_EQ(counters(0, static_cast<uint32_t>(c.want_class)).tx_packets, 0u)
         << "tx is counted where the packet leaves, not here";
@@ -209,14 +234,17 @@ TEST_P(ClassifierTable, Verdict) {
   if (c.want_exception >= 0) {
     EXPECT_EQ(exception(0, c.want_exception), 1u);
     EXPECT_EQ(all_exceptions(), 1u);
-    EXPECT_EQ(counters(0, DP_CLASS_UNCLASSIFIED).tx_packets, 1u) << "passed packets are still counted";
+    EXPECT_EQ(counters(0, DP_CLASS_UNCLASSIFIED).tx_packets, 1u)
+        << "passed packets are still counted";
   } else {
     EXPECT_EQ(all_exceptions(), 0u);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ClassifierTable, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return std::string(p.param.name);
+                         });
 
 // ---------------------------------------------------------------- state and edge cases
 

@@ -154,7 +154,8 @@ void run_client(const TransferSpec& s, int out) {
   uint64_t pos = 0;
   while (pos < s.bytes) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), s.bytes - pos));
-    for (size_t i = 0; i < n; ++i) buf[i] = static_cast<uint8_t>(((pos + i) * 131 + (pos + i) / 65521) & 0xff);
+    for (size_t i = 0; i < n; ++i)
+      buf[i] = static_cast<uint8_t>(((pos + i) * 131 + (pos + i) / 65521) & 0xff);
     size_t off = 0;
     while (off < n) {
       ssize_t k = ::send(fd, buf.data() + off, n - off, MSG_NOSIGNAL);
@@ -231,8 +232,10 @@ TransferResult Transfer::wait() {
   r.sent_sum = c.sum;
   r.received = s.bytes;
   r.received_sum = s.sum;
-  if (s.error[0]) r.error = std::string("server: ") + s.error;
-  else if (c.error[0]) r.error = std::string("client: ") + c.error;
+  if (s.error[0])
+    r.error = std::string("server: ") + s.error;
+  else if (c.error[0])
+    r.error = std::string("client: ") + c.error;
   return r;
 }
 

@@ -38,7 +38,7 @@ struct TransferSpec {
 struct TransferResult {
   uint64_t sent = 0, received = 0;
   uint64_t sent_sum = 0, received_sum = 0;  // FNV-1a over the byte stream
-  std::string error;                         // empty when both ends succeeded
+  std::string error;                        // empty when both ends succeeded
   bool ok() const { return error.empty() && sent == received && sent_sum == received_sum; }
 };
 

@@ -25,7 +25,7 @@ using lab::sh;
 
 namespace {
 
-std::string g_skip;     // non-empty: why the lab tests are skipped
+std::string g_skip;      // non-empty: why the lab tests are skipped
 std::string g_policies;  // private copies of the lab policies
 
 constexpr uint64_t kBytes = 4 << 20;
@@ -123,14 +123,18 @@ TEST_F(Lab, EveryClassLeavesByItsPolicyRail) {
     int rail;
   };
   const Probe probes[] = {
-      {"expert-dispatch", 50001, "10.99.0.2", 0}, {"expert-combine", 51001, "fd99::2", 0},
-      {"param-sync", 52001, "10.99.0.2", 1},      {"control", 53001, "10.99.0.2", 0},
+      {"expert-dispatch", 50001, "10.99.0.2", 0},
+      {"expert-combine", 51001, "fd99::2", 0},
+      {"param-sync", 52001, "10.99.0.2", 1},
+      {"control", 53001, "10.99.0.2", 0},
       {"logs", 54001, "fd99::2", 1},
   };
   for (const auto& p : probes) {
     json before = klass("a", p.cls);
     lab::TransferResult r;
-    auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", p.dst, p.dport, 0, 0, kBytes}); });
+    auto d = rail_delta([&] {
+      r = lab::tcp_transfer({"dpl-a", "dpl-b", p.dst, p.dport, 0, 0, kBytes});
+    });
     ASSERT_TRUE(r.ok()) << p.cls << ": " << r.error;
     expect_on(p.rail, d, kBytes, p.cls + " over " + p.dst);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // > 2 ticks: counters read
@@ -140,7 +144,8 @@ TEST_F(Lab, EveryClassLeavesByItsPolicyRail) {
     uint64_t counted = after["tx_bytes_by_path"][rail].get<uint64_t>() -
                        before["tx_bytes_by_path"][rail].get<uint64_t>();
     uint64_t link = p.rail == 0 ? d.first : d.second;
-    EXPECT_NEAR(static_cast<double>(counted), static_cast<double>(link), 0.05 * static_cast<double>(link))
+    EXPECT_NEAR(static_cast<double>(counted), static_cast<double>(link),
+                0.05 * static_cast<double>(link))
         << p.cls << ": dualpathd counted " << counted << " bytes, the link " << link;
   }
 }
@@ -148,20 +153,27 @@ TEST_F(Lab, EveryClassLeavesByItsPolicyRail) {
 TEST_F(Lab, SourcePortAndUdpAndSocketMarkAreClassified) {
   // source port in the param-sync range, destination in no class's range
   lab::TransferResult r;
-  auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 45001, 52500, 0, kBytes}); });
+  auto d = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 45001, 52500, 0, kBytes});
+  });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(1, d, kBytes, "source port 52500 (param-sync)");
   // UDP: logs to rail1, expert-dispatch to rail0
-  d = rail_delta([&] { EXPECT_EQ(lab::udp_send("dpl-a", "10.99.0.2", 54010, 0, 2000, 1200), 2000); });
+  d = rail_delta(
+      [&] { EXPECT_EQ(lab::udp_send("dpl-a", "10.99.0.2", 54010, 0, 2000, 1200), 2000); });
   expect_on(1, d, 2000 * 1200, "udp logs");
   d = rail_delta([&] { EXPECT_EQ(lab::udp_send("dpl-a", "fd99::2", 50010, 0, 2000, 1200), 2000); });
   expect_on(0, d, 2000 * 1200, "udp expert-dispatch over IPv6");
   // SO_MARK 0x54 makes any port logs (rail1), even expert-dispatch's
-  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50002, 0, 0x54, kBytes}); });
+  d = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50002, 0, 0x54, kBytes});
+  });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(1, d, kBytes, "SO_MARK 0x54 on an expert-dispatch port");
   // no class: the kernel's route (rail0) decides
-  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 45002, 0, 0, kBytes}); });
+  d = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 45002, 0, 0, kBytes});
+  });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(0, d, kBytes, "unclassified traffic");
 }
@@ -173,11 +185,15 @@ TEST_F(Lab, ClassSetMovesTrafficAndBack) {
   EXPECT_EQ(c["rail"], "rail1");
   EXPECT_EQ(c["pinned_by"], "operator");
   lab::TransferResult r;
-  auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50003, 0, 0, kBytes}); });
+  auto d = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50003, 0, 0, kBytes});
+  });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(1, d, kBytes, "expert-dispatch after class set rail1");
   lab::dpctl("a", "class set expert-dispatch rail0");
-  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50004, 0, 0, kBytes}); });
+  d = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50004, 0, 0, kBytes});
+  });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(0, d, kBytes, "expert-dispatch after class set rail0");
   // unknown names are errors, in JSON too, with a non-zero exit code
@@ -248,13 +264,16 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(lab::dpctl("a", "status")["policy"]["hash"], hash);
   std::string log = read_file("/run/dualpath-lab/dpl-a.log");
-  EXPECT_NE(log.find("lab-a.toml:12:1: error: unknown key \"rule_prio\""), std::string::npos) << log;
+  EXPECT_NE(log.find("lab-a.toml:12:1: error: unknown key \"rule_prio\""), std::string::npos)
+      << log;
   auto reload = sh(lab::dp_lab() + " dpctl a -j policy reload");
   EXPECT_NE(reload.rc, 0);
   EXPECT_NE(reload.out.find("the running policy"), std::string::npos) << reload.out;
   // traffic is still steered by the old policy
   lab::TransferResult r;
-  auto d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52002, 0, 0, kBytes}); });
+  auto d = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52002, 0, 0, kBytes});
+  });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(1, d, kBytes, "param-sync after a refused reload");
 
@@ -268,7 +287,9 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_NE(lab::dpctl("a", "status")["policy"]["hash"], hash);
   EXPECT_EQ(klass("a", "param-sync")["rail"], "rail0");
-  d = rail_delta([&] { r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52003, 0, 0, kBytes}); });
+  d = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52003, 0, 0, kBytes});
+  });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(0, d, kBytes, "param-sync after a good reload");
   // and back
@@ -290,7 +311,8 @@ TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   auto r = t.wait();
   ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
   EXPECT_EQ(r.received, bytes);
-  EXPECT_GE(lab::tx_bytes("dpl-a", "rail1") - r1, bytes) << "the transfer stayed on rail1 without a daemon";
+  EXPECT_GE(lab::tx_bytes("dpl-a", "rail1") - r1, bytes)
+      << "the transfer stayed on rail1 without a daemon";
 
   // restart: the new daemon adopts the pinned datapath
   must(lab::dp_lab() + " up");
@@ -299,7 +321,8 @@ TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   std::string filters = must(nsenter("dpl-a") + "tc filter show dev rail1 egress");
   size_t ours = 0;
   std::istringstream lines(filters);
-  for (std::string line; std::getline(lines, line);) ours += line.find("name dp_egress") != std::string::npos;
+  for (std::string line; std::getline(lines, line);)
+    ours += line.find("name dp_egress") != std::string::npos;
   EXPECT_EQ(ours, 1u) << "no duplicated filters:\n" << filters;
   json c = klass("a", "expert-combine");
   EXPECT_EQ(c["rail"], "rail1") << "the operator's pin survived the restart";

@@ -104,7 +104,8 @@ TEST(Policy, UnknownKey) {
 }
 
 TEST(Policy, UnknownTopLevelSection) {
-  expect_one_error(std::string(kBase) + "\n[sheduler]\ntick = \"50ms\"\n", 34, "unknown key \"sheduler\"");
+  expect_one_error(std::string(kBase) + "\n[sheduler]\ntick = \"50ms\"\n", 34,
+                   "unknown key \"sheduler\"");
 }
 
 TEST(Policy, DuplicatePathName) {
@@ -114,7 +115,8 @@ TEST(Policy, DuplicatePathName) {
 }
 
 TEST(Policy, DuplicateClassName) {
-  expect_one_error(replace(kBase, "name = \"logs\"", "name = \"dispatch\""), 28, "duplicate class name");
+  expect_one_error(replace(kBase, "name = \"logs\"", "name = \"dispatch\""), 28,
+                   "duplicate class name");
 }
 
 TEST(Policy, OverlappingPortRanges) {
@@ -125,8 +127,8 @@ TEST(Policy, OverlappingPortRanges) {
 TEST(Policy, OverlapOnlyCountsSameProtocolAndDirection) {
   auto udp = replace(kBase, "\"tcp:54000-54099\"", "\"udp:50900-51000\"");
   EXPECT_TRUE(dp::parse_policy(udp, "p.toml").ok());
-  auto src_dst = replace(replace(kBase, "\"tcp:54000-54099\"", "\"tcp:50900-51000\""), "mark = 0x54",
-                         "mark = 0x54\nmatch = \"src\"");
+  auto src_dst = replace(replace(kBase, "\"tcp:54000-54099\"", "\"tcp:50900-51000\""),
+                         "mark = 0x54", "mark = 0x54\nmatch = \"src\"");
   src_dst = replace(src_dst, "priority = 6", "priority = 6\nmatch = \"dst\"");
   EXPECT_TRUE(dp::parse_policy(src_dst, "p.toml").ok());
 }
@@ -155,13 +157,15 @@ TEST(Policy, BadBandwidthUnit) {
 }
 
 TEST(Policy, BadDurationUnit) {
-  expect_one_error(std::string(kBase) + "\n[health]\nholddown = \"5 minutes\"\n", 35, "unknown unit");
+  expect_one_error(std::string(kBase) + "\n[health]\nholddown = \"5 minutes\"\n", 35,
+                   "unknown unit");
 }
 
 TEST(Policy, MissingRequiredField) {
   expect_one_error(replace(kBase, "capacity = \"50Gbit\"\n", ""), 12,
                    "missing the required key \"capacity\"");
-  expect_one_error(replace(kBase, "kind = \"elastic\"\n", ""), 27, "missing the required key \"kind\"");
+  expect_one_error(replace(kBase, "kind = \"elastic\"\n", ""), 27,
+                   "missing the required key \"kind\"");
 }
 
 TEST(Policy, DuplicateFwmark) {
@@ -220,7 +224,8 @@ TEST(Policy, DeadZoneAboveToleranceRefused) {
 }
 
 TEST(Policy, ReportsEveryErrorSortedByLine) {
-  auto text = replace(replace(kBase, "prefer = \"rail1\"", "prefer = \"x\""), "table = 100", "table = 0");
+  auto text =
+      replace(replace(kBase, "prefer = \"rail1\"", "prefer = \"x\""), "table = 100", "table = 0");
   auto r = dp::parse_policy(text, "p.toml");
   ASSERT_EQ(r.errors.size(), 2u);
   EXPECT_LT(r.errors[0].line, r.errors[1].line);

@@ -86,8 +86,8 @@ int cmd_status(const Globals& g) {
   std::cout << "node:       " << str((*d)["node"]) << "\n"
             << "policy:     " << str((*d)["policy"]["file"]) << " (hash "
             << str((*d)["policy"]["hash"]) << ")\n"
-            << "daemon:     pid " << (*d)["pid"] << ", version " << str((*d)["version"])
-            << ", up " << fmt::format("{:.0f}s", (*d)["uptime_s"].get<double>())
+            << "daemon:     pid " << (*d)["pid"] << ", version " << str((*d)["version"]) << ", up "
+            << fmt::format("{:.0f}s", (*d)["uptime_s"].get<double>())
             << ((*d)["adopted"].get<bool>() ? ", adopted a pinned datapath" : "") << "\n"
             << "datapath:   pinned in " << str((*d)["bpffs"]) << ", generation "
             << (*d)["generation"] << "\n"
@@ -162,11 +162,13 @@ int cmd_class_list(const Globals& g) {
     if (c["rail"].is_null()) {
       rail.clear();
       for (auto& [k, v] : c["shares"].items())
-        if (v.get<double>() > 0) rail += fmt::format("{}{}:{:.0f}%", rail.empty() ? "" : ",", k, v.get<double>());
+        if (v.get<double>() > 0)
+          rail += fmt::format("{}{}:{:.0f}%", rail.empty() ? "" : ",", k, v.get<double>());
     }
     std::string by_path;
     for (auto& [k, v] : c["tx_bytes_by_path"].items())
-      by_path += fmt::format("{}{}={}", by_path.empty() ? "" : " ", k, dp::format_bytes(v.get<double>()));
+      by_path +=
+          fmt::format("{}{}={}", by_path.empty() ? "" : " ", k, dp::format_bytes(v.get<double>()));
     rows.push_back({str(c["name"]), str(c["kind"]), std::to_string(c["priority"].get<int>()),
                     ports.empty() ? "-" : ports,
                     c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),
@@ -191,7 +193,8 @@ int cmd_policy_check(const Globals& g, const std::string& file) {
     if (g.json_out) {
       json errs = json::array();
       for (auto& e : load.errors)
-        errs.push_back({{"file", e.file}, {"line", e.line}, {"column", e.column}, {"message", e.message}});
+        errs.push_back(
+            {{"file", e.file}, {"line", e.line}, {"column", e.column}, {"message", e.message}});
       print_json(g, {{"valid", false}, {"file", file}, {"errors", errs}});
     } else {
       for (auto& e : load.errors) std::cerr << e.str() << "\n";
@@ -202,8 +205,12 @@ int cmd_policy_check(const Globals& g, const std::string& file) {
   }
   const auto& p = *load.policy;
   if (g.json_out) {
-    print_json(g, {{"valid", true}, {"file", file}, {"node", p.node}, {"hash", p.hash},
-                   {"paths", p.paths.size()}, {"classes", p.classes.size()}});
+    print_json(g, {{"valid", true},
+                   {"file", file},
+                   {"node", p.node},
+                   {"hash", p.hash},
+                   {"paths", p.paths.size()},
+                   {"classes", p.classes.size()}});
   } else {
     std::cout << file << ": valid (node " << p.node << ", " << p.paths.size() << " paths, "
               << p.classes.size() << " classes, hash " << p.hash << ")\n";
@@ -238,16 +245,18 @@ int main(int argc, char** argv) {
   status->callback([&] { action = [&] { return cmd_status(g); }; });
 
   auto* path = app.add_subcommand("path", "the rails")->require_subcommand(1);
-  path->add_subcommand("list", "every path with rate, utilisation and counters")
-      ->callback([&] { action = [&] { return cmd_path_list(g); }; });
+  path->add_subcommand("list", "every path with rate, utilisation and counters")->callback([&] {
+    action = [&] { return cmd_path_list(g); };
+  });
   std::string path_name;
   auto* show = path->add_subcommand("show", "one path in detail");
   show->add_option("PATH", path_name, "path name")->required();
   show->callback([&] { action = [&] { return cmd_path_show(g, path_name); }; });
 
   auto* cls = app.add_subcommand("class", "the traffic classes")->require_subcommand(1);
-  cls->add_subcommand("list", "classes with ports, mark, rail now and bytes")
-      ->callback([&] { action = [&] { return cmd_class_list(g); }; });
+  cls->add_subcommand("list", "classes with ports, mark, rail now and bytes")->callback([&] {
+    action = [&] { return cmd_class_list(g); };
+  });
   std::string class_name, class_path;
   auto* set = cls->add_subcommand("set", "pin a class to a path");
   set->add_option("CLASS", class_name, "class name")->required();
