@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "dualpath/daemon.h"
 #include "dualpath/datapath.h"
 #include "dualpath/encode.h"
 #include "packet.h"
@@ -101,16 +102,7 @@ class Classifier : public ::testing::Test {
     uint32_t key = rail * DP_MAX_CLASSES + cls;
     auto v = map("dp_counters").lookup_percpu<dp_counters>(&key);
     EXPECT_TRUE(v);
-    dp_counters s{};
-    if (!v) return s;
-    for (auto& c : *v) {
-      s.tx_packets += c.tx_packets;
-      s.rx_packets += c.rx_packets;
-      s.redirect_packets += c.redirect_packets;
-      s.flows_placed += c.flows_placed;
-      s.flows_replaced += c.flows_replaced;
-    }
-    return s;
+    return v ? dp::sum_counters(*v) : dp_counters{};
   }
   uint64_t exception(uint32_t rail, int reason) {
     uint32_t key = rail * DP_EXC_MAX + static_cast<uint32_t>(reason);
@@ -212,6 +204,8 @@ const Case kCases[] = {
     {"icmp_passes", with(tcp4(1, 2), [](PacketSpec& s) { s.proto = IPPROTO_ICMP; }), 0, DP_PASS, -1,
      DP_EXC_OTHER_L4},
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class ClassifierTable : public Classifier, public ::testing::WithParamInterface<Case> {};
 
