@@ -253,6 +253,8 @@ Result<void> Daemon::apply_policy(const Policy& next) {
 
   class_slot_ = *cslots;
   rail_slot_ = *rslots;
+  rail_ifindex_ = ifindex;
+  rail_vanished_.assign(ifindex.size(), false);
   policy_ = next;
   have_policy_ = true;
   return {};
@@ -305,7 +307,27 @@ Result<void> Daemon::cleanup(const Policy& p, const std::string& bpffs_root) {
 
 // ---------------------------------------------------------------- tick
 
+// A rail whose interface was deleted (or replaced by one with another ifindex)
+// must stop being a redirect target at once: the kernel drops a packet
+// redirected to an ifindex that no longer exists. A reload re-attaches.
+void Daemon::check_interfaces() {
+  BpfMap rails = skel_->map("dp_rails");
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+    const auto& ps = policy_.paths[i];
+    bool present = if_nametoindex(ps.interface.c_str()) == rail_ifindex_[i];
+    if (present || rail_vanished_[i]) continue;
+    auto slot = static_cast<uint32_t>(rail_slot_[i]);
+    dp_rail r = encode_rail(ps, rail_ifindex_[i], false);
+    auto ok = rails.update(&slot, &r);
+    rail_vanished_[i] = ok.ok();
+    spdlog::error("interface {} of path {} is gone: the path is no longer a redirect target{}",
+                  ps.interface, ps.name,
+                  ok ? "; reload the policy once it is back" : ": " + ok.error().what());
+  }
+}
+
 void Daemon::tick() {
+  check_interfaces();
   auto now = std::chrono::steady_clock::now();
   double dt = ticks_ ? std::chrono::duration<double>(now - last_tick_).count() : 0;
   BpfMap counters = skel_->map("dp_counters");
@@ -409,6 +431,7 @@ json Daemon::paths_json() const {
         {"rx_bps", rx_bps_[static_cast<size_t>(slot)]},
         {"utilisation", ps.capacity_bps ? tx_bps / static_cast<double>(ps.capacity_bps) : 0.0},
         {"exceptions", exc},
+        {"interface_present", !rail_vanished_[i]},
     });
   }
   return out;

@@ -50,6 +50,7 @@ class Daemon {
   Result<void> apply_policy(const Policy& next);
   Result<void> reload();
   void tick();
+  void check_interfaces();
   Result<void> set_class_rail(int class_index, int path_index, bool pinned);
 
   json status_json() const;
@@ -64,6 +65,8 @@ class Daemon {
   std::unique_ptr<DpSkeleton> skel_;
   std::vector<int> class_slot_;  // per policy class
   std::vector<int> rail_slot_;   // per policy path
+  std::vector<uint32_t> rail_ifindex_;  // per policy path, as attached
+  std::vector<bool> rail_vanished_;     // interface gone: not a redirect target
   uint32_t gen_ = 0;
   uint32_t decision_version_ = 0;
 

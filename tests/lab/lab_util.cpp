@@ -97,6 +97,13 @@ sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len)
   return ss;
 }
 
+// A transfer that stalls (blackholed traffic) fails instead of hanging the test.
+void set_timeouts(int fd) {
+  timeval tv{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
 [[noreturn]] void finish(int fd, Wire& w, const char* err = nullptr) {
   if (err) snprintf(w.error, sizeof(w.error), "%s: %s", err, strerror(errno));
   (void)!::write(fd, &w, sizeof(w));
@@ -116,8 +123,10 @@ void run_server(const TransferSpec& s, int out, int ready) {
   if (::listen(l, 1) != 0) finish(out, w, "server listen");
   char c = 1;
   (void)!::write(ready, &c, 1);
+  set_timeouts(l);
   int fd = ::accept(l, nullptr, nullptr);
   if (fd < 0) finish(out, w, "server accept");
+  set_timeouts(fd);
   w.sum = kFnvInit;
   std::vector<uint8_t> buf(1 << 16);
   for (;;) {
@@ -137,6 +146,7 @@ void run_client(const TransferSpec& s, int out) {
   socklen_t len;
   auto dst = make_addr(s.dst, s.dport, &len);
   int fd = ::socket(dst.ss_family, SOCK_STREAM, 0);
+  set_timeouts(fd);
   if (s.mark && setsockopt(fd, SOL_SOCKET, SO_MARK, &s.mark, sizeof(s.mark)) != 0)
     finish(out, w, "client SO_MARK");
   if (s.sport) {

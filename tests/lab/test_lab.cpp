@@ -398,6 +398,24 @@ TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
   must(a + DP_BUILD_DIR "/daemon/dualpathd --cleanup --policy " + g_policies + "/lab-a.toml");
 }
 
+TEST_F(Lab, AVanishedRailStopsBeingARedirectTarget) {
+  // after the cleanup test: a fresh pair of daemons
+  must(lab::dp_lab() + " start");
+  must(nsenter("dpl-a") + "ip link del rail1");  // deletes both ends
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few ticks
+  json paths = lab::dpctl("a", "path list");
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[1]["interface_present"], false) << paths.dump();
+  // param-sync prefers rail1: its traffic now stays on rail0 instead of being dropped
+  lab::TransferResult r;
+  auto d0 = lab::tx_bytes("dpl-a", "rail0");
+  r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52009, 0, 0, kBytes});
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_GE(lab::tx_bytes("dpl-a", "rail0") - d0, kBytes);
+  EXPECT_NE(read_file("/run/dualpath-lab/dpl-a.log").find("interface rail1 of path rail1 is gone"),
+            std::string::npos);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
