@@ -10,6 +10,12 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -81,6 +87,28 @@ dp_counters sum_counters(const std::vector<dp_counters>& per_cpu) {
   return s;
 }
 
+TcpCounters sum_tcp(const std::vector<dp_tcp_stats>& per_cpu) {
+  TcpCounters t;
+  for (auto& c : per_cpu) {
+    for (size_t b = 0; b < DP_RTT_BUCKETS && b < kHistBuckets; ++b) t.rtt_us[b] += c.rtt_hist[b];
+    t.rtt_samples += c.rtt_samples;
+    t.srtt_us_sum += c.srtt_us_sum;
+    t.segs_out += c.segs_out;
+    t.retrans_segs += c.retrans_segs;
+    t.rto_events += c.rto_events;
+  }
+  return t;
+}
+
+void add_tcp(TcpCounters& into, const TcpCounters& c) {
+  for (size_t b = 0; b < kHistBuckets; ++b) into.rtt_us[b] += c.rtt_us[b];
+  into.rtt_samples += c.rtt_samples;
+  into.srtt_us_sum += c.srtt_us_sum;
+  into.segs_out += c.segs_out;
+  into.retrans_segs += c.retrans_segs;
+  into.rto_events += c.rto_events;
+}
+
 const char* exception_name(int reason) {
   static constexpr const char* names[DP_EXC_MAX] = {
       "non_ip",          "short",           "fragment",           "other_l4",
@@ -131,6 +159,12 @@ Result<void> Daemon::start() {
   uint32_t zero = 0;
   dp_config cfg{};
   if (skel_->map("dp_config").lookup(&zero, &cfg)) gen_ = cfg.active_gen & 1;
+  auto cookie = netns_cookie();
+  if (cookie)
+    netns_cookie_ = *cookie;
+  else
+    spdlog::warn("{}; sockops will count sockets of every namespace", cookie.error().what());
+  links_ = std::make_unique<LinkStatsReader>();
   DP_TRY(apply_policy(p));
   spdlog::info("node {}: policy {} (hash {}) applied: {} paths, {} classes, generation {}", p.node,
                p.file, p.hash, p.paths.size(), p.classes.size(), gen_);
@@ -186,6 +220,24 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     }
   }
 
+  // TCP measurement: sockops on the policy's cgroup (or the cgroup v2 root).
+  std::string cgroup = next.measurement.cgroup;
+  if (cgroup.empty()) {
+    auto root = cgroup2_root();
+    if (root) cgroup = *root;
+    else spdlog::warn("{}: TCP RTT, retransmits and RTOs are not measured", root.error().what());
+  }
+  if (!cgroup.empty()) {
+    auto r = attach_sockops(skel_->sockops_prog(), cgroup, pin_dir_);
+    if (!r) {
+      if (have_policy_) (void)Routing::apply(policy_);
+      else (void)Routing::remove(next);
+      return r.error();
+    }
+    if (cgroup != sockops_cgroup_) spdlog::info("sockops attached to cgroup {}", cgroup);
+  }
+  sockops_cgroup_ = cgroup;
+
   // 4. Rails, names and decisions, then the flip that makes it all live.
   for (size_t i = 0; i < next.paths.size(); ++i) {
     auto slot = static_cast<uint32_t>((*rslots)[i]);
@@ -217,6 +269,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   cfg.active_gen = next_gen;
   cfg.default_class = enc.default_class;
   cfg.flowlet_gap_ns = 0;
+  cfg.netns_cookie = netns_cookie_;
   DP_TRY(skel_->map("dp_config").update(&zero, &cfg));
   gen_ = next_gen;
 
@@ -255,6 +308,10 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   rail_slot_ = *rslots;
   rail_ifindex_ = ifindex;
   rail_vanished_.assign(ifindex.size(), false);
+  measures_.clear();
+  for (auto& ps : next.paths)
+    measures_.emplace_back(ps.capacity_bps, next.scheduler.ewma_weight, next.measurement.window);
+  disagreeing_.assign(next.paths.size(), false);
   policy_ = next;
   have_policy_ = true;
   return {};
@@ -356,9 +413,49 @@ void Daemon::tick() {
       rx_bps_[r] = static_cast<double>(rx_after[r] - rx_before[r]) * 8 / dt;
     }
   }
+  read_tcp();
+  measure_paths();
   last_tick_ = now;
   ++ticks_;
   sd_notify(0, "WATCHDOG=1");
+}
+
+void Daemon::read_tcp() {
+  BpfMap tcp = skel_->map("dp_tcp");
+  for (uint32_t r = 0; r < DP_MAX_RAILS; ++r)
+    for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
+      uint32_t key = r * DP_MAX_CLASSES + c;
+      auto v = tcp.lookup_percpu<dp_tcp_stats>(&key);
+      if (v) tcp_[r][c] = sum_tcp(*v);
+    }
+}
+
+void Daemon::measure_paths() {
+  auto now = Clock::now();
+  for (size_t i = 0; i < policy_.paths.size() && i < measures_.size(); ++i) {
+    auto slot = static_cast<size_t>(rail_slot_[i]);
+    PathSnapshot s;
+    s.t = now;
+    for (size_t c = 0; c < DP_MAX_CLASSES; ++c) {
+      s.dp_tx_bytes += counters_[slot][c].tx_bytes;
+      s.dp_rx_bytes += counters_[slot][c].rx_bytes;
+      add_tcp(s.tcp, tcp_[slot][c]);
+    }
+    if (rail_vanished_[i]) continue;
+    auto link = links_->read(static_cast<int>(rail_ifindex_[i]));
+    if (!link) {
+      spdlog::debug("{}", link.error().what());
+      continue;
+    }
+    s.link = *link;
+    measures_[i].update(s);
+    const auto& rec = measures_[i].reconciliation();
+    if (!rec.agree && !disagreeing_[i])
+      spdlog::warn("path {}: {}", policy_.paths[i].name, rec.explanation);
+    else if (rec.agree && disagreeing_[i])
+      spdlog::info("path {}: the datapath and the link agree again", policy_.paths[i].name);
+    disagreeing_[i] = !rec.agree;
+  }
 }
 
 // ---------------------------------------------------------------- control
@@ -409,7 +506,51 @@ json Daemon::paths_json() const {
     for (int e = 0; e < DP_EXC_MAX; ++e)
       if (exceptions_[static_cast<size_t>(slot)][static_cast<size_t>(e)])
         exc[exception_name(e)] = exceptions_[static_cast<size_t>(slot)][static_cast<size_t>(e)];
-    double tx_bps = tx_bps_[static_cast<size_t>(slot)];
+    json m = nullptr;
+    if (i < measures_.size() && measures_[i].has_sample()) {
+      const auto& pm = measures_[i];
+      const auto& last = pm.latest();
+      auto secs = [](Nanos d) { return std::chrono::duration<double>(d).count(); };
+      json rtt = nullptr, loss = nullptr;
+      if (auto r = pm.rtt_us())
+        rtt = {{"p50_us", r->p50}, {"p95_us", r->p95}, {"p99_us", r->p99},
+               {"samples", r->samples}, {"window_s", secs(r->window)}};
+      if (auto l = pm.loss())
+        loss = {{"ratio", l->value}, {"retrans_segs", l->numerator}, {"segs_out", l->denominator},
+                {"window_s", secs(l->window)}};
+      const auto& rec = pm.reconciliation();
+      m = {
+          {"tx_bps", pm.tx_bps()},
+          {"rx_bps", pm.rx_bps()},
+          {"rate_window_s", secs(pm.rate_window())},
+          {"utilisation", pm.utilisation()},
+          {"rtt", rtt},
+          {"loss", loss},
+          {"tcp",
+           {{"segs_out", last.tcp.segs_out},
+            {"retrans_segs", last.tcp.retrans_segs},
+            {"rto_events", last.tcp.rto_events},
+            {"rtt_samples", last.tcp.rtt_samples}}},
+          {"link",
+           {{"tx_bytes", last.link.tx_bytes},
+            {"rx_bytes", last.link.rx_bytes},
+            {"tx_packets", last.link.tx_packets},
+            {"rx_packets", last.link.rx_packets},
+            {"tx_dropped", last.link.tx_dropped},
+            {"rx_dropped", last.link.rx_dropped},
+            {"tx_errors", last.link.tx_errors},
+            {"rx_errors", last.link.rx_errors},
+            {"oper_up", last.link.oper_up}}},
+          {"reconciliation",
+           {{"agree", rec.agree},
+            {"datapath_bytes", rec.datapath_bytes},
+            {"link_bytes", rec.link_bytes},
+            {"window_s", secs(rec.window)},
+            {"explanation", rec.explanation}}},
+          {"sample_age_s", secs(std::chrono::duration_cast<Nanos>(Clock::now() - last.t))},
+      };
+    }
+    double tx_bps = m.is_null() ? 0.0 : m["tx_bps"].get<double>();
     out.push_back({
         {"name", ps.name},
         {"interface", ps.interface},
@@ -428,8 +569,10 @@ json Daemon::paths_json() const {
         {"redirected_out_packets", sum.redirect_packets},
         {"redirected_out_bytes", sum.redirect_bytes},
         {"tx_bps", tx_bps},
-        {"rx_bps", rx_bps_[static_cast<size_t>(slot)]},
-        {"utilisation", ps.capacity_bps ? tx_bps / static_cast<double>(ps.capacity_bps) : 0.0},
+        {"rx_bps", m.is_null() ? 0.0 : m["rx_bps"].get<double>()},
+        {"datapath_tx_bps", tx_bps_[static_cast<size_t>(slot)]},
+        {"utilisation", m.is_null() ? 0.0 : m["utilisation"].get<double>()},
+        {"measure", m},
         {"exceptions", exc},
         {"interface_present", !rail_vanished_[i]},
     });
@@ -482,6 +625,88 @@ json Daemon::classes_json() const {
   return out;
 }
 
+json Daemon::flows_json(const json& args) const {
+  size_t top = 20;
+  if (args.contains("top")) {
+    if (!args["top"].is_number_unsigned() || args["top"].get<uint64_t>() == 0)
+      return reply_error("bad_request", "\"top\" must be a positive integer");
+    top = args["top"].get<size_t>();
+  }
+  std::optional<std::string> want_class, want_path;
+  for (auto [name, dst] : {std::pair{"class", &want_class}, std::pair{"path", &want_path}}) {
+    if (!args.contains(name)) continue;
+    if (!args[name].is_string()) return reply_error("bad_request", fmt::format("\"{}\" must be a string", name));
+    *dst = args[name].get<std::string>();
+  }
+  if (want_class && !policy_.klass(*want_class))
+    return reply_error("not_found", fmt::format("no class named \"{}\"", *want_class));
+  if (want_path && !policy_.path(*want_path))
+    return reply_error("not_found", fmt::format("no path named \"{}\"", *want_path));
+  std::array<std::string, DP_MAX_CLASSES> cname;
+  std::array<std::string, DP_MAX_RAILS> rname;
+  for (size_t i = 0; i < policy_.classes.size(); ++i)
+    cname[static_cast<size_t>(class_slot_[i])] = policy_.classes[i].name;
+  for (size_t i = 0; i < policy_.paths.size(); ++i)
+    rname[static_cast<size_t>(rail_slot_[i])] = policy_.paths[i].name;
+
+  BpfMap flows = skel_->map("dp_flows");
+  struct Row {
+    dp_flow_key k;
+    dp_flow f;
+  };
+  std::vector<Row> rows;
+  dp_flow_key k{}, next{};
+  void* prev = nullptr;
+  size_t total = 0;
+  while (bpf_map_get_next_key(flows.fd(), prev, &next) == 0) {
+    k = next;
+    prev = &k;
+    Row r{k, {}};
+    if (!flows.lookup(&k, &r.f)) continue;
+    ++total;
+    if (r.f.cls >= DP_MAX_CLASSES || r.f.rail >= DP_MAX_RAILS) continue;
+    if (want_class && cname[r.f.cls] != *want_class) continue;
+    if (want_path && rname[r.f.rail] != *want_path) continue;
+    rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.f.bytes > b.f.bytes; });
+  if (rows.size() > top) rows.resize(top);
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
+  uint64_t now_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+  auto addr = [](const __u32* a) {
+    IpAddr ip;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(a, mapped, 12) == 0) {
+      ip.family = AF_INET;
+      std::memcpy(ip.bytes.data(), reinterpret_cast<const uint8_t*>(a) + 12, 4);
+    } else {
+      ip.family = AF_INET6;
+      std::memcpy(ip.bytes.data(), a, 16);
+    }
+    return ip.str();
+  };
+  json out = json::array();
+  for (auto& r : rows)
+    out.push_back({
+        {"proto", r.k.proto == IPPROTO_TCP ? "tcp" : "udp"},
+        {"src", addr(r.k.saddr)},
+        {"sport", ntohs(r.k.sport)},
+        {"dst", addr(r.k.daddr)},
+        {"dport", ntohs(r.k.dport)},
+        {"class", cname[r.f.cls]},
+        {"path", rname[r.f.rail]},
+        {"bytes", r.f.bytes},
+        {"packets", r.f.packets},
+        {"srtt_us", r.f.srtt_us},
+        {"retrans_segs", r.f.retrans_segs},
+        {"rto_events", r.f.rto_events},
+        {"replacements", r.f.replacements},
+        {"idle_s", now_ns > r.f.last_seen_ns ? static_cast<double>(now_ns - r.f.last_seen_ns) / 1e9 : 0.0},
+    });
+  return reply_ok({{"flows", out}, {"total", total}});
+}
+
 json Daemon::handle(const json& req, bool privileged) {
   if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
     return reply_error("bad_request", "a request is a JSON object with a string \"cmd\"");
@@ -503,6 +728,7 @@ json Daemon::handle(const json& req, bool privileged) {
     return reply_error("not_found", fmt::format("no path named \"{}\"", *name));
   }
   if (cmd == "class.list") return reply_ok(classes_json());
+  if (cmd == "flow.list") return flows_json(args);
   if (cmd == "policy.show")
     return reply_ok({{"file", policy_.file}, {"hash", policy_.hash}, {"node", policy_.node}});
 

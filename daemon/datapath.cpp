@@ -9,8 +9,12 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <sys/socket.h>
+
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "dp_tc.skel.h"
 
@@ -69,10 +73,61 @@ DpSkeleton::~DpSkeleton() { dp_tc__destroy(skel_); }
 int DpSkeleton::egress_fd() const { return bpf_program__fd(skel_->progs.dp_egress); }
 int DpSkeleton::ingress_fd() const { return bpf_program__fd(skel_->progs.dp_ingress); }
 int DpSkeleton::empty_fd() const { return bpf_program__fd(skel_->progs.dp_empty); }
+bpf_program* DpSkeleton::sockops_prog() const { return skel_->progs.dp_sockops; }
 
 BpfMap DpSkeleton::map(const char* name) const {
   bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
   return BpfMap(m ? bpf_map__fd(m) : -1, name);
+}
+
+// ---------------------------------------------------------------- sockops
+
+Result<std::string> cgroup2_root() {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string dev, dir, type;
+  std::string rest;
+  while (mounts >> dev >> dir >> type && std::getline(mounts, rest))
+    if (type == "cgroup2") return dir;
+  return DP_SYS_ERROR(ENOENT, "no cgroup v2 hierarchy is mounted (sockops needs one)");
+}
+
+Result<uint64_t> netns_cookie() {
+  Fd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  uint64_t cookie = 0;
+  socklen_t len = sizeof(cookie);
+  if (!s.valid() || getsockopt(s.get(), SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0)
+    return DP_SYS_ERROR(errno, "reading this network namespace's cookie failed");
+  return cookie;
+}
+
+Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
+                            const std::string& pin_dir) {
+  std::string pin = (std::filesystem::path(pin_dir) / "link_sockops").string();
+  struct stat cg {};
+  if (::stat(cgroup.c_str(), &cg) != 0)
+    return DP_SYS_ERROR(errno, "cgroup {} for sockops is not accessible", cgroup);
+  if (std::filesystem::exists(pin)) {
+    Fd link(bpf_obj_get(pin.c_str()));
+    bpf_link_info info{};
+    uint32_t len = sizeof(info);
+    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 &&
+        info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cg.st_ino) {
+      // adopt: same cgroup, swap the program in place
+      if (bpf_link_update(link.get(), bpf_program__fd(prog), nullptr) != 0)
+        return DP_SYS_ERROR(errno, "updating the sockops link at {} failed", pin);
+      return {};
+    }
+    ::unlink(pin.c_str());  // another cgroup (policy changed): re-attach below
+  }
+  Fd cgfd(::open(cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cgfd.valid()) return DP_SYS_ERROR(errno, "opening cgroup {} failed", cgroup);
+  bpf_link* link = bpf_program__attach_cgroup(prog, cgfd.get());
+  if (!link) return DP_SYS_ERROR(errno, "attaching sockops to cgroup {} failed", cgroup);
+  int err = bpf_link__pin(link, pin.c_str());
+  bpf_link__disconnect(link);  // the pin holds the attachment now
+  bpf_link__destroy(link);
+  if (err != 0) return DP_SYS_ERROR(err, "pinning the sockops link at {} failed", pin);
+  return {};
 }
 
 // ---------------------------------------------------------------- bpffs

@@ -357,6 +357,40 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
   }
 }
 
+void parse_measurement(Checker& c, const toml::table& root, Policy& p) {
+  if (auto* t = root.get_as<toml::table>("measurement")) {
+    const char* s = "[measurement]";
+    c.only_keys(*t, {"cgroup", "window", "rdma_sysfs"}, s);
+    if (auto v = c.string(*t, "cgroup", s, false)) {
+      if (!v->empty() && v->front() != '/')
+        c.error(where(*t, "cgroup"), "cgroup in [measurement] must be an absolute path");
+      else
+        p.measurement.cgroup = *v;
+    }
+    if (auto v = c.duration(*t, "window", s, std::chrono::milliseconds(100)))
+      p.measurement.window = *v;
+    if (auto v = c.string(*t, "rdma_sysfs", s, false)) {
+      if (v->empty() || v->front() != '/')
+        c.error(where(*t, "rdma_sysfs"), "rdma_sysfs in [measurement] must be an absolute path");
+      else
+        p.measurement.rdma_sysfs = *v;
+    }
+  }
+  if (auto* t = root.get_as<toml::table>("metrics")) {
+    c.only_keys(*t, {"listen"}, "[metrics]");
+    if (auto v = c.string(*t, "listen", "[metrics]", false)) {
+      static const std::regex re(R"((\[[0-9a-fA-F:.]+\]|[0-9.]+|localhost):[0-9]{1,5})");
+      if (!v->empty() && !std::regex_match(*v, re))
+        c.error(where(*t, "listen"),
+                fmt::format("listen \"{}\" in [metrics] must be ADDRESS:PORT, e.g. "
+                            "\"127.0.0.1:9464\" or \"[::1]:9464\", or \"\" to disable",
+                            *v));
+      else
+        p.metrics.listen = *v;
+    }
+  }
+}
+
 void parse_paths(Checker& c, const toml::table& root, Policy& p) {
   const toml::node* n = root.get("path");
   if (!n) {
@@ -612,6 +646,7 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   parse_routing(c, root, p);
   parse_scheduler(c, root, p);
   parse_health(c, root, p);
+  parse_measurement(c, root, p);
   parse_paths(c, root, p);
   parse_classes(c, root, p);
   out.errors = c.take();

@@ -92,6 +92,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_counters SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DP_MAX_RAILS *DP_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct dp_tcp_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_tcp SEC(".maps");
+
 /* One extra row (rail index DP_MAX_RAILS) for hooks on an unknown ifindex. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

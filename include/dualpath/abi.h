@@ -71,6 +71,7 @@ struct dp_config {
   __u32 active_gen;
   __u32 default_class;  /* class slot for unmatched TCP/UDP, or DP_CLASS_NONE */
   __u64 flowlet_gap_ns; /* 0 = flows keep their rail until it loses its share */
+  __u64 netns_cookie;   /* sockops only counts sockets of this netns (0: any) */
 };
 
 enum dp_rail_flags {
@@ -133,6 +134,11 @@ struct dp_flow {
   __u16 pad;
   __u32 flowlet;      /* flowlets started for this flow */
   __u32 replacements; /* times the flow changed rail */
+  /* TCP, from sockops (0 for UDP and until the first RTT sample) */
+  __u32 srtt_us;       /* smoothed RTT */
+  __u32 retrans_segs;  /* retransmitted segments */
+  __u32 rto_events;
+  __u32 data_segs_out; /* last value seen, to count deltas per rail and class */
 };
 
 /* dp_counters: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class slot
@@ -146,6 +152,20 @@ struct dp_counters {
   __u64 redirect_bytes;
   __u64 flows_placed;   /* new flows placed on this rail */
   __u64 flows_replaced; /* existing flows moved to this rail */
+};
+
+/* dp_tcp: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class slot. TCP
+ * figures from sockops for sockets whose flow is classified. RTT samples are
+ * the socket's smoothed RTT at each RTT callback, in log2 microsecond buckets:
+ * bucket i counts [2^i, 2^(i+1)) us (bucket 0 also counts 0). */
+#define DP_RTT_BUCKETS 32
+struct dp_tcp_stats {
+  __u64 rtt_hist[DP_RTT_BUCKETS];
+  __u64 rtt_samples;
+  __u64 srtt_us_sum;
+  __u64 segs_out;     /* data segments sent */
+  __u64 retrans_segs; /* retransmitted segments */
+  __u64 rto_events;
 };
 
 /*

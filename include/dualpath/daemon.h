@@ -13,6 +13,7 @@
 
 #include "dualpath/control.h"
 #include "dualpath/datapath.h"
+#include "dualpath/measure.h"
 #include "dualpath/policy.h"
 #include "dualpath/result.h"
 
@@ -56,6 +57,9 @@ class Daemon {
   json status_json() const;
   json paths_json() const;
   json classes_json() const;
+  json flows_json(const json& args) const;
+  void read_tcp();
+  void measure_paths();
 
   DaemonOptions opts_;
   Policy policy_;
@@ -77,12 +81,22 @@ class Daemon {
   std::array<double, DP_MAX_RAILS> rx_bps_{};
   std::array<std::array<uint64_t, DP_EXC_MAX>, DP_MAX_RAILS> exceptions_{};
   uint64_t ticks_ = 0;
+  // measurement
+  std::unique_ptr<LinkStatsReader> links_;
+  std::vector<PathMeasure> measures_;  // per policy path
+  std::array<std::array<TcpCounters, DP_MAX_CLASSES>, DP_MAX_RAILS> tcp_{};
+  uint64_t netns_cookie_ = 0;
+  std::string sockops_cgroup_;     // "" when TCP measurement is off
+  std::vector<bool> disagreeing_;  // per path: reconciliation reported
+
   Fd listen_fd_;          // claimed first: one daemon per socket
   ino_t socket_ino_ = 0;  // unlink the socket at exit only if it is still ours
 };
 
 // Sums a per-CPU counters row.
 dp_counters sum_counters(const std::vector<dp_counters>& per_cpu);
+TcpCounters sum_tcp(const std::vector<dp_tcp_stats>& per_cpu);
+void add_tcp(TcpCounters& into, const TcpCounters& c);
 const char* exception_name(int reason);
 
 }  // namespace dp

@@ -63,6 +63,7 @@ class DpSkeleton {
   int egress_fd() const;
   int ingress_fd() const;
   int empty_fd() const;
+  bpf_program* sockops_prog() const;
   BpfMap map(const char* name) const;
 
  private:
@@ -89,6 +90,17 @@ class Tc {
   static Result<void> detach(int ifindex, const std::string& ifname, const BpfMap* owned);
   static Result<TcStatus> status(int ifindex, const BpfMap* owned);
 };
+
+// The sockops program's attachment to a cgroup v2 directory, as a bpf_link
+// pinned at <pin_dir>/link_sockops: it outlives the daemon like the tc
+// filters, a restarted daemon adopts it (updating the program in place), and
+// removing the pin detaches it.
+Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
+                            const std::string& pin_dir);
+// The cgroup v2 mount point (from /proc/self/mounts).
+Result<std::string> cgroup2_root();
+// This network namespace's cookie (SO_NETNS_COOKIE).
+Result<uint64_t> netns_cookie();
 
 // bpffs helpers
 Result<void> ensure_bpffs(const std::string& dir);  // mounts bpffs on /sys/fs/bpf if missing

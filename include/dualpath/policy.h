@@ -86,6 +86,16 @@ struct HealthSettings {
   std::chrono::nanoseconds ramp_interval = std::chrono::seconds(30);
 };
 
+struct MeasurementSettings {
+  std::string cgroup;  // cgroup v2 directory for sockops; "" = the cgroup v2 mount
+  std::chrono::nanoseconds window = std::chrono::seconds(10);  // percentiles and loss
+  std::string rdma_sysfs = "/sys/class/infiniband";
+};
+
+struct MetricsSettings {
+  std::string listen = "127.0.0.1:9464";  // Prometheus endpoint; "" disables it
+};
+
 struct RoutingSettings {
   uint32_t rule_priority = 10000;  // the service owns [rule_priority, rule_priority + 99]
   uint8_t route_protocol = 200;    // rtnetlink protocol tag of our rules and routes
@@ -99,6 +109,8 @@ struct Policy {
   RoutingSettings routing;
   SchedulerSettings scheduler;
   HealthSettings health;
+  MeasurementSettings measurement;
+  MetricsSettings metrics;
   std::vector<PathSpec> paths;
   std::vector<ClassSpec> classes;
 

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     (void)s.map("dp_marks").update(&k, &v);
   }
   uint32_t zero = 0, lo = 1;
-  dp_config cfg{0, DP_CLASS_NONE, 0};
+  dp_config cfg{0, DP_CLASS_NONE, 0, 0};
   (void)s.map("dp_config").update(&zero, &cfg);
   for (uint32_t r = 0; r < 2; ++r) {
     dp_rail rail = dp::encode_rail(p.paths[r], r == 0 ? 1 : 4242, true);

@@ -67,7 +67,7 @@ class Classifier : public ::testing::Test {
   }
   void set_config(uint32_t gen, uint32_t default_class) {
     uint32_t zero = 0;
-    dp_config c{gen, default_class, 0};
+    dp_config c{gen, default_class, 0, 0};
     ASSERT_TRUE(map("dp_config").update(&zero, &c));
   }
   void set_rail(uint32_t slot, uint32_t ifindex, bool enabled, bool gw4, bool gw6) {

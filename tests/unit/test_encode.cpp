@@ -109,9 +109,11 @@ TEST(AbiLayout, StructSizesAreStable) {
   // Pinned maps are adopted across restarts: a size change must be deliberate.
   EXPECT_EQ(sizeof(dp_port_entry), 4u);
   EXPECT_EQ(sizeof(dp_mark_key), 8u);
-  EXPECT_EQ(sizeof(dp_config), 16u);
+  EXPECT_EQ(sizeof(dp_config), 24u);
   EXPECT_EQ(sizeof(dp_rail), 28u);
   EXPECT_EQ(sizeof(dp_decision), 16u);
   EXPECT_EQ(sizeof(dp_flow_key), 40u);
   EXPECT_EQ(sizeof(dp_counters), 64u);
+  EXPECT_EQ(sizeof(dp_flow), 64u);
+  EXPECT_EQ(sizeof(dp_tcp_stats), 296u);
 }
