@@ -109,13 +109,6 @@ void add_tcp(TcpCounters& into, const TcpCounters& c) {
   into.rto_events += c.rto_events;
 }
 
-const char* exception_name(int reason) {
-  static constexpr const char* names[DP_EXC_MAX] = {
-      "non_ip",          "short",           "fragment",           "other_l4",
-      "ipv6_exthdr",     "unknown_ifindex", "target_unavailable", "no_gateway",
-      "redirect_failed", "flow_table_full"};
-  return reason >= 0 && reason < DP_EXC_MAX ? names[reason] : "?";
-}
 
 std::string Daemon::pin_dir(const std::string& bpffs_root, const std::string& node) {
   return (std::filesystem::path(bpffs_root) / "dualpath" / node).string();
@@ -165,6 +158,7 @@ Result<void> Daemon::start() {
   else
     spdlog::warn("{}; sockops will count sockets of every namespace", cookie.error().what());
   links_ = std::make_unique<LinkStatsReader>();
+  DP_TRY(start_metrics(p.metrics.listen));
   DP_TRY(apply_policy(p));
   spdlog::info("node {}: policy {} (hash {}) applied: {} paths, {} classes, generation {}", p.node,
                p.file, p.hash, p.paths.size(), p.classes.size(), gen_);
@@ -328,6 +322,12 @@ Result<void> Daemon::reload() {
   if (load.policy->node != policy_.node)
     return DP_ERROR("policy {} names node \"{}\" but this daemon runs node \"{}\"; refused",
                     opts_.policy_file, load.policy->node, policy_.node);
+  if (load.policy->metrics.listen != metrics_listen_) {
+    auto m = start_metrics(load.policy->metrics.listen);
+    if (!m)
+      return DP_ERROR("policy {} refused: {}; the running policy {} stays", opts_.policy_file,
+                      m.error().what(), policy_.hash);
+  }
   Policy old = policy_;
   auto r = apply_policy(*load.policy);
   if (!r)
@@ -415,6 +415,7 @@ void Daemon::tick() {
   }
   read_tcp();
   measure_paths();
+  publish_metrics();
   last_tick_ = now;
   ++ticks_;
   sd_notify(0, "WATCHDOG=1");
@@ -456,6 +457,49 @@ void Daemon::measure_paths() {
       spdlog::info("path {}: the datapath and the link agree again", policy_.paths[i].name);
     disagreeing_[i] = !rec.agree;
   }
+}
+
+Result<void> Daemon::start_metrics(const std::string& listen) {
+  if (listen.empty()) {
+    if (metrics_) spdlog::info("metrics endpoint stopped");
+    metrics_.reset();
+    metrics_listen_.clear();
+    return {};
+  }
+  std::unique_ptr<MetricsExporter> old = std::move(metrics_);
+  old.reset();  // free the port first when the address is the same
+  auto e = MetricsExporter::start(listen);
+  if (!e) return e.error();
+  metrics_ = std::move(*e);
+  metrics_listen_ = listen;
+  spdlog::info("metrics on http://{}/metrics", listen);
+  return {};
+}
+
+void Daemon::publish_metrics() {
+  if (!metrics_) return;
+  MetricsView v;
+  v.version = kVersion;
+  v.node = policy_.node;
+  v.policy_file = policy_.file;
+  v.policy_hash = policy_.hash;
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+    auto slot = static_cast<size_t>(rail_slot_[i]);
+    MetricsView::Path p;
+    p.name = policy_.paths[i].name;
+    p.capacity_bps = policy_.paths[i].capacity_bps;
+    p.measure = i < measures_.size() ? &measures_[i] : nullptr;
+    p.exceptions = exceptions_[slot];
+    v.paths.push_back(std::move(p));
+    for (size_t c = 0; c <= policy_.classes.size(); ++c) {
+      bool unclassified = c == policy_.classes.size();
+      auto cslot = unclassified ? DP_CLASS_UNCLASSIFIED : static_cast<size_t>(class_slot_[c]);
+      v.classes.push_back({policy_.paths[i].name,
+                           unclassified ? "unclassified" : policy_.classes[c].name,
+                           counters_[slot][cslot], tcp_[slot][cslot]});
+    }
+  }
+  metrics_->publish(build_metrics(v));
 }
 
 // ---------------------------------------------------------------- control

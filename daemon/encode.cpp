@@ -109,4 +109,13 @@ std::string decode_name(const dp_slot_name& n) {
   return std::string(n.name, strnlen(n.name, DP_NAME_LEN));
 }
 
+// Names of enum dp_exception, for counters and metrics.
+const char* exception_name(int reason) {
+  static constexpr const char* names[DP_EXC_MAX] = {
+      "non_ip",          "short",           "fragment",           "other_l4",
+      "ipv6_exthdr",     "unknown_ifindex", "target_unavailable", "no_gateway",
+      "redirect_failed", "flow_table_full"};
+  return reason >= 0 && reason < DP_EXC_MAX ? names[reason] : "?";
+}
+
 }  // namespace dp

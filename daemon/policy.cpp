@@ -641,7 +641,9 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   Policy p;
   p.file = name;
   p.hash = content_hash(text);
-  c.only_keys(root, {"node", "routing", "scheduler", "health", "path", "class"}, "the top level");
+  c.only_keys(root,
+              {"node", "routing", "scheduler", "health", "measurement", "metrics", "path", "class"},
+              "the top level");
   parse_node(c, root, p);
   parse_routing(c, root, p);
   parse_scheduler(c, root, p);

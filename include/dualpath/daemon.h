@@ -14,6 +14,7 @@
 #include "dualpath/control.h"
 #include "dualpath/datapath.h"
 #include "dualpath/measure.h"
+#include "dualpath/metrics.h"
 #include "dualpath/policy.h"
 #include "dualpath/result.h"
 
@@ -60,6 +61,8 @@ class Daemon {
   json flows_json(const json& args) const;
   void read_tcp();
   void measure_paths();
+  Result<void> start_metrics(const std::string& listen);
+  void publish_metrics();
 
   DaemonOptions opts_;
   Policy policy_;
@@ -88,6 +91,8 @@ class Daemon {
   uint64_t netns_cookie_ = 0;
   std::string sockops_cgroup_;     // "" when TCP measurement is off
   std::vector<bool> disagreeing_;  // per path: reconciliation reported
+  std::unique_ptr<MetricsExporter> metrics_;
+  std::string metrics_listen_;
 
   Fd listen_fd_;          // claimed first: one daemon per socket
   ino_t socket_ino_ = 0;  // unlink the socket at exit only if it is still ours
@@ -97,6 +102,5 @@ class Daemon {
 dp_counters sum_counters(const std::vector<dp_counters>& per_cpu);
 TcpCounters sum_tcp(const std::vector<dp_tcp_stats>& per_cpu);
 void add_tcp(TcpCounters& into, const TcpCounters& c);
-const char* exception_name(int reason);
 
 }  // namespace dp

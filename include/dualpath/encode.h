@@ -42,4 +42,7 @@ dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled);
 dp_slot_name encode_name(const std::string& name);
 std::string decode_name(const dp_slot_name& n);
 
+// "non_ip", "fragment", ... for enum dp_exception
+const char* exception_name(int reason);
+
 }  // namespace dp

@@ -1,0 +1,163 @@
+#include "dualpath/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <sstream>
+
+#include "dualpath/encode.h"
+
+namespace dp {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+ClientMetric::Label L(std::string n, std::string v) { return {std::move(n), std::move(v)}; }
+
+struct Builder {
+  std::deque<MetricFamily> out;  // a deque: family() hands out references that must stay valid
+  MetricFamily& family(std::string name, std::string help, MetricType type) {
+    out.push_back({std::move(name), std::move(help), type, {}});
+    return out.back();
+  }
+  static void add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+    ClientMetric m;
+    m.label = std::move(labels);
+    if (f.type == MetricType::Counter)
+      m.counter.value = value;
+    else
+      m.gauge.value = value;
+    f.metric.push_back(std::move(m));
+  }
+};
+
+}  // namespace
+
+std::vector<MetricFamily> build_metrics(const MetricsView& v) {
+  Builder b;
+  auto& build = b.family("dualpath_build_info", "dualpath build", MetricType::Gauge);
+  Builder::add(build, {L("version", v.version)}, 1);
+  auto& pol = b.family("dualpath_policy_info", "the running policy; hash is the content hash of the file",
+                       MetricType::Gauge);
+  Builder::add(pol, {L("node", v.node), L("file", v.policy_file), L("hash", v.policy_hash)}, 1);
+
+  auto& cap = b.family("dualpath_path_capacity_bytes_per_second", "capacity of the path from the policy",
+                       MetricType::Gauge);
+  auto& util = b.family("dualpath_path_utilisation_ratio",
+                        "transmit rate (link plus RDMA) over capacity, EWMA", MetricType::Gauge);
+  auto& rate = b.family("dualpath_path_transmit_bytes_per_second", "link transmit rate, EWMA",
+                        MetricType::Gauge);
+  auto& txb = b.family("dualpath_path_transmit_bytes_total", "bytes the link sent (kernel statistics)",
+                       MetricType::Counter);
+  auto& rxb = b.family("dualpath_path_receive_bytes_total", "bytes the link received (kernel statistics)",
+                       MetricType::Counter);
+  auto& txd = b.family("dualpath_path_transmit_drops_total", "packets the link dropped on transmit",
+                       MetricType::Counter);
+  auto& rxd = b.family("dualpath_path_receive_drops_total", "packets the link dropped on receive",
+                       MetricType::Counter);
+  auto& txe = b.family("dualpath_path_transmit_errors_total", "link transmit errors", MetricType::Counter);
+  auto& rxe = b.family("dualpath_path_receive_errors_total", "link receive errors", MetricType::Counter);
+  auto& rtt = b.family("dualpath_path_rtt_seconds",
+                       "TCP smoothed RTT (sockops): quantiles over the measurement window, count "
+                       "and sum since start",
+                       MetricType::Summary);
+  auto& loss = b.family("dualpath_path_loss_ratio",
+                        "retransmitted over sent TCP segments over the measurement window",
+                        MetricType::Gauge);
+  auto& agree = b.family("dualpath_path_counters_agree",
+                         "1 when the datapath's and the link's transmit counters agree", MetricType::Gauge);
+  auto& age = b.family("dualpath_path_sample_age_seconds", "age of the newest sample", MetricType::Gauge);
+  auto& exc = b.family("dualpath_datapath_passed_packets_total",
+                       "packets the datapath passed untouched, by reason (it never drops)",
+                       MetricType::Counter);
+  auto& rdma_tx = b.family("dualpath_path_rdma_transmit_bytes_per_second",
+                           "RDMA transmit rate of the path's RDMA devices, EWMA", MetricType::Gauge);
+  for (const auto& p : v.paths) {
+    auto path = L("path", p.name);
+    Builder::add(cap, {path}, static_cast<double>(p.capacity_bps) / 8);
+    for (int e = 0; e < DP_EXC_MAX; ++e)
+      Builder::add(exc, {path, L("reason", exception_name(e))}, static_cast<double>(p.exceptions[e]));
+    if (!p.measure || !p.measure->has_sample()) continue;
+    const auto& m = *p.measure;
+    const auto& last = m.latest();
+    Builder::add(util, {path}, m.utilisation());
+    Builder::add(rate, {path}, m.tx_bps() / 8);
+    Builder::add(rdma_tx, {path}, m.rdma_tx_bps() / 8);
+    Builder::add(txb, {path}, static_cast<double>(last.link.tx_bytes));
+    Builder::add(rxb, {path}, static_cast<double>(last.link.rx_bytes));
+    Builder::add(txd, {path}, static_cast<double>(last.link.tx_dropped));
+    Builder::add(rxd, {path}, static_cast<double>(last.link.rx_dropped));
+    Builder::add(txe, {path}, static_cast<double>(last.link.tx_errors));
+    Builder::add(rxe, {path}, static_cast<double>(last.link.rx_errors));
+    {
+      ClientMetric sm;
+      sm.label = {path};
+      sm.summary.sample_count = last.tcp.rtt_samples;
+      sm.summary.sample_sum = static_cast<double>(last.tcp.srtt_us_sum) / 1e6;
+      if (auto r = m.rtt_us())
+        sm.summary.quantile = {{0.5, r->p50 / 1e6}, {0.95, r->p95 / 1e6}, {0.99, r->p99 / 1e6}};
+      rtt.metric.push_back(std::move(sm));
+    }
+    if (auto l = m.loss()) Builder::add(loss, {path}, l->value);
+    Builder::add(agree, {path}, m.reconciliation().agree ? 1 : 0);
+    Builder::add(age, {path},
+                 std::chrono::duration<double>(Clock::now() - last.t).count());
+  }
+
+  auto& ctx = b.family("dualpath_class_transmit_bytes_total",
+                       "bytes of a class that left by a path (datapath)", MetricType::Counter);
+  auto& ctp = b.family("dualpath_class_transmit_packets_total",
+                       "packets of a class that left by a path (datapath)", MetricType::Counter);
+  auto& crx = b.family("dualpath_class_receive_bytes_total",
+                       "bytes of a class that arrived on a path (datapath)", MetricType::Counter);
+  auto& cred = b.family("dualpath_class_redirected_packets_total",
+                        "packets of a class redirected from a path to another", MetricType::Counter);
+  auto& segs = b.family("dualpath_tcp_segments_sent_total", "TCP data segments sent (sockops)",
+                        MetricType::Counter);
+  auto& retr = b.family("dualpath_tcp_retransmitted_segments_total",
+                        "TCP segments retransmitted (sockops)", MetricType::Counter);
+  auto& rto = b.family("dualpath_tcp_retransmission_timeouts_total", "TCP RTO events (sockops)",
+                       MetricType::Counter);
+  auto& hist = b.family("dualpath_tcp_rtt_seconds",
+                        "TCP smoothed RTT at each RTT sample (sockops), log2 buckets",
+                        MetricType::Histogram);
+  for (const auto& c : v.classes) {
+    std::vector<ClientMetric::Label> l{L("class", c.klass), L("path", c.path)};
+    Builder::add(ctx, l, static_cast<double>(c.counters.tx_bytes));
+    Builder::add(ctp, l, static_cast<double>(c.counters.tx_packets));
+    Builder::add(crx, l, static_cast<double>(c.counters.rx_bytes));
+    Builder::add(cred, l, static_cast<double>(c.counters.redirect_packets));
+    Builder::add(segs, l, static_cast<double>(c.tcp.segs_out));
+    Builder::add(retr, l, static_cast<double>(c.tcp.retrans_segs));
+    Builder::add(rto, l, static_cast<double>(c.tcp.rto_events));
+    ClientMetric h;
+    h.label = l;
+    uint64_t cum = 0;
+    // buckets up to 2^26 us (67 s); everything above lands in +Inf
+    for (size_t i = 0; i < 26; ++i) {
+      cum += c.tcp.rtt_us[i];
+      h.histogram.bucket.push_back({cum, std::ldexp(1.0, static_cast<int>(i) + 1) / 1e6});
+    }
+    h.histogram.bucket.push_back({c.tcp.rtt_samples, std::numeric_limits<double>::infinity()});
+    h.histogram.sample_count = c.tcp.rtt_samples;
+    h.histogram.sample_sum = static_cast<double>(c.tcp.srtt_us_sum) / 1e6;
+    hist.metric.push_back(std::move(h));
+  }
+  // Families without a series are left out (an empty family is not valid exposition).
+  std::vector<MetricFamily> out;
+  for (auto& f : b.out)
+    if (!f.metric.empty()) out.push_back(std::move(f));
+  return out;
+}
+
+std::string serialize_metrics(const std::vector<MetricFamily>& families) {
+  std::ostringstream os;
+  prometheus::TextSerializer().Serialize(os, families);
+  return os.str();
+}
+
+}  // namespace dp

@@ -1,0 +1,61 @@
+// Prometheus metrics. build_metrics() is pure: it turns a view of the
+// daemon's state into metric families named by Prometheus conventions
+// (base units, _total for counters, labels path and class). The exporter
+// serves the newest families over HTTP with prometheus-cpp.
+#pragma once
+
+#include <prometheus/metric_family.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dualpath/abi.h"
+#include "dualpath/measure.h"
+#include "dualpath/result.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace dp {
+
+struct MetricsView {
+  std::string version, node, policy_file, policy_hash;
+  struct Path {
+    std::string name;
+    uint64_t capacity_bps = 0;
+    const PathMeasure* measure = nullptr;  // null until the first sample
+    std::array<uint64_t, DP_EXC_MAX> exceptions{};
+  };
+  struct Class {
+    std::string path, klass;  // klass "unclassified" for the unclassified slot
+    dp_counters counters{};
+    TcpCounters tcp;
+  };
+  std::vector<Path> paths;
+  std::vector<Class> classes;
+};
+
+std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);
+// The text exposition format of the families (what /metrics serves).
+std::string serialize_metrics(const std::vector<prometheus::MetricFamily>& families);
+
+class MetricsExporter {
+ public:
+  // listen: "127.0.0.1:9464" or "[::1]:9464".
+  static Result<std::unique_ptr<MetricsExporter>> start(const std::string& listen);
+  ~MetricsExporter();
+  void publish(std::vector<prometheus::MetricFamily> families);
+  int port() const;
+
+ private:
+  class Snapshot;
+  MetricsExporter() = default;
+  std::shared_ptr<Snapshot> snapshot_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace dp

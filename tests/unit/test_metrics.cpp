@@ -1,0 +1,83 @@
+// The metrics builder: names, types, and histogram and summary structure.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dualpath/metrics.h"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+const prometheus::MetricFamily* find(const std::vector<prometheus::MetricFamily>& fs, const std::string& n) {
+  for (auto& f : fs)
+    if (f.name == n) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(Metrics, FamiliesFollowPrometheusConventions) {
+  dp::PathMeasure m{1'000'000'000, 0.2, 2s};
+  for (int i = 0; i < 10; ++i) {
+    dp::PathSnapshot s;
+    s.t = dp::Clock::now() - (10 - i) * 50ms;
+    s.link.tx_bytes = static_cast<uint64_t>(i) * 1000;
+    s.tcp.rtt_us[7] = static_cast<uint64_t>(i) * 10;  // [128, 256) us
+    s.tcp.rtt_samples = static_cast<uint64_t>(i) * 10;
+    s.tcp.srtt_us_sum = static_cast<uint64_t>(i) * 10 * 200;
+    m.update(s);
+  }
+  dp::MetricsView v{"0.1.0", "n1", "/etc/dualpath/policy.toml", "00112233aabbccdd", {}, {}};
+  v.paths.push_back({"rail0", 1'000'000'000, &m, {}});
+  v.paths.push_back({"rail1", 250'000'000, nullptr, {}});
+  dp::MetricsView::Class c{"rail0", "control", {}, {}};
+  c.counters.tx_bytes = 4242;
+  c.tcp.rtt_us[7] = 90;
+  c.tcp.rtt_us[20] = 1;
+  c.tcp.rtt_samples = 91;
+  c.tcp.srtt_us_sum = 90 * 200 + 1'500'000;
+  v.classes.push_back(c);
+  auto fs = dp::build_metrics(v);
+
+  for (auto& f : fs) {
+    EXPECT_EQ(f.name.rfind("dualpath_", 0), 0u) << f.name;
+    if (f.type == prometheus::MetricType::Counter) {
+      EXPECT_EQ(f.name.substr(f.name.size() - 6), "_total") << f.name;
+    }
+    EXPECT_FALSE(f.metric.empty()) << "empty family " << f.name;
+  }
+  auto* info = find(fs, "dualpath_policy_info");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->metric[0].label[2].value, "00112233aabbccdd");
+  auto* tx = find(fs, "dualpath_class_transmit_bytes_total");
+  ASSERT_TRUE(tx);
+  EXPECT_EQ(tx->metric[0].counter.value, 4242);
+
+  auto* h = find(fs, "dualpath_tcp_rtt_seconds");
+  ASSERT_TRUE(h);
+  const auto& hist = h->metric[0].histogram;
+  EXPECT_EQ(hist.sample_count, 91u);
+  ASSERT_FALSE(hist.bucket.empty());
+  EXPECT_TRUE(std::isinf(hist.bucket.back().upper_bound));
+  EXPECT_EQ(hist.bucket.back().cumulative_count, 91u);
+  for (size_t i = 1; i < hist.bucket.size(); ++i) {
+    EXPECT_GE(hist.bucket[i].cumulative_count, hist.bucket[i - 1].cumulative_count);
+    EXPECT_GT(hist.bucket[i].upper_bound, hist.bucket[i - 1].upper_bound);
+  }
+  EXPECT_EQ(hist.bucket[7].upper_bound, 256e-6) << "bucket 7 holds [128, 256) us";
+  EXPECT_EQ(hist.bucket[7].cumulative_count, 90u);
+
+  auto* rtt = find(fs, "dualpath_path_rtt_seconds");
+  ASSERT_TRUE(rtt);
+  ASSERT_EQ(rtt->metric.size(), 1u) << "only rail0 has a sample";
+  EXPECT_EQ(rtt->metric[0].summary.sample_count, 90u);
+  ASSERT_EQ(rtt->metric[0].summary.quantile.size(), 3u);
+  EXPECT_GT(rtt->metric[0].summary.quantile[0].value, 128e-6);
+  EXPECT_LT(rtt->metric[0].summary.quantile[0].value, 256e-6);
+
+  std::string text = dp::serialize_metrics(fs);
+  EXPECT_NE(text.find("# TYPE dualpath_tcp_rtt_seconds histogram"), std::string::npos);
+  EXPECT_NE(text.find("dualpath_path_capacity_bytes_per_second{path=\"rail1\"} 31250000"), std::string::npos)
+      << text.substr(0, 2000);
+}
