@@ -1,6 +1,7 @@
 #include "dualpath/daemon.h"
 
 #include <net/if.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -118,7 +119,21 @@ Daemon::~Daemon() = default;
 
 // ---------------------------------------------------------------- start / apply
 
+namespace {
+sigset_t daemon_signals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, s);
+  return mask;
+}
+}  // namespace
+
 Result<void> Daemon::start() {
+  // Block the signals run() reads from a signalfd before any thread exists:
+  // threads (the metrics HTTP server's) inherit the mask, and a thread that
+  // did not block SIGHUP would take it and terminate the process.
+  sigset_t mask = daemon_signals();
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   started_ = std::chrono::steady_clock::now();
   auto load = load_policy_file(opts_.policy_file);
   if (!load.ok()) {
@@ -816,10 +831,8 @@ struct Client {
 }  // namespace
 
 int Daemon::run() {
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, s);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  sigset_t mask = daemon_signals();
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   Fd sfd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   Fd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));

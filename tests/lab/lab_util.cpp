@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -58,6 +59,7 @@ json dpctl(const std::string& node, const std::string& args) {
 namespace {
 
 bool enter_netns(const std::string& ns) {
+  if (ns.empty()) return true;  // stay in the current (root) namespace
   int fd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   bool ok = ::setns(fd, CLONE_NEWNET) == 0;
@@ -262,6 +264,126 @@ Transfer::~Transfer() {
 TransferResult tcp_transfer(const TransferSpec& s) {
   Transfer t(s);
   return t.wait();
+}
+
+std::vector<double> ping_pong(const std::string& client_ns, const std::string& server_ns,
+                              const std::string& dst, uint16_t port, int count, int size) {
+  int p[2], ready[2];
+  if (pipe(p) || pipe(ready)) return {};
+  pid_t server = fork();
+  if (server == 0) {
+    ::close(ready[0]);
+    if (!enter_netns(server_ns)) _exit(1);
+    socklen_t len;
+    auto any = make_addr(dst.find(':') != std::string::npos ? "::" : "0.0.0.0", port, &len);
+    int l = ::socket(any.ss_family, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(l, reinterpret_cast<sockaddr*>(&any), len) || ::listen(l, 1)) _exit(1);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    int fd = ::accept(l, nullptr, nullptr);
+    set_timeouts(fd);
+    std::vector<char> buf(static_cast<size_t>(size));
+    for (;;) {
+      size_t got = 0;
+      while (got < buf.size()) {
+        ssize_t n = ::recv(fd, buf.data() + got, buf.size() - got, 0);
+        if (n <= 0) _exit(0);
+        got += static_cast<size_t>(n);
+      }
+      if (::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) _exit(0);
+    }
+  }
+  ::close(ready[1]);
+  char c;
+  if (::read(ready[0], &c, 1) != 1) {
+    ::close(ready[0]);
+    ::waitpid(server, nullptr, 0);
+    return {};
+  }
+  ::close(ready[0]);
+  pid_t client = fork();
+  if (client == 0) {
+    ::close(p[0]);
+    std::vector<double> rtts;
+    if (enter_netns(client_ns)) {
+      socklen_t len;
+      auto to = make_addr(dst, port, &len);
+      int fd = ::socket(to.ss_family, SOCK_STREAM, 0);
+      set_timeouts(fd);
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&to), len) == 0) {
+        std::vector<char> buf(static_cast<size_t>(size), 'p');
+        for (int i = 0; i < count; ++i) {
+          auto t = std::chrono::steady_clock::now();
+          if (::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) break;
+          size_t got = 0;
+          while (got < buf.size()) {
+            ssize_t n = ::recv(fd, buf.data() + got, buf.size() - got, 0);
+            if (n <= 0) break;
+            got += static_cast<size_t>(n);
+          }
+          if (got < buf.size()) break;
+          rtts.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
+          std::this_thread::sleep_for(std::chrono::microseconds(500));
+        }
+      }
+      ::close(fd);
+    }
+    size_t n = rtts.size();
+    (void)!::write(p[1], &n, sizeof(n));
+    if (n) (void)!::write(p[1], rtts.data(), n * sizeof(double));
+    _exit(0);
+  }
+  ::close(p[1]);
+  size_t n = 0;
+  std::vector<double> out;
+  if (::read(p[0], &n, sizeof(n)) == sizeof(n) && n > 0) {
+    out.resize(n);
+    size_t want = n * sizeof(double), got = 0;
+    while (got < want) {
+      ssize_t k = ::read(p[0], reinterpret_cast<char*>(out.data()) + got, want - got);
+      if (k <= 0) break;
+      got += static_cast<size_t>(k);
+    }
+    if (got < want) out.clear();
+  }
+  ::close(p[0]);
+  ::waitpid(client, nullptr, 0);
+  ::kill(server, SIGKILL);
+  ::waitpid(server, nullptr, 0);
+  return out;
+}
+
+pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    if (!enter_netns(ns)) _exit(127);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+void stop_child(pid_t pid, int timeout_ms) {
+  if (pid <= 0) return;
+  ::kill(pid, SIGTERM);
+  for (int waited = 0; waited < timeout_ms; waited += 50) {
+    if (::waitpid(pid, nullptr, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
 }
 
 int udp_send(const std::string& ns, const std::string& dst, uint16_t dport, uint16_t sport,

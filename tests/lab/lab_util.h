@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lab {
 
@@ -59,6 +60,17 @@ class Transfer {
 };
 
 TransferResult tcp_transfer(const TransferSpec& s);
+
+// Round trips of `size`-byte messages over one TCP connection (client in
+// client_ns, echo server in server_ns); returns each round trip in
+// microseconds, or an empty vector on error.
+std::vector<double> ping_pong(const std::string& client_ns, const std::string& server_ns,
+                              const std::string& dst, uint16_t port, int count, int size);
+
+// Runs argv in ns (nsenter-like: fork, setns, exec) with output to log; returns the pid.
+pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv, const std::string& log);
+// SIGTERM, then SIGKILL after timeout_ms; reaps the child.
+void stop_child(pid_t pid, int timeout_ms = 5000);
 // Sends `count` UDP datagrams of `size` bytes; returns the number sent.
 int udp_send(const std::string& ns, const std::string& dst, uint16_t dport, uint16_t sport,
              int count, int size, uint32_t mark = 0);

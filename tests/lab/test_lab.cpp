@@ -13,13 +13,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "drop.skel.h"
 #include "lab_util.h"
 
 namespace fs = std::filesystem;
@@ -44,6 +47,16 @@ void write_file(const std::string& p, const std::string& s) { std::ofstream(p) <
 
 pid_t daemon_pid(const std::string& ns) {
   return static_cast<pid_t>(std::stol("0" + read_file("/run/dualpath-lab/" + ns + ".pid")));
+}
+
+// Waits until a process has exited (not just been signalled).
+void wait_gone(pid_t pid) {
+  for (int i = 0; i < 200; ++i) {
+    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (stat.empty() || stat.find(") Z ") != std::string::npos) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "process " << pid << " did not exit";
 }
 
 std::string nsenter(const std::string& ns) { return "nsenter --net=/run/netns/" + ns + " -- "; }
@@ -363,10 +376,181 @@ TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   lab::dpctl("a", "class set expert-combine rail0");
 }
 
+// ---------------------------------------------------------------- measurement
+
+json path_measure(const std::string& node, const std::string& path) {
+  json p = lab::dpctl(node, "path show " + path);
+  return p.is_object() ? p["measure"] : json();
+}
+
+// Attaches drop.bpf.c (dropping per_100000 of packets) on ns/dev ingress at
+// priority 5, behind dualpath's programs. Returns an error message or "".
+std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000, bool detach = false) {
+  std::string err;
+  int self = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  int target = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  if (self < 0 || target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
+    err = "cannot enter " + ns;
+  } else {
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex(dev.c_str())),
+                .attach_point = BPF_TC_INGRESS);
+    if (detach) {
+      LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
+      if (bpf_tc_detach(&hook, &opts) != 0) err = "cannot detach the drop filter";
+    } else {
+      drop* skel = drop__open();
+      if (!skel) {
+        err = "cannot open drop.bpf.o";
+      } else {
+        skel->rodata->drop_per_100000 = per_100000;
+        LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
+        if (drop__load(skel) != 0)
+          err = "cannot load drop.bpf.o";
+        else {
+          opts.prog_fd = bpf_program__fd(skel->progs.drop_some);
+          if (bpf_tc_attach(&hook, &opts) != 0) err = "cannot attach the drop filter";
+        }
+        drop__destroy(skel);  // the filter keeps the program
+      }
+    }
+    ::setns(self, CLONE_NEWNET);
+  }
+  if (self >= 0) ::close(self);
+  if (target >= 0) ::close(target);
+  return err;
+}
+
+TEST_F(Lab, MeasuredRateMatchesAKnownRate) {
+  // 100 Mbit/s of expert-dispatch (rail0) for 3 s, paced by the sender
+  lab::TransferSpec spec{"dpl-a", "dpl-b", "10.99.0.2", 50011, 0, 0, 37'500'000, 100e6};
+  lab::Transfer t(spec);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  uint64_t l0 = lab::tx_bytes("dpl-a", "rail0");
+  auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  json m = path_measure("a", "rail0");
+  uint64_t l1 = lab::tx_bytes("dpl-a", "rail0");
+  double link_bps = static_cast<double>(l1 - l0) * 8 /
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto r = t.wait();
+  ASSERT_TRUE(r.ok()) << r.error;
+  ASSERT_TRUE(m.is_object());
+  double reported = m["tx_bps"].get<double>();
+  EXPECT_NEAR(reported, 100e6, 5e6) << "the daemon's rate against the sender's pace";
+  EXPECT_NEAR(reported, link_bps, 0.05 * link_bps) << "against the link counters read by the test";
+  EXPECT_NEAR(m["utilisation"].get<double>(), 0.1, 0.005) << "100 Mbit/s of 1 Gbit/s";
+  EXPECT_TRUE(m["reconciliation"]["agree"].get<bool>()) << m["reconciliation"].dump();
+}
+
+TEST_F(Lab, RttPercentilesAgreeWithAnApplicationPingPong) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));  // let the 2 s window forget earlier traffic
+  auto rtts = lab::ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53011, 1500, 200);
+  ASSERT_GE(rtts.size(), 1500u);
+  std::sort(rtts.begin(), rtts.end());
+  double app_p50 = rtts[rtts.size() / 2];
+  json m = path_measure("a", "rail0");
+  ASSERT_TRUE(m["rtt"].is_object()) << m.dump();
+  double p50 = m["rtt"]["p50_us"].get<double>();
+  // The daemon's figure is the kernel's smoothed RTT in log2 buckets: it can be
+  // off by one bucket (a factor of 2), and it does not see the application's
+  // own scheduling and syscall time, so it is the lower of the two.
+  EXPECT_GE(p50, app_p50 / 2) << "app p50 " << app_p50 << " us, daemon p50 " << p50 << " us";
+  EXPECT_LE(p50, app_p50 * 2) << "app p50 " << app_p50 << " us, daemon p50 " << p50 << " us";
+  EXPECT_LE(m["rtt"]["p50_us"].get<double>(), m["rtt"]["p99_us"].get<double>());
+  RecordProperty("app_p50_us", std::to_string(app_p50));
+  RecordProperty("daemon_p50_us", std::to_string(p50));
+  std::printf("    ping-pong p50 %.0f us (app) vs %.0f us (daemon, p95 %.0f, p99 %.0f)\n", app_p50, p50,
+              m["rtt"]["p95_us"].get<double>(), m["rtt"]["p99_us"].get<double>());
+}
+
+TEST_F(Lab, InjectedOnePercentLossIsReported) {
+  // segments, not 64 KiB GSO bursts, so that 1% of packets is 1% of segments
+  must(nsenter("dpl-a") + "ethtool -K rail0 tso off gso off");
+  ASSERT_EQ(attach_drop("dpl-b", "rail0", 1000), "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  auto r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50012, 0, 0, 48ull << 20});
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  json m = path_measure("a", "rail0");
+  EXPECT_EQ(attach_drop("dpl-b", "rail0", 0, true), "");
+  must(nsenter("dpl-a") + "ethtool -K rail0 tso on gso on");
+  ASSERT_TRUE(r.ok()) << r.error;
+  ASSERT_TRUE(m["loss"].is_object()) << m.dump();
+  double loss = m["loss"]["ratio"].get<double>();
+  std::printf("    injected 1%% loss, reported %.3f%% (%llu of %llu segments)\n", loss * 100,
+              static_cast<unsigned long long>(m["loss"]["retrans_segs"].get<uint64_t>()),
+              static_cast<unsigned long long>(m["loss"]["segs_out"].get<uint64_t>()));
+  EXPECT_GE(loss, 0.005);
+  EXPECT_LE(loss, 0.02);
+}
+
+TEST_F(Lab, NothingLeaksAcrossRailsOrNamespaces) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // earlier connections finish closing
+  json before = path_measure("a", "rail0");
+  json before1 = path_measure("a", "rail1");
+  // param-sync on rail1, and a transfer on an expert-dispatch port inside the
+  // root namespace (same cgroup, so the same sockops program sees it)
+  auto r1 = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52011, 0, 0, kBytes});
+  auto r2 = lab::tcp_transfer({"", "", "127.0.0.1", 50013, 0, 0, kBytes});
+  // and traffic wholly inside node b (b to its own service address): another namespace
+  auto r3 = lab::tcp_transfer({"dpl-b", "dpl-b", "10.99.0.2", 50014, 0, 0, kBytes});
+  ASSERT_TRUE(r1.ok() && r2.ok() && r3.ok()) << r1.error << r2.error << r3.error;
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  json after = path_measure("a", "rail0");
+  json after1 = path_measure("a", "rail1");
+  EXPECT_EQ(after["tcp"]["segs_out"], before["tcp"]["segs_out"]) << "rail0 saw no TCP segments";
+  EXPECT_EQ(after["tcp"]["rtt_samples"], before["tcp"]["rtt_samples"]);
+  EXPECT_GT(after1["tcp"]["segs_out"].get<uint64_t>(), before1["tcp"]["segs_out"].get<uint64_t>() + 1000)
+      << "while rail1 counted param-sync's";
+}
+
+TEST_F(Lab, MetricsPassPromtoolAndPrometheusReadsThemBack) {
+  auto r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50015, 0, 0, kBytes});
+  ASSERT_TRUE(r.ok()) << r.error;
+  std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
+  EXPECT_NE(metrics.find("dualpath_path_transmit_bytes_total{path=\"rail0\"}"), std::string::npos);
+  std::string file = g_policies + "/metrics.txt";
+  write_file(file, metrics);
+  auto check = sh("promtool check metrics < " + file);
+  EXPECT_EQ(check.rc, 0) << check.out;
+
+  // A real Prometheus, on loopback inside the node's namespace, scraping every second.
+  std::string dir = g_policies + "/prometheus";
+  fs::create_directories(dir + "/data");
+  write_file(dir + "/prometheus.yml",
+             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: dualpath\n"
+             "    static_configs:\n      - targets: ['127.0.0.1:9464']\n");
+  pid_t prom = lab::spawn_in_ns("dpl-a",
+                                {"prometheus", "--config.file=" + dir + "/prometheus.yml",
+                                 "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=127.0.0.1:9390"},
+                                dir + "/prometheus.log");
+  ASSERT_GT(prom, 0);
+  auto query = [&](const std::string& q) {
+    return json::parse(sh(nsenter("dpl-a") + "curl -sfG http://127.0.0.1:9390/api/v1/query --data-urlencode 'query=" + q + "'").out,
+                       nullptr, false);
+  };
+  double tx = 0, rtt_count = 0;
+  for (int i = 0; i < 60 && (tx == 0 || rtt_count == 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    json a = query("dualpath_path_transmit_bytes_total{path=\"rail0\"}");
+    json b = query("dualpath_path_rtt_seconds_count{path=\"rail0\"}");
+    if (a.is_object() && a["status"] == "success" && !a["data"]["result"].empty())
+      tx = std::stod(a["data"]["result"][0]["value"][1].get<std::string>());
+    if (b.is_object() && b["status"] == "success" && !b["data"]["result"].empty())
+      rtt_count = std::stod(b["data"]["result"][0]["value"][1].get<std::string>());
+  }
+  json q50 = query("dualpath_path_rtt_seconds{path=\"rail0\",quantile=\"0.5\"}");
+  lab::stop_child(prom);
+  EXPECT_GE(tx, static_cast<double>(kBytes)) << read_file(dir + "/prometheus.log").substr(0, 3000);
+  EXPECT_GT(rtt_count, 0);
+  ASSERT_TRUE(q50.is_object());
+  EXPECT_EQ(q50["status"], "success") << q50.dump();
+}
+
 TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
   for (const char* ns : {"dpl-a", "dpl-b"}) {
-    ASSERT_EQ(::kill(daemon_pid(ns), SIGTERM), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    pid_t pid = daemon_pid(ns);
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    wait_gone(pid);
     must(nsenter(ns) + DP_BUILD_DIR "/daemon/dualpathd --cleanup --policy " + g_policies + "/lab-" +
          std::string(ns).substr(4) + ".toml");
   }
