@@ -323,6 +323,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   disagreeing_.assign(next.paths.size(), false);
   policy_ = next;
   have_policy_ = true;
+  discover_rdma_ports(false);
   return {};
 }
 
@@ -446,8 +447,49 @@ void Daemon::read_tcp() {
     }
 }
 
+void Daemon::discover_rdma_ports(bool quiet) {
+  const std::string& root = policy_.measurement.rdma_sysfs;
+  auto found = discover_rdma(root);
+  if (!found) {
+    spdlog::warn("RDMA discovery in {} failed: {}", root, found.error().what());
+    return;
+  }
+  std::vector<RdmaPort> mine;
+  for (auto& p : *found)
+    for (auto& ps : policy_.paths)
+      if (!p.netdev.empty() && p.netdev == ps.interface) mine.push_back(p);
+  if (quiet && mine == rdma_ports_) return;
+  rdma_ports_ = mine;
+  if (found->empty())
+    spdlog::info("no RDMA devices under {}: RoCE traffic, if any, is not counted", root);
+  for (auto& p : *found) {
+    bool used = std::find(mine.begin(), mine.end(), p) != mine.end();
+    spdlog::info("RDMA device {} port {} (netdev {}){}", p.device, p.port,
+                 p.netdev.empty() ? "none" : p.netdev,
+                 used ? ": counted in its path's load" : ": not on a path, ignored");
+  }
+}
+
 void Daemon::measure_paths() {
   auto now = Clock::now();
+  if (ticks_ % 100 == 99) discover_rdma_ports(true);  // devices come and go
+  std::vector<std::optional<RdmaCounters>> rdma(policy_.paths.size());
+  rdma_by_path_.assign(policy_.paths.size(), {});
+  for (auto it = rdma_ports_.begin(); it != rdma_ports_.end();) {
+    auto c = read_rdma_counters(policy_.measurement.rdma_sysfs, *it);
+    if (!c) {
+      spdlog::warn("RDMA device {} port {} disappeared: {}", it->device, it->port, c.error().what());
+      it = rdma_ports_.erase(it);
+      continue;
+    }
+    for (size_t i = 0; i < policy_.paths.size(); ++i) {
+      if (policy_.paths[i].interface != it->netdev) continue;
+      if (!rdma[i]) rdma[i] = RdmaCounters{};
+      add_rdma(*rdma[i], *c);
+      rdma_by_path_[i].push_back(it->device + "/" + std::to_string(it->port));
+    }
+    ++it;
+  }
   for (size_t i = 0; i < policy_.paths.size() && i < measures_.size(); ++i) {
     auto slot = static_cast<size_t>(rail_slot_[i]);
     PathSnapshot s;
@@ -464,6 +506,7 @@ void Daemon::measure_paths() {
       continue;
     }
     s.link = *link;
+    s.rdma = rdma[i];
     measures_[i].update(s);
     const auto& rec = measures_[i].reconciliation();
     if (!rec.agree && !disagreeing_[i])
@@ -607,7 +650,24 @@ json Daemon::paths_json() const {
             {"window_s", secs(rec.window)},
             {"explanation", rec.explanation}}},
           {"sample_age_s", secs(std::chrono::duration_cast<Nanos>(Clock::now() - last.t))},
+          {"rdma", nullptr},
       };
+      if (last.rdma) {
+        const auto& rd = *last.rdma;
+        m["rdma"] = {{"devices", i < rdma_by_path_.size() ? rdma_by_path_[i] : std::vector<std::string>{}},
+                     {"tx_bps", pm.rdma_tx_bps()},
+                     {"rx_bps", pm.rdma_rx_bps()},
+                     {"tx_bytes", rd.tx_bytes},
+                     {"rx_bytes", rd.rx_bytes},
+                     {"tx_packets", rd.tx_packets},
+                     {"rx_packets", rd.rx_packets},
+                     {"cnp_sent", rd.cnp_sent},
+                     {"cnp_handled", rd.cnp_handled},
+                     {"ecn_marked", rd.ecn_marked},
+                     {"out_of_sequence", rd.out_of_sequence},
+                     {"seq_errors", rd.seq_errors},
+                     {"local_ack_timeouts", rd.local_ack_timeouts}};
+      }
     }
     double tx_bps = m.is_null() ? 0.0 : m["tx_bps"].get<double>();
     out.push_back({

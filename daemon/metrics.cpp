@@ -76,6 +76,23 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
                        MetricType::Counter);
   auto& rdma_tx = b.family("dualpath_path_rdma_transmit_bytes_per_second",
                            "RDMA transmit rate of the path's RDMA devices, EWMA", MetricType::Gauge);
+  struct RdmaFamily {
+    MetricFamily* f;
+    uint64_t RdmaCounters::*field;
+  };
+  const std::pair<const char*, std::pair<const char*, uint64_t RdmaCounters::*>> rdma_defs[] = {
+      {"dualpath_rdma_transmit_bytes_total", {"RDMA bytes sent (port_xmit_data x 4)", &RdmaCounters::tx_bytes}},
+      {"dualpath_rdma_receive_bytes_total", {"RDMA bytes received (port_rcv_data x 4)", &RdmaCounters::rx_bytes}},
+      {"dualpath_rdma_cnp_sent_total", {"congestion notification packets sent", &RdmaCounters::cnp_sent}},
+      {"dualpath_rdma_cnp_handled_total", {"congestion notification packets handled", &RdmaCounters::cnp_handled}},
+      {"dualpath_rdma_ecn_marked_packets_total", {"ECN-marked RoCE packets received", &RdmaCounters::ecn_marked}},
+      {"dualpath_rdma_out_of_sequence_total", {"out-of-sequence packets received", &RdmaCounters::out_of_sequence}},
+      {"dualpath_rdma_sequence_errors_total", {"packet sequence errors", &RdmaCounters::seq_errors}},
+      {"dualpath_rdma_local_ack_timeouts_total", {"local ACK timeouts", &RdmaCounters::local_ack_timeouts}},
+  };
+  std::vector<RdmaFamily> rdma_families;
+  for (auto& [name, d] : rdma_defs)
+    rdma_families.push_back({&b.family(name, d.first, MetricType::Counter), d.second});
   for (const auto& p : v.paths) {
     auto path = L("path", p.name);
     Builder::add(cap, {path}, static_cast<double>(p.capacity_bps) / 8);
@@ -104,6 +121,8 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     }
     if (auto l = m.loss()) Builder::add(loss, {path}, l->value);
     Builder::add(agree, {path}, m.reconciliation().agree ? 1 : 0);
+    if (last.rdma)
+      for (auto& rf : rdma_families) Builder::add(*rf.f, {path}, static_cast<double>((*last.rdma).*rf.field));
     Builder::add(age, {path},
                  std::chrono::duration<double>(Clock::now() - last.t).count());
   }

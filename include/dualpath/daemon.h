@@ -15,6 +15,7 @@
 #include "dualpath/datapath.h"
 #include "dualpath/measure.h"
 #include "dualpath/metrics.h"
+#include "dualpath/rdma.h"
 #include "dualpath/policy.h"
 #include "dualpath/result.h"
 
@@ -60,6 +61,7 @@ class Daemon {
   json classes_json() const;
   json flows_json(const json& args) const;
   void read_tcp();
+  void discover_rdma_ports(bool quiet);
   void measure_paths();
   Result<void> start_metrics(const std::string& listen);
   void publish_metrics();
@@ -92,6 +94,8 @@ class Daemon {
   std::string sockops_cgroup_;     // "" when TCP measurement is off
   std::vector<bool> disagreeing_;  // per path: reconciliation reported
   std::unique_ptr<MetricsExporter> metrics_;
+  std::vector<RdmaPort> rdma_ports_;                // ports whose netdev is a path's interface
+  std::vector<std::vector<std::string>> rdma_by_path_;  // device names per policy path
   std::string metrics_listen_;
 
   Fd listen_fd_;          // claimed first: one daemon per socket

@@ -44,6 +44,11 @@ std::string read_file(const std::string& p) {
   return ss.str();
 }
 void write_file(const std::string& p, const std::string& s) { std::ofstream(p) << s; }
+// Readers never see a half-written file (as with sysfs attributes).
+void write_file_atomic(const std::string& p, const std::string& s) {
+  write_file(p + ".tmp", s);
+  fs::rename(p + ".tmp", p);
+}
 
 pid_t daemon_pid(const std::string& ns) {
   return static_cast<pid_t>(std::stol("0" + read_file("/run/dualpath-lab/" + ns + ".pid")));
@@ -544,6 +549,49 @@ TEST_F(Lab, MetricsPassPromtoolAndPrometheusReadsThemBack) {
   EXPECT_GT(rtt_count, 0);
   ASSERT_TRUE(q50.is_object());
   EXPECT_EQ(q50["status"], "success") << q50.dump();
+}
+
+TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
+  // A fixture device (laid out as /sys/class/infiniband) whose RoCE port is rail1.
+  std::string root = g_policies + "/infiniband";
+  fs::copy(std::string(DP_SOURCE_DIR) + "/tests/fixtures/sysfs-infiniband", root, fs::copy_options::recursive);
+  write_file(root + "/mlx5_0/ports/1/gid_attrs/ndevs/0", "rail1\n");
+  write_file(root + "/mlx5_0/ports/1/gid_attrs/ndevs/1", "rail1\n");
+  const std::string file = g_policies + "/lab-a.toml";
+  const std::string good = read_file(file);
+  write_file(file, std::regex_replace(good, std::regex("window = \"2s\""),
+                                      "window = \"2s\"\nrdma_sysfs = \"" + root + "\""));
+  json rl = lab::dpctl("a", "policy reload");
+  ASSERT_TRUE(rl.contains("hash")) << rl.dump();
+
+  // 100 Mbit/s of RDMA: port_xmit_data counts 4-byte words
+  uint64_t words = 1'000'000;
+  const std::string counter = root + "/mlx5_0/ports/1/counters/port_xmit_data";
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 1; i <= 40; ++i) {
+    words += 156'250;  // 625 kB per 50 ms, on an absolute schedule
+    write_file_atomic(counter, std::to_string(words) + "\n");
+    std::this_thread::sleep_until(start + i * std::chrono::milliseconds(50));
+  }
+  json m = path_measure("a", "rail1");
+  ASSERT_TRUE(m["rdma"].is_object()) << m.dump();
+  EXPECT_EQ(m["rdma"]["devices"][0], "mlx5_0/1");
+  EXPECT_EQ(m["rdma"]["tx_bytes"].get<uint64_t>(), words * 4) << "4-byte words scaled to bytes";
+  EXPECT_NEAR(m["rdma"]["tx_bps"].get<double>(), 100e6, 15e6);
+  EXPECT_NEAR(m["utilisation"].get<double>(), 0.4, 0.06) << "100 Mbit/s of RDMA on a 250 Mbit/s rail";
+  EXPECT_EQ(m["rdma"]["cnp_sent"], 11);
+  std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
+  EXPECT_NE(metrics.find("dualpath_rdma_cnp_sent_total{path=\"rail1\"} 11"), std::string::npos);
+
+  // the device goes away: the daemon says so and carries on
+  fs::remove_all(root + "/mlx5_0");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(lab::dpctl("a", "status")["node"], "dpl-a");
+  EXPECT_NE(read_file("/run/dualpath-lab/dpl-a.log").find("RDMA device mlx5_0 port 1 disappeared"),
+            std::string::npos);
+  EXPECT_TRUE(path_measure("a", "rail1")["rdma"].is_null());
+  write_file(file, good);
+  lab::dpctl("a", "policy reload");
 }
 
 TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {

@@ -138,6 +138,18 @@ void print_path_detail(const json& p) {
                 << fmt::format("{:.1f}s", r["window_s"].get<double>()) << "\n";
     else
       std::cout << "  reconcile   DISAGREE: " << str(r["explanation"]) << "\n";
+    if (m["rdma"].is_object()) {
+      const json& rd = m["rdma"];
+      std::string devs;
+      for (auto& d : rd["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
+      std::cout << "  rdma        " << devs << ": tx " << dp::format_bandwidth(rd["tx_bps"].get<double>()) << ", rx "
+                << dp::format_bandwidth(rd["rx_bps"].get<double>()) << " (counted in utilisation); CNP sent "
+                << rd["cnp_sent"] << " handled " << rd["cnp_handled"] << ", ECN marked " << rd["ecn_marked"]
+                << "; out-of-sequence " << rd["out_of_sequence"] << ", sequence errors " << rd["seq_errors"]
+                << ", local ACK timeouts " << rd["local_ack_timeouts"] << "\n";
+    } else {
+      std::cout << "  rdma        no RDMA device on this path\n";
+    }
     std::cout << "  sample age  " << fmt::format("{:.0f} ms", 1000 * m["sample_age_s"].get<double>()) << "\n";
   }
   std::cout << "  redirected  " << p["redirected_out_packets"] << " packets to another rail\n";
