@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -267,7 +268,8 @@ TransferResult tcp_transfer(const TransferSpec& s) {
 }
 
 std::vector<double> ping_pong(const std::string& client_ns, const std::string& server_ns,
-                              const std::string& dst, uint16_t port, int count, int size) {
+                              const std::string& dst, uint16_t port, int count, int size,
+                              int pause_us) {
   int p[2], ready[2];
   if (pipe(p) || pipe(ready)) return {};
   pid_t server = fork();
@@ -327,7 +329,7 @@ std::vector<double> ping_pong(const std::string& client_ns, const std::string& s
           }
           if (got < buf.size()) break;
           rtts.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
-          std::this_thread::sleep_for(std::chrono::microseconds(500));
+          if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
         }
       }
       ::close(fd);
@@ -355,6 +357,34 @@ std::vector<double> ping_pong(const std::string& client_ns, const std::string& s
   ::kill(server, SIGKILL);
   ::waitpid(server, nullptr, 0);
   return out;
+}
+
+void udp_flows(const std::string& ns, const std::string& src, const std::string& dst,
+               uint16_t dport, uint16_t first_sport, int flows, double seconds) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    rlimit rl{static_cast<rlim_t>(flows + 64), static_cast<rlim_t>(flows + 64)};
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (!enter_netns(ns)) _exit(1);
+    std::vector<int> fds;
+    socklen_t len;
+    auto to = make_addr(dst, dport, &len);
+    for (int i = 0; i < flows; ++i) {
+      int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+      socklen_t sl;
+      auto from = make_addr(src, static_cast<uint16_t>(first_sport + i), &sl);
+      if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&from), sl) != 0) _exit(2);
+      fds.push_back(fd);
+    }
+    char msg[64] = {};
+    auto start = std::chrono::steady_clock::now();
+    for (int round = 0; std::chrono::steady_clock::now() - start < std::chrono::duration<double>(seconds); ++round) {
+      for (int fd : fds) (void)::sendto(fd, msg, sizeof(msg), 0, reinterpret_cast<sockaddr*>(&to), len);
+      std::this_thread::sleep_until(start + (round + 1) * std::chrono::seconds(1));
+    }
+    _exit(0);
+  }
+  ::waitpid(pid, nullptr, 0);
 }
 
 pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv, const std::string& log) {

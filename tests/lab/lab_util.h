@@ -65,7 +65,13 @@ TransferResult tcp_transfer(const TransferSpec& s);
 // client_ns, echo server in server_ns); returns each round trip in
 // microseconds, or an empty vector on error.
 std::vector<double> ping_pong(const std::string& client_ns, const std::string& server_ns,
-                              const std::string& dst, uint16_t port, int count, int size);
+                              const std::string& dst, uint16_t port, int count, int size,
+                              int pause_us = 500);
+
+// `flows` UDP flows from source ports first_sport.. in ns, each sending one
+// datagram per second to dst:dport, for `seconds`. Blocks until done.
+void udp_flows(const std::string& ns, const std::string& src, const std::string& dst,
+               uint16_t dport, uint16_t first_sport, int flows, double seconds);
 
 // Runs argv in ns (nsenter-like: fork, setns, exec) with output to log; returns the pid.
 pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv, const std::string& log);
