@@ -223,10 +223,10 @@ int dp_empty(struct __sk_buff *skb)
 /* Loads a context field inside its branch: without the barrier clang may
  * merge loads of different fields into one load through ctx + offset, which
  * the verifier refuses ("dereference of modified ctx ptr"). */
-#define DP_CTX_LOAD(dst, field)                     \
-	do {                                        \
-		(dst) = (field);                    \
-		asm volatile("" : "+r"(dst));       \
+#define DP_CTX_LOAD(dst, field)                                                                    \
+	do {                                                                                       \
+		(dst) = (field);                                                                   \
+		asm volatile("" : "+r"(dst));                                                      \
 	} while (0)
 
 static __always_inline int dp_sock_key(const struct bpf_sock_ops *skops, struct dp_flow_key *k)
@@ -261,8 +261,8 @@ static __always_inline int dp_sock_key(const struct bpf_sock_ops *skops, struct 
 	} else {
 		return -1;
 	}
-	DP_CTX_LOAD(lport, skops->local_port);   /* host order */
-	DP_CTX_LOAD(rport, skops->remote_port);  /* network order, in the high half */
+	DP_CTX_LOAD(lport, skops->local_port);	/* host order */
+	DP_CTX_LOAD(rport, skops->remote_port); /* network order, in the high half */
 	k->sport = bpf_htons((__u16)lport);
 	k->dport = bpf_htons((__u16)bpf_ntohl(rport));
 	k->proto = IPPROTO_TCP;
@@ -274,11 +274,24 @@ static __always_inline __u32 dp_log2(__u32 v)
 {
 	__u32 r = 0;
 
-	if (v >= 1u << 16) { v >>= 16; r += 16; }
-	if (v >= 1u << 8) { v >>= 8; r += 8; }
-	if (v >= 1u << 4) { v >>= 4; r += 4; }
-	if (v >= 1u << 2) { v >>= 2; r += 2; }
-	if (v >= 1u << 1) r += 1;
+	if (v >= 1u << 16) {
+		v >>= 16;
+		r += 16;
+	}
+	if (v >= 1u << 8) {
+		v >>= 8;
+		r += 8;
+	}
+	if (v >= 1u << 4) {
+		v >>= 4;
+		r += 4;
+	}
+	if (v >= 1u << 2) {
+		v >>= 2;
+		r += 2;
+	}
+	if (v >= 1u << 1)
+		r += 1;
 	return r;
 }
 
@@ -323,16 +336,15 @@ int dp_sockops(struct bpf_sock_ops *skops)
 	f = bpf_map_lookup_elem(&dp_flows, &key);
 
 	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
-		struct dp_pkt pkt = { .key = key };
+		struct dp_pkt pkt = {.key = key};
 
 		/* the handshake went out through a rail, so a classified flow is
 		 * in the table; if not, classify it by its ports */
 		if (!f && dp_classify(&pkt, 0, cfg) >= DP_MAX_CLASSES)
 			return 1;
-		bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_RTT_CB_FLAG |
-							 BPF_SOCK_OPS_RETRANS_CB_FLAG |
-							 BPF_SOCK_OPS_RTO_CB_FLAG |
-							 BPF_SOCK_OPS_STATE_CB_FLAG);
+		bpf_sock_ops_cb_flags_set(
+			skops, BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG |
+				       BPF_SOCK_OPS_RTO_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG);
 		if (f)
 			f->data_segs_out = skops->data_segs_out;
 		return 1;

@@ -110,7 +110,6 @@ void add_tcp(TcpCounters& into, const TcpCounters& c) {
   into.rto_events += c.rto_events;
 }
 
-
 std::string Daemon::pin_dir(const std::string& bpffs_root, const std::string& node) {
   return (std::filesystem::path(bpffs_root) / "dualpath" / node).string();
 }
@@ -233,14 +232,18 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   std::string cgroup = next.measurement.cgroup;
   if (cgroup.empty()) {
     auto root = cgroup2_root();
-    if (root) cgroup = *root;
-    else spdlog::warn("{}: TCP RTT, retransmits and RTOs are not measured", root.error().what());
+    if (root)
+      cgroup = *root;
+    else
+      spdlog::warn("{}: TCP RTT, retransmits and RTOs are not measured", root.error().what());
   }
   if (!cgroup.empty()) {
     auto r = attach_sockops(skel_->sockops_prog(), cgroup, pin_dir_);
     if (!r) {
-      if (have_policy_) (void)Routing::apply(policy_);
-      else (void)Routing::remove(next);
+      if (have_policy_)
+        (void)Routing::apply(policy_);
+      else
+        (void)Routing::remove(next);
       return r.error();
     }
     if (cgroup != sockops_cgroup_) spdlog::info("sockops attached to cgroup {}", cgroup);
@@ -478,7 +481,8 @@ void Daemon::measure_paths() {
   for (auto it = rdma_ports_.begin(); it != rdma_ports_.end();) {
     auto c = read_rdma_counters(policy_.measurement.rdma_sysfs, *it);
     if (!c) {
-      spdlog::warn("RDMA device {} port {} disappeared: {}", it->device, it->port, c.error().what());
+      spdlog::warn("RDMA device {} port {} disappeared: {}", it->device, it->port,
+                   c.error().what());
       it = rdma_ports_.erase(it);
       continue;
     }
@@ -615,10 +619,15 @@ json Daemon::paths_json() const {
       auto secs = [](Nanos d) { return std::chrono::duration<double>(d).count(); };
       json rtt = nullptr, loss = nullptr;
       if (auto r = pm.rtt_us())
-        rtt = {{"p50_us", r->p50}, {"p95_us", r->p95}, {"p99_us", r->p99},
-               {"samples", r->samples}, {"window_s", secs(r->window)}};
+        rtt = {{"p50_us", r->p50},
+               {"p95_us", r->p95},
+               {"p99_us", r->p99},
+               {"samples", r->samples},
+               {"window_s", secs(r->window)}};
       if (auto l = pm.loss())
-        loss = {{"ratio", l->value}, {"retrans_segs", l->numerator}, {"segs_out", l->denominator},
+        loss = {{"ratio", l->value},
+                {"retrans_segs", l->numerator},
+                {"segs_out", l->denominator},
                 {"window_s", secs(l->window)}};
       const auto& rec = pm.reconciliation();
       m = {
@@ -654,19 +663,20 @@ json Daemon::paths_json() const {
       };
       if (last.rdma) {
         const auto& rd = *last.rdma;
-        m["rdma"] = {{"devices", i < rdma_by_path_.size() ? rdma_by_path_[i] : std::vector<std::string>{}},
-                     {"tx_bps", pm.rdma_tx_bps()},
-                     {"rx_bps", pm.rdma_rx_bps()},
-                     {"tx_bytes", rd.tx_bytes},
-                     {"rx_bytes", rd.rx_bytes},
-                     {"tx_packets", rd.tx_packets},
-                     {"rx_packets", rd.rx_packets},
-                     {"cnp_sent", rd.cnp_sent},
-                     {"cnp_handled", rd.cnp_handled},
-                     {"ecn_marked", rd.ecn_marked},
-                     {"out_of_sequence", rd.out_of_sequence},
-                     {"seq_errors", rd.seq_errors},
-                     {"local_ack_timeouts", rd.local_ack_timeouts}};
+        m["rdma"] = {
+            {"devices", i < rdma_by_path_.size() ? rdma_by_path_[i] : std::vector<std::string>{}},
+            {"tx_bps", pm.rdma_tx_bps()},
+            {"rx_bps", pm.rdma_rx_bps()},
+            {"tx_bytes", rd.tx_bytes},
+            {"rx_bytes", rd.rx_bytes},
+            {"tx_packets", rd.tx_packets},
+            {"rx_packets", rd.rx_packets},
+            {"cnp_sent", rd.cnp_sent},
+            {"cnp_handled", rd.cnp_handled},
+            {"ecn_marked", rd.ecn_marked},
+            {"out_of_sequence", rd.out_of_sequence},
+            {"seq_errors", rd.seq_errors},
+            {"local_ack_timeouts", rd.local_ack_timeouts}};
       }
     }
     double tx_bps = m.is_null() ? 0.0 : m["tx_bps"].get<double>();
@@ -754,7 +764,8 @@ json Daemon::flows_json(const json& args) const {
   std::optional<std::string> want_class, want_path;
   for (auto [name, dst] : {std::pair{"class", &want_class}, std::pair{"path", &want_path}}) {
     if (!args.contains(name)) continue;
-    if (!args[name].is_string()) return reply_error("bad_request", fmt::format("\"{}\" must be a string", name));
+    if (!args[name].is_string())
+      return reply_error("bad_request", fmt::format("\"{}\" must be a string", name));
     *dst = args[name].get<std::string>();
   }
   if (want_class && !policy_.klass(*want_class))
@@ -788,11 +799,13 @@ json Daemon::flows_json(const json& args) const {
     if (want_path && rname[r.f.rail] != *want_path) continue;
     rows.push_back(r);
   }
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.f.bytes > b.f.bytes; });
+  std::sort(rows.begin(), rows.end(),
+            [](const Row& a, const Row& b) { return a.f.bytes > b.f.bytes; });
   if (rows.size() > top) rows.resize(top);
   struct timespec ts {};
   clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
-  uint64_t now_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+  uint64_t now_ns =
+      static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
   auto addr = [](const __u32* a) {
     IpAddr ip;
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -821,7 +834,8 @@ json Daemon::flows_json(const json& args) const {
         {"retrans_segs", r.f.retrans_segs},
         {"rto_events", r.f.rto_events},
         {"replacements", r.f.replacements},
-        {"idle_s", now_ns > r.f.last_seen_ns ? static_cast<double>(now_ns - r.f.last_seen_ns) / 1e9 : 0.0},
+        {"idle_s",
+         now_ns > r.f.last_seen_ns ? static_cast<double>(now_ns - r.f.last_seen_ns) / 1e9 : 0.0},
     });
   return reply_ok({{"flows", out}, {"total", total}});
 }

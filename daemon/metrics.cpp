@@ -41,26 +41,29 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   Builder b;
   auto& build = b.family("dualpath_build_info", "dualpath build", MetricType::Gauge);
   Builder::add(build, {L("version", v.version)}, 1);
-  auto& pol = b.family("dualpath_policy_info", "the running policy; hash is the content hash of the file",
-                       MetricType::Gauge);
+  auto& pol =
+      b.family("dualpath_policy_info", "the running policy; hash is the content hash of the file",
+               MetricType::Gauge);
   Builder::add(pol, {L("node", v.node), L("file", v.policy_file), L("hash", v.policy_hash)}, 1);
 
-  auto& cap = b.family("dualpath_path_capacity_bytes_per_second", "capacity of the path from the policy",
-                       MetricType::Gauge);
+  auto& cap = b.family("dualpath_path_capacity_bytes_per_second",
+                       "capacity of the path from the policy", MetricType::Gauge);
   auto& util = b.family("dualpath_path_utilisation_ratio",
                         "transmit rate (link plus RDMA) over capacity, EWMA", MetricType::Gauge);
   auto& rate = b.family("dualpath_path_transmit_bytes_per_second", "link transmit rate, EWMA",
                         MetricType::Gauge);
-  auto& txb = b.family("dualpath_path_transmit_bytes_total", "bytes the link sent (kernel statistics)",
-                       MetricType::Counter);
-  auto& rxb = b.family("dualpath_path_receive_bytes_total", "bytes the link received (kernel statistics)",
-                       MetricType::Counter);
+  auto& txb = b.family("dualpath_path_transmit_bytes_total",
+                       "bytes the link sent (kernel statistics)", MetricType::Counter);
+  auto& rxb = b.family("dualpath_path_receive_bytes_total",
+                       "bytes the link received (kernel statistics)", MetricType::Counter);
   auto& txd = b.family("dualpath_path_transmit_drops_total", "packets the link dropped on transmit",
                        MetricType::Counter);
   auto& rxd = b.family("dualpath_path_receive_drops_total", "packets the link dropped on receive",
                        MetricType::Counter);
-  auto& txe = b.family("dualpath_path_transmit_errors_total", "link transmit errors", MetricType::Counter);
-  auto& rxe = b.family("dualpath_path_receive_errors_total", "link receive errors", MetricType::Counter);
+  auto& txe =
+      b.family("dualpath_path_transmit_errors_total", "link transmit errors", MetricType::Counter);
+  auto& rxe =
+      b.family("dualpath_path_receive_errors_total", "link receive errors", MetricType::Counter);
   auto& rtt = b.family("dualpath_path_rtt_seconds",
                        "TCP smoothed RTT (sockops): quantiles over the measurement window, count "
                        "and sum since start",
@@ -68,27 +71,38 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   auto& loss = b.family("dualpath_path_loss_ratio",
                         "retransmitted over sent TCP segments over the measurement window",
                         MetricType::Gauge);
-  auto& agree = b.family("dualpath_path_counters_agree",
-                         "1 when the datapath's and the link's transmit counters agree", MetricType::Gauge);
-  auto& age = b.family("dualpath_path_sample_age_seconds", "age of the newest sample", MetricType::Gauge);
+  auto& agree =
+      b.family("dualpath_path_counters_agree",
+               "1 when the datapath's and the link's transmit counters agree", MetricType::Gauge);
+  auto& age =
+      b.family("dualpath_path_sample_age_seconds", "age of the newest sample", MetricType::Gauge);
   auto& exc = b.family("dualpath_datapath_passed_packets_total",
                        "packets the datapath passed untouched, by reason (it never drops)",
                        MetricType::Counter);
-  auto& rdma_tx = b.family("dualpath_path_rdma_transmit_bytes_per_second",
-                           "RDMA transmit rate of the path's RDMA devices, EWMA", MetricType::Gauge);
+  auto& rdma_tx =
+      b.family("dualpath_path_rdma_transmit_bytes_per_second",
+               "RDMA transmit rate of the path's RDMA devices, EWMA", MetricType::Gauge);
   struct RdmaFamily {
     MetricFamily* f;
     uint64_t RdmaCounters::*field;
   };
   const std::pair<const char*, std::pair<const char*, uint64_t RdmaCounters::*>> rdma_defs[] = {
-      {"dualpath_rdma_transmit_bytes_total", {"RDMA bytes sent (port_xmit_data x 4)", &RdmaCounters::tx_bytes}},
-      {"dualpath_rdma_receive_bytes_total", {"RDMA bytes received (port_rcv_data x 4)", &RdmaCounters::rx_bytes}},
-      {"dualpath_rdma_cnp_sent_total", {"congestion notification packets sent", &RdmaCounters::cnp_sent}},
-      {"dualpath_rdma_cnp_handled_total", {"congestion notification packets handled", &RdmaCounters::cnp_handled}},
-      {"dualpath_rdma_ecn_marked_packets_total", {"ECN-marked RoCE packets received", &RdmaCounters::ecn_marked}},
-      {"dualpath_rdma_out_of_sequence_total", {"out-of-sequence packets received", &RdmaCounters::out_of_sequence}},
-      {"dualpath_rdma_sequence_errors_total", {"packet sequence errors", &RdmaCounters::seq_errors}},
-      {"dualpath_rdma_local_ack_timeouts_total", {"local ACK timeouts", &RdmaCounters::local_ack_timeouts}},
+      {"dualpath_rdma_transmit_bytes_total",
+       {"RDMA bytes sent (port_xmit_data x 4)", &RdmaCounters::tx_bytes}},
+      {"dualpath_rdma_receive_bytes_total",
+       {"RDMA bytes received (port_rcv_data x 4)", &RdmaCounters::rx_bytes}},
+      {"dualpath_rdma_cnp_sent_total",
+       {"congestion notification packets sent", &RdmaCounters::cnp_sent}},
+      {"dualpath_rdma_cnp_handled_total",
+       {"congestion notification packets handled", &RdmaCounters::cnp_handled}},
+      {"dualpath_rdma_ecn_marked_packets_total",
+       {"ECN-marked RoCE packets received", &RdmaCounters::ecn_marked}},
+      {"dualpath_rdma_out_of_sequence_total",
+       {"out-of-sequence packets received", &RdmaCounters::out_of_sequence}},
+      {"dualpath_rdma_sequence_errors_total",
+       {"packet sequence errors", &RdmaCounters::seq_errors}},
+      {"dualpath_rdma_local_ack_timeouts_total",
+       {"local ACK timeouts", &RdmaCounters::local_ack_timeouts}},
   };
   std::vector<RdmaFamily> rdma_families;
   for (auto& [name, d] : rdma_defs)
@@ -97,7 +111,8 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     auto path = L("path", p.name);
     Builder::add(cap, {path}, static_cast<double>(p.capacity_bps) / 8);
     for (int e = 0; e < DP_EXC_MAX; ++e)
-      Builder::add(exc, {path, L("reason", exception_name(e))}, static_cast<double>(p.exceptions[e]));
+      Builder::add(exc, {path, L("reason", exception_name(e))},
+                   static_cast<double>(p.exceptions[e]));
     if (!p.measure || !p.measure->has_sample()) continue;
     const auto& m = *p.measure;
     const auto& last = m.latest();
@@ -122,9 +137,9 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     if (auto l = m.loss()) Builder::add(loss, {path}, l->value);
     Builder::add(agree, {path}, m.reconciliation().agree ? 1 : 0);
     if (last.rdma)
-      for (auto& rf : rdma_families) Builder::add(*rf.f, {path}, static_cast<double>((*last.rdma).*rf.field));
-    Builder::add(age, {path},
-                 std::chrono::duration<double>(Clock::now() - last.t).count());
+      for (auto& rf : rdma_families)
+        Builder::add(*rf.f, {path}, static_cast<double>((*last.rdma).*rf.field));
+    Builder::add(age, {path}, std::chrono::duration<double>(Clock::now() - last.t).count());
   }
 
   auto& ctx = b.family("dualpath_class_transmit_bytes_total",
@@ -133,8 +148,9 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
                        "packets of a class that left by a path (datapath)", MetricType::Counter);
   auto& crx = b.family("dualpath_class_receive_bytes_total",
                        "bytes of a class that arrived on a path (datapath)", MetricType::Counter);
-  auto& cred = b.family("dualpath_class_redirected_packets_total",
-                        "packets of a class redirected from a path to another", MetricType::Counter);
+  auto& cred =
+      b.family("dualpath_class_redirected_packets_total",
+               "packets of a class redirected from a path to another", MetricType::Counter);
   auto& segs = b.family("dualpath_tcp_segments_sent_total", "TCP data segments sent (sockops)",
                         MetricType::Counter);
   auto& retr = b.family("dualpath_tcp_retransmitted_segments_total",

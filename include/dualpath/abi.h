@@ -135,8 +135,8 @@ struct dp_flow {
   __u32 flowlet;      /* flowlets started for this flow */
   __u32 replacements; /* times the flow changed rail */
   /* TCP, from sockops (0 for UDP and until the first RTT sample) */
-  __u32 srtt_us;       /* smoothed RTT */
-  __u32 retrans_segs;  /* retransmitted segments */
+  __u32 srtt_us;      /* smoothed RTT */
+  __u32 retrans_segs; /* retransmitted segments */
   __u32 rto_events;
   __u32 data_segs_out; /* last value seen, to count deltas per rail and class */
 };

@@ -15,8 +15,8 @@
 #include "dualpath/datapath.h"
 #include "dualpath/measure.h"
 #include "dualpath/metrics.h"
-#include "dualpath/rdma.h"
 #include "dualpath/policy.h"
+#include "dualpath/rdma.h"
 #include "dualpath/result.h"
 
 namespace dp {
@@ -72,8 +72,8 @@ class Daemon {
   bool adopted_ = false;
   std::string pin_dir_;
   std::unique_ptr<DpSkeleton> skel_;
-  std::vector<int> class_slot_;  // per policy class
-  std::vector<int> rail_slot_;   // per policy path
+  std::vector<int> class_slot_;         // per policy class
+  std::vector<int> rail_slot_;          // per policy path
   std::vector<uint32_t> rail_ifindex_;  // per policy path, as attached
   std::vector<bool> rail_vanished_;     // interface gone: not a redirect target
   uint32_t gen_ = 0;
@@ -94,7 +94,7 @@ class Daemon {
   std::string sockops_cgroup_;     // "" when TCP measurement is off
   std::vector<bool> disagreeing_;  // per path: reconciliation reported
   std::unique_ptr<MetricsExporter> metrics_;
-  std::vector<RdmaPort> rdma_ports_;                // ports whose netdev is a path's interface
+  std::vector<RdmaPort> rdma_ports_;                    // ports whose netdev is a path's interface
   std::vector<std::vector<std::string>> rdma_by_path_;  // device names per policy path
   std::string metrics_listen_;
 

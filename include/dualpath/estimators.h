@@ -22,8 +22,8 @@ class RateEstimator {
  public:
   explicit RateEstimator(double weight = 0.2) : weight_(weight) {}
   void update(uint64_t counter, Clock::time_point t);
-  double rate() const { return rate_; }          // units per second, smoothed
-  double last_rate() const { return last_; }     // of the newest interval alone
+  double rate() const { return rate_; }       // units per second, smoothed
+  double last_rate() const { return last_; }  // of the newest interval alone
   // The time constant of the smoothing: about tick / weight.
   Nanos window() const;
   bool valid() const { return samples_ >= 2; }

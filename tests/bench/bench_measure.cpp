@@ -54,7 +54,9 @@ double rss_mb(pid_t pid, const char* key = "VmRSS:") {
   return 0;
 }
 
-pid_t daemon_pid() { return static_cast<pid_t>(std::stol("0" + read_file("/run/dualpath-lab/dpl-a.pid"))); }
+pid_t daemon_pid() {
+  return static_cast<pid_t>(std::stol("0" + read_file("/run/dualpath-lab/dpl-a.pid")));
+}
 
 // CPU share of one core the daemon used over `secs`.
 double cpu_share(pid_t pid, double secs) {
@@ -104,22 +106,28 @@ int main(int argc, char** argv) {
   std::printf("%-34s %12s %10s %10s %12s\n", "phase", "flows", "CPU %", "RSS MB", "peak RSS MB");
   double idle = cpu_share(pid, seconds);
   json fl = lab::dpctl("a", "flow list --top 1");
-  std::printf("%-34s %12llu %10.2f %10.1f %12.1f\n", "idle", static_cast<unsigned long long>(fl.value("total", 0)),
-              idle * 100, rss_mb(pid), rss_mb(pid, "VmHWM:"));
+  std::printf("%-34s %12llu %10.2f %10.1f %12.1f\n", "idle",
+              static_cast<unsigned long long>(fl.value("total", 0)), idle * 100, rss_mb(pid),
+              rss_mb(pid, "VmHWM:"));
 
   // 10,000 active UDP flows (logs class): every flow sends a datagram each second.
-  std::thread load([&] { lab::udp_flows("dpl-a", "10.99.0.1", "10.99.0.2", 54000, 20000, 10000, seconds + 6); });
+  std::thread load(
+      [&] { lab::udp_flows("dpl-a", "10.99.0.1", "10.99.0.2", 54000, 20000, 10000, seconds + 6); });
   std::this_thread::sleep_for(std::chrono::seconds(3));
   double busy = cpu_share(pid, seconds);
   fl = lab::dpctl("a", "flow list --top 10");
   auto t0 = std::chrono::steady_clock::now();
   fl = lab::dpctl("a", "flow list --top 10");
-  double list_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double list_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%-34s %12llu %10.2f %10.1f %12.1f\n", "10,000 active UDP flows (1/s each)",
-              static_cast<unsigned long long>(fl.value("total", 0)), busy * 100, rss_mb(pid), rss_mb(pid, "VmHWM:"));
+              static_cast<unsigned long long>(fl.value("total", 0)), busy * 100, rss_mb(pid),
+              rss_mb(pid, "VmHWM:"));
   load.join();
-  std::printf("goal: CPU <= 2%% of one core, RSS <= 30 MB; `dpctl flow list --top 10` with these flows: %.0f ms\n\n",
-              list_ms);
+  std::printf(
+      "goal: CPU <= 2%% of one core, RSS <= 30 MB; `dpctl flow list --top 10` with these flows: "
+      "%.0f ms\n\n",
+      list_ms);
 
   // sockops on (root cgroup) / off (an empty cgroup), alternated.
   std::string root = lab::sh("awk '$3 == \"cgroup2\" { print $2; exit }' /proc/self/mounts").out;

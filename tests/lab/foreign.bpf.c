@@ -3,5 +3,8 @@
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
-SEC("tc") int foreign_pass(struct __sk_buff *skb) { return TC_ACT_OK; }
+SEC("tc") int foreign_pass(struct __sk_buff *skb)
+{
+	return TC_ACT_OK;
+}
 char LICENSE[] SEC("license") = "GPL";

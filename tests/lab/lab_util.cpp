@@ -328,7 +328,9 @@ std::vector<double> ping_pong(const std::string& client_ns, const std::string& s
             got += static_cast<size_t>(n);
           }
           if (got < buf.size()) break;
-          rtts.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
+          rtts.push_back(
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t)
+                  .count());
           if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
         }
       }
@@ -378,8 +380,11 @@ void udp_flows(const std::string& ns, const std::string& src, const std::string&
     }
     char msg[64] = {};
     auto start = std::chrono::steady_clock::now();
-    for (int round = 0; std::chrono::steady_clock::now() - start < std::chrono::duration<double>(seconds); ++round) {
-      for (int fd : fds) (void)::sendto(fd, msg, sizeof(msg), 0, reinterpret_cast<sockaddr*>(&to), len);
+    for (int round = 0;
+         std::chrono::steady_clock::now() - start < std::chrono::duration<double>(seconds);
+         ++round) {
+      for (int fd : fds)
+        (void)::sendto(fd, msg, sizeof(msg), 0, reinterpret_cast<sockaddr*>(&to), len);
       std::this_thread::sleep_until(start + (round + 1) * std::chrono::seconds(1));
     }
     _exit(0);
@@ -387,7 +392,8 @@ void udp_flows(const std::string& ns, const std::string& src, const std::string&
   ::waitpid(pid, nullptr, 0);
 }
 
-pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv, const std::string& log) {
+pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv,
+                  const std::string& log) {
   pid_t pid = fork();
   if (pid == 0) {
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

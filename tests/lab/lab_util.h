@@ -74,7 +74,8 @@ void udp_flows(const std::string& ns, const std::string& src, const std::string&
                uint16_t dport, uint16_t first_sport, int flows, double seconds);
 
 // Runs argv in ns (nsenter-like: fork, setns, exec) with output to log; returns the pid.
-pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv, const std::string& log);
+pid_t spawn_in_ns(const std::string& ns, const std::vector<std::string>& argv,
+                  const std::string& log);
 // SIGTERM, then SIGKILL after timeout_ms; reaps the child.
 void stop_child(pid_t pid, int timeout_ms = 5000);
 // Sends `count` UDP datagrams of `size` bytes; returns the number sent.

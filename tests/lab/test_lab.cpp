@@ -390,7 +390,8 @@ json path_measure(const std::string& node, const std::string& path) {
 
 // Attaches drop.bpf.c (dropping per_100000 of packets) on ns/dev ingress at
 // priority 5, behind dualpath's programs. Returns an error message or "".
-std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000, bool detach = false) {
+std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000,
+                        bool detach = false) {
   std::string err;
   int self = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   int target = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
@@ -448,7 +449,8 @@ TEST_F(Lab, MeasuredRateMatchesAKnownRate) {
 }
 
 TEST_F(Lab, RttPercentilesAgreeWithAnApplicationPingPong) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(2200));  // let the 2 s window forget earlier traffic
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(2200));  // let the 2 s window forget earlier traffic
   auto rtts = lab::ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53011, 1500, 200);
   ASSERT_GE(rtts.size(), 1500u);
   std::sort(rtts.begin(), rtts.end());
@@ -464,8 +466,8 @@ TEST_F(Lab, RttPercentilesAgreeWithAnApplicationPingPong) {
   EXPECT_LE(m["rtt"]["p50_us"].get<double>(), m["rtt"]["p99_us"].get<double>());
   RecordProperty("app_p50_us", std::to_string(app_p50));
   RecordProperty("daemon_p50_us", std::to_string(p50));
-  std::printf("    ping-pong p50 %.0f us (app) vs %.0f us (daemon, p95 %.0f, p99 %.0f)\n", app_p50, p50,
-              m["rtt"]["p95_us"].get<double>(), m["rtt"]["p99_us"].get<double>());
+  std::printf("    ping-pong p50 %.0f us (app) vs %.0f us (daemon, p95 %.0f, p99 %.0f)\n", app_p50,
+              p50, m["rtt"]["p95_us"].get<double>(), m["rtt"]["p99_us"].get<double>());
 }
 
 TEST_F(Lab, InjectedOnePercentLossIsReported) {
@@ -489,7 +491,8 @@ TEST_F(Lab, InjectedOnePercentLossIsReported) {
 }
 
 TEST_F(Lab, NothingLeaksAcrossRailsOrNamespaces) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // earlier connections finish closing
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(1000));  // earlier connections finish closing
   json before = path_measure("a", "rail0");
   json before1 = path_measure("a", "rail1");
   // param-sync on rail1, and a transfer on an expert-dispatch port inside the
@@ -504,7 +507,8 @@ TEST_F(Lab, NothingLeaksAcrossRailsOrNamespaces) {
   json after1 = path_measure("a", "rail1");
   EXPECT_EQ(after["tcp"]["segs_out"], before["tcp"]["segs_out"]) << "rail0 saw no TCP segments";
   EXPECT_EQ(after["tcp"]["rtt_samples"], before["tcp"]["rtt_samples"]);
-  EXPECT_GT(after1["tcp"]["segs_out"].get<uint64_t>(), before1["tcp"]["segs_out"].get<uint64_t>() + 1000)
+  EXPECT_GT(after1["tcp"]["segs_out"].get<uint64_t>(),
+            before1["tcp"]["segs_out"].get<uint64_t>() + 1000)
       << "while rail1 counted param-sync's";
 }
 
@@ -524,14 +528,18 @@ TEST_F(Lab, MetricsPassPromtoolAndPrometheusReadsThemBack) {
   write_file(dir + "/prometheus.yml",
              "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: dualpath\n"
              "    static_configs:\n      - targets: ['127.0.0.1:9464']\n");
-  pid_t prom = lab::spawn_in_ns("dpl-a",
-                                {"prometheus", "--config.file=" + dir + "/prometheus.yml",
-                                 "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=127.0.0.1:9390"},
-                                dir + "/prometheus.log");
+  pid_t prom = lab::spawn_in_ns(
+      "dpl-a",
+      {"prometheus", "--config.file=" + dir + "/prometheus.yml",
+       "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=127.0.0.1:9390"},
+      dir + "/prometheus.log");
   ASSERT_GT(prom, 0);
   auto query = [&](const std::string& q) {
-    return json::parse(sh(nsenter("dpl-a") + "curl -sfG http://127.0.0.1:9390/api/v1/query --data-urlencode 'query=" + q + "'").out,
-                       nullptr, false);
+    return json::parse(
+        sh(nsenter("dpl-a") +
+           "curl -sfG http://127.0.0.1:9390/api/v1/query --data-urlencode 'query=" + q + "'")
+            .out,
+        nullptr, false);
   };
   double tx = 0, rtt_count = 0;
   for (int i = 0; i < 60 && (tx == 0 || rtt_count == 0); ++i) {
@@ -554,7 +562,8 @@ TEST_F(Lab, MetricsPassPromtoolAndPrometheusReadsThemBack) {
 TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
   // A fixture device (laid out as /sys/class/infiniband) whose RoCE port is rail1.
   std::string root = g_policies + "/infiniband";
-  fs::copy(std::string(DP_SOURCE_DIR) + "/tests/fixtures/sysfs-infiniband", root, fs::copy_options::recursive);
+  fs::copy(std::string(DP_SOURCE_DIR) + "/tests/fixtures/sysfs-infiniband", root,
+           fs::copy_options::recursive);
   write_file(root + "/mlx5_0/ports/1/gid_attrs/ndevs/0", "rail1\n");
   write_file(root + "/mlx5_0/ports/1/gid_attrs/ndevs/1", "rail1\n");
   const std::string file = g_policies + "/lab-a.toml";
@@ -578,7 +587,8 @@ TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
   EXPECT_EQ(m["rdma"]["devices"][0], "mlx5_0/1");
   EXPECT_EQ(m["rdma"]["tx_bytes"].get<uint64_t>(), words * 4) << "4-byte words scaled to bytes";
   EXPECT_NEAR(m["rdma"]["tx_bps"].get<double>(), 100e6, 15e6);
-  EXPECT_NEAR(m["utilisation"].get<double>(), 0.4, 0.06) << "100 Mbit/s of RDMA on a 250 Mbit/s rail";
+  EXPECT_NEAR(m["utilisation"].get<double>(), 0.4, 0.06)
+      << "100 Mbit/s of RDMA on a 250 Mbit/s rail";
   EXPECT_EQ(m["rdma"]["cnp_sent"], 11);
   std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
   EXPECT_NE(metrics.find("dualpath_rdma_cnp_sent_total{path=\"rail1\"} 11"), std::string::npos);
@@ -633,7 +643,7 @@ TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
 TEST_F(Lab, AVanishedRailStopsBeingARedirectTarget) {
   // after the cleanup test: a fresh pair of daemons
   must(lab::dp_lab() + " start");
-  must(nsenter("dpl-a") + "ip link del rail1");  // deletes both ends
+  must(nsenter("dpl-a") + "ip link del rail1");                 // deletes both ends
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few ticks
   json paths = lab::dpctl("a", "path list");
   ASSERT_EQ(paths.size(), 2u);

@@ -46,7 +46,8 @@ TEST(RateEstimator, SpikeDecays) {
   double peak = e.rate();
   EXPECT_GT(peak, 100e3);
   EXPECT_NEAR(e.last_rate(), 2.02e6, 1e3);
-  for (int i = 12; i < 60; ++i, bytes += 1000) e.update(bytes, t0 + i * 50ms);  // 0.8^48 of the peak
+  for (int i = 12; i < 60; ++i, bytes += 1000)
+    e.update(bytes, t0 + i * 50ms);  // 0.8^48 of the peak
   EXPECT_NEAR(e.rate(), 20e3, 500);
 }
 

@@ -53,7 +53,7 @@ TEST(PathMeasure, RdmaTrafficAddsToTheLoad) {
 
 TEST(PathMeasure, AQueueFillingAtTheStartOfABurstIsNotADisagreement) {
   Feed f;
-  for (int i = 0; i < 5; ++i) f.step(2'000'000, 1'000'000);  // the qdisc fills
+  for (int i = 0; i < 5; ++i) f.step(2'000'000, 1'000'000);   // the qdisc fills
   for (int i = 0; i < 40; ++i) f.step(1'000'000, 1'000'000);  // steady state
   EXPECT_TRUE(f.m.reconciliation().agree) << f.m.reconciliation().explanation;
 }

@@ -9,7 +9,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const prometheus::MetricFamily* find(const std::vector<prometheus::MetricFamily>& fs, const std::string& n) {
+const prometheus::MetricFamily* find(const std::vector<prometheus::MetricFamily>& fs,
+                                     const std::string& n) {
   for (auto& f : fs)
     if (f.name == n) return &f;
   return nullptr;
@@ -78,6 +79,7 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
 
   std::string text = dp::serialize_metrics(fs);
   EXPECT_NE(text.find("# TYPE dualpath_tcp_rtt_seconds histogram"), std::string::npos);
-  EXPECT_NE(text.find("dualpath_path_capacity_bytes_per_second{path=\"rail1\"} 31250000"), std::string::npos)
+  EXPECT_NE(text.find("dualpath_path_capacity_bytes_per_second{path=\"rail1\"} 31250000"),
+            std::string::npos)
       << text.substr(0, 2000);
 }

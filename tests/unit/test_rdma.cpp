@@ -22,7 +22,9 @@ struct TempTree {
     fs::copy(kFixture, dir, fs::copy_options::recursive);
   }
   ~TempTree() { fs::remove_all(dir); }
-  void write(const std::string& rel, const std::string& value) { std::ofstream(dir / rel) << value << "\n"; }
+  void write(const std::string& rel, const std::string& value) {
+    std::ofstream(dir / rel) << value << "\n";
+  }
 };
 
 }  // namespace

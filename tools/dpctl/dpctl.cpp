@@ -108,30 +108,35 @@ void print_path_detail(const json& p) {
   } else {
     std::cout << "  tx          " << dp::format_bandwidth(m["tx_bps"].get<double>()) << ", "
               << fmt::format("{:.1f}%", 100 * m["utilisation"].get<double>())
-              << " of capacity (EWMA over ~" << fmt::format("{:.2g}s", m["rate_window_s"].get<double>())
-              << "); datapath counted " << dp::format_bytes(p["tx_bytes"].get<double>()) << " in "
-              << p["tx_packets"] << " packets\n";
-    std::cout << "  rx          " << dp::format_bandwidth(m["rx_bps"].get<double>()) << "; datapath counted "
-              << dp::format_bytes(p["rx_bytes"].get<double>()) << " in " << p["rx_packets"] << " packets\n";
+              << " of capacity (EWMA over ~"
+              << fmt::format("{:.2g}s", m["rate_window_s"].get<double>()) << "); datapath counted "
+              << dp::format_bytes(p["tx_bytes"].get<double>()) << " in " << p["tx_packets"]
+              << " packets\n";
+    std::cout << "  rx          " << dp::format_bandwidth(m["rx_bps"].get<double>())
+              << "; datapath counted " << dp::format_bytes(p["rx_bytes"].get<double>()) << " in "
+              << p["rx_packets"] << " packets\n";
     if (m["rtt"].is_object())
-      std::cout << "  rtt         p50 " << fmt::format("{:.0f}", m["rtt"]["p50_us"].get<double>()) << " us, p95 "
-                << fmt::format("{:.0f}", m["rtt"]["p95_us"].get<double>()) << " us, p99 "
-                << fmt::format("{:.0f}", m["rtt"]["p99_us"].get<double>()) << " us ("
-                << m["rtt"]["samples"] << " samples over " << fmt::format("{:.1f}s", m["rtt"]["window_s"].get<double>())
-                << ")\n";
+      std::cout << "  rtt         p50 " << fmt::format("{:.0f}", m["rtt"]["p50_us"].get<double>())
+                << " us, p95 " << fmt::format("{:.0f}", m["rtt"]["p95_us"].get<double>())
+                << " us, p99 " << fmt::format("{:.0f}", m["rtt"]["p99_us"].get<double>()) << " us ("
+                << m["rtt"]["samples"] << " samples over "
+                << fmt::format("{:.1f}s", m["rtt"]["window_s"].get<double>()) << ")\n";
     else
       std::cout << "  rtt         no TCP samples in the window\n";
     if (m["loss"].is_object())
-      std::cout << "  loss        " << fmt::format("{:.3f}%", 100 * m["loss"]["ratio"].get<double>()) << " ("
+      std::cout << "  loss        "
+                << fmt::format("{:.3f}%", 100 * m["loss"]["ratio"].get<double>()) << " ("
                 << m["loss"]["retrans_segs"] << " of " << m["loss"]["segs_out"] << " segments over "
                 << fmt::format("{:.1f}s", m["loss"]["window_s"].get<double>()) << ")\n";
-    std::cout << "  tcp total   " << m["tcp"]["segs_out"] << " segments, " << m["tcp"]["retrans_segs"]
-              << " retransmitted, " << m["tcp"]["rto_events"] << " RTOs\n";
+    std::cout << "  tcp total   " << m["tcp"]["segs_out"] << " segments, "
+              << m["tcp"]["retrans_segs"] << " retransmitted, " << m["tcp"]["rto_events"]
+              << " RTOs\n";
     const json& l = m["link"];
     std::cout << "  link        " << (l["oper_up"].get<bool>() ? "up" : "DOWN") << ", tx "
-              << dp::format_bytes(l["tx_bytes"].get<double>()) << ", rx " << dp::format_bytes(l["rx_bytes"].get<double>())
-              << ", dropped tx " << l["tx_dropped"] << " rx " << l["rx_dropped"] << ", errors tx "
-              << l["tx_errors"] << " rx " << l["rx_errors"] << "\n";
+              << dp::format_bytes(l["tx_bytes"].get<double>()) << ", rx "
+              << dp::format_bytes(l["rx_bytes"].get<double>()) << ", dropped tx " << l["tx_dropped"]
+              << " rx " << l["rx_dropped"] << ", errors tx " << l["tx_errors"] << " rx "
+              << l["rx_errors"] << "\n";
     const json& r = m["reconciliation"];
     if (r["agree"].get<bool>())
       std::cout << "  reconcile   datapath and link agree over the last "
@@ -142,15 +147,18 @@ void print_path_detail(const json& p) {
       const json& rd = m["rdma"];
       std::string devs;
       for (auto& d : rd["devices"]) devs += (devs.empty() ? "" : ",") + d.get<std::string>();
-      std::cout << "  rdma        " << devs << ": tx " << dp::format_bandwidth(rd["tx_bps"].get<double>()) << ", rx "
-                << dp::format_bandwidth(rd["rx_bps"].get<double>()) << " (counted in utilisation); CNP sent "
-                << rd["cnp_sent"] << " handled " << rd["cnp_handled"] << ", ECN marked " << rd["ecn_marked"]
-                << "; out-of-sequence " << rd["out_of_sequence"] << ", sequence errors " << rd["seq_errors"]
+      std::cout << "  rdma        " << devs << ": tx "
+                << dp::format_bandwidth(rd["tx_bps"].get<double>()) << ", rx "
+                << dp::format_bandwidth(rd["rx_bps"].get<double>())
+                << " (counted in utilisation); CNP sent " << rd["cnp_sent"] << " handled "
+                << rd["cnp_handled"] << ", ECN marked " << rd["ecn_marked"] << "; out-of-sequence "
+                << rd["out_of_sequence"] << ", sequence errors " << rd["seq_errors"]
                 << ", local ACK timeouts " << rd["local_ack_timeouts"] << "\n";
     } else {
       std::cout << "  rdma        no RDMA device on this path\n";
     }
-    std::cout << "  sample age  " << fmt::format("{:.0f} ms", 1000 * m["sample_age_s"].get<double>()) << "\n";
+    std::cout << "  sample age  "
+              << fmt::format("{:.0f} ms", 1000 * m["sample_age_s"].get<double>()) << "\n";
   }
   std::cout << "  redirected  " << p["redirected_out_packets"] << " packets to another rail\n";
   if (p["tc"].is_object())
@@ -178,20 +186,25 @@ int cmd_path_list(const Globals& g) {
     if (m.is_object()) {
       if (m["rtt"].is_object())
         rtt = us(m["rtt"]["p50_us"]) + "/" + us(m["rtt"]["p95_us"]) + "/" + us(m["rtt"]["p99_us"]);
-      if (m["loss"].is_object()) loss = fmt::format("{:.2f}%", 100 * m["loss"]["ratio"].get<double>());
-      retr = fmt::format("{}/{}", m["tcp"]["retrans_segs"].get<uint64_t>(), m["tcp"]["rto_events"].get<uint64_t>());
-      drops = fmt::format("{}/{}", m["link"]["tx_dropped"].get<uint64_t>() + m["link"]["rx_dropped"].get<uint64_t>(),
-                          m["link"]["tx_errors"].get<uint64_t>() + m["link"]["rx_errors"].get<uint64_t>());
+      if (m["loss"].is_object())
+        loss = fmt::format("{:.2f}%", 100 * m["loss"]["ratio"].get<double>());
+      retr = fmt::format("{}/{}", m["tcp"]["retrans_segs"].get<uint64_t>(),
+                         m["tcp"]["rto_events"].get<uint64_t>());
+      drops = fmt::format(
+          "{}/{}",
+          m["link"]["tx_dropped"].get<uint64_t>() + m["link"]["rx_dropped"].get<uint64_t>(),
+          m["link"]["tx_errors"].get<uint64_t>() + m["link"]["rx_errors"].get<uint64_t>());
       age = fmt::format("{:.0f}ms", 1000 * m["sample_age_s"].get<double>());
       if (!m["reconciliation"]["agree"].get<bool>()) age += " !";
     }
-    rows.push_back({str(p["name"]), str(p["interface"]), dp::format_bandwidth(p["capacity_bps"].get<double>()),
+    rows.push_back({str(p["name"]), str(p["interface"]),
+                    dp::format_bandwidth(p["capacity_bps"].get<double>()),
                     dp::format_bandwidth(p["tx_bps"].get<double>()),
-                    fmt::format("{:.1f}%", 100 * p["utilisation"].get<double>()), rtt, loss, retr, drops,
-                    std::to_string(p["redirected_out_packets"].get<uint64_t>()), age});
+                    fmt::format("{:.1f}%", 100 * p["utilisation"].get<double>()), rtt, loss, retr,
+                    drops, std::to_string(p["redirected_out_packets"].get<uint64_t>()), age});
   }
-  print_table({"PATH", "IFACE", "CAPACITY", "TX RATE", "UTIL", "RTT us p50/95/99", "LOSS", "RETX/RTO",
-               "DROP/ERR", "REDIRECTED", "AGE"},
+  print_table({"PATH", "IFACE", "CAPACITY", "TX RATE", "UTIL", "RTT us p50/95/99", "LOSS",
+               "RETX/RTO", "DROP/ERR", "REDIRECTED", "AGE"},
               rows);
   return 0;
 }
@@ -208,13 +221,16 @@ int cmd_flow_list(const Globals& g, const json& args) {
       return v6 ? fmt::format("[{}]:{}", f[a].get<std::string>(), f[p].get<int>())
                 : fmt::format("{}:{}", f[a].get<std::string>(), f[p].get<int>());
     };
-    rows.push_back({str(f["proto"]), ep("src", "sport"), ep("dst", "dport"), str(f["class"]), str(f["path"]),
-                    dp::format_bytes(f["bytes"].get<double>()),
-                    f["srtt_us"].get<uint32_t>() ? fmt::format("{} us", f["srtt_us"].get<uint32_t>()) : "-",
-                    std::to_string(f["retrans_segs"].get<uint32_t>()),
-                    fmt::format("{:.1f}s", f["idle_s"].get<double>())});
+    rows.push_back(
+        {str(f["proto"]), ep("src", "sport"), ep("dst", "dport"), str(f["class"]), str(f["path"]),
+         dp::format_bytes(f["bytes"].get<double>()),
+         f["srtt_us"].get<uint32_t>() ? fmt::format("{} us", f["srtt_us"].get<uint32_t>()) : "-",
+         std::to_string(f["retrans_segs"].get<uint32_t>()),
+         fmt::format("{:.1f}s", f["idle_s"].get<double>())});
   }
-  print_table({"PROTO", "SOURCE", "DESTINATION", "CLASS", "PATH", "BYTES", "SRTT", "RETRANS", "IDLE"}, rows);
+  print_table(
+      {"PROTO", "SOURCE", "DESTINATION", "CLASS", "PATH", "BYTES", "SRTT", "RETRANS", "IDLE"},
+      rows);
   std::cout << rows.size() << " of " << (*d)["total"] << " flows in the flow table\n";
   return 0;
 }
@@ -343,10 +359,13 @@ int main(int argc, char** argv) {
   set->callback([&] { action = [&] { return cmd_class_set(g, class_name, class_path); }; });
 
   auto* flow = app.add_subcommand("flow", "the flow table")->require_subcommand(1);
-  auto* flist = flow->add_subcommand("list", "the heaviest flows, with class, path, bytes, RTT, retransmits");
+  auto* flist =
+      flow->add_subcommand("list", "the heaviest flows, with class, path, bytes, RTT, retransmits");
   size_t flow_top = 20;
   std::string flow_class, flow_path;
-  flist->add_option("--top", flow_top, "how many flows")->capture_default_str()->check(CLI::PositiveNumber);
+  flist->add_option("--top", flow_top, "how many flows")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   flist->add_option("--class", flow_class, "only flows of this class");
   flist->add_option("--path", flow_path, "only flows on this path");
   flist->callback([&] {
