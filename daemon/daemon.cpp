@@ -717,7 +717,7 @@ json Daemon::classes_json() const {
     auto slot = static_cast<uint32_t>(class_slot_[i]);
     dp_decision d{};
     (void)decisions.lookup(&slot, &d);
-    json shares = json::object(), tx = json::object(), rx = json::object();
+    json shares = json::object(), tx = json::object(), rx = json::object(), tcp = json::object();
     uint64_t tx_total = 0, rx_total = 0;
     std::optional<std::string> rail;
     for (size_t p = 0; p < policy_.paths.size(); ++p) {
@@ -725,6 +725,15 @@ json Daemon::classes_json() const {
       const auto& c = counters_[rs][slot];
       shares[policy_.paths[p].name] = 100.0 * d.share[rs] / DP_SHARE_SCALE;
       tx[policy_.paths[p].name] = c.tx_bytes;
+      const TcpCounters& t = tcp_[rs][slot];
+      tcp[policy_.paths[p].name] = {
+          {"srtt_mean_us",
+           t.rtt_samples ? static_cast<double>(t.srtt_us_sum) / static_cast<double>(t.rtt_samples)
+                         : 0.0},
+          {"rtt_samples", t.rtt_samples},
+          {"segs_out", t.segs_out},
+          {"retrans_segs", t.retrans_segs},
+          {"rto_events", t.rto_events}};
       rx[policy_.paths[p].name] = c.rx_bytes;
       tx_total += c.tx_bytes;
       rx_total += c.rx_bytes;
@@ -749,6 +758,7 @@ json Daemon::classes_json() const {
         {"rx_bytes", rx_total},
         {"tx_bytes_by_path", tx},
         {"rx_bytes_by_path", rx},
+        {"tcp_by_path", tcp},
     });
   }
   return out;

@@ -197,6 +197,14 @@ TEST_F(Lab, EveryClassLeavesByItsPolicyRail) {
     EXPECT_NEAR(static_cast<double>(counted), static_cast<double>(link),
                 0.05 * static_cast<double>(link))
         << p.cls << ": dualpathd counted " << counted << " bytes, the link " << link;
+    // sockops counted the class's TCP segments on that rail, and nothing on the other
+    std::string other = "rail" + std::to_string(1 - p.rail);
+    EXPECT_GT(after["tcp_by_path"][rail]["segs_out"].get<uint64_t>(),
+              before["tcp_by_path"][rail]["segs_out"].get<uint64_t>() + kBytes / 65536)
+        << p.cls;
+    EXPECT_EQ(after["tcp_by_path"][other]["segs_out"], before["tcp_by_path"][other]["segs_out"])
+        << p.cls;
+    EXPECT_GT(after["tcp_by_path"][rail]["srtt_mean_us"].get<double>(), 0) << p.cls;
   }
 }
 
@@ -446,6 +454,21 @@ TEST_F(Lab, MeasuredRateMatchesAKnownRate) {
   EXPECT_NEAR(reported, link_bps, 0.05 * link_bps) << "against the link counters read by the test";
   EXPECT_NEAR(m["utilisation"].get<double>(), 0.1, 0.005) << "100 Mbit/s of 1 Gbit/s";
   EXPECT_TRUE(m["reconciliation"]["agree"].get<bool>()) << m["reconciliation"].dump();
+  // the flow table knows the flow, its class, rail, bytes and RTT
+  json flows = lab::dpctl("a", "flow list --top 5 --class expert-dispatch --path rail0");
+  ASSERT_TRUE(flows.contains("flows")) << flows.dump();
+  bool found = false;
+  for (auto& f : flows["flows"])
+    if (f["dport"] == 50011) {
+      found = true;
+      EXPECT_GE(f["bytes"].get<uint64_t>(), 37'500'000u);
+      EXPECT_GT(f["srtt_us"].get<uint32_t>(), 0u);
+      EXPECT_EQ(f["path"], "rail0");
+    }
+  EXPECT_TRUE(found) << flows.dump();
+  auto bad = sh(lab::dp_lab() + " dpctl a -j flow list --class nosuch");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("no class named"), std::string::npos) << bad.out;
 }
 
 TEST_F(Lab, RttPercentilesAgreeWithAnApplicationPingPong) {
