@@ -139,13 +139,18 @@ int main(int argc, char** argv) {
   auto set_cgroup = [&](const std::string& cg) {
     std::ofstream(file) << std::regex_replace(good, std::regex("window = \"2s\""),
                                               "window = \"2s\"\ncgroup = \"" + cg + "\"");
-    lab::dpctl("a", "policy reload");
+    json r = lab::dpctl("a", "policy reload");
+    if (!r.contains("hash")) {
+      std::fprintf(stderr, "reloading with sockops on %s failed: %s\n", cg.c_str(), r.dump().c_str());
+      std::exit(1);
+    }
   };
   std::printf("sockops cost on a TCP request/response workload (64 B, control class over rail0)\n");
   std::printf("%-7s %-10s %16s\n", "round", "sockops", "transactions/s");
   double on = 0, off = 0;
   for (int r = 1; r <= rounds; ++r) {
-    for (bool attached : {false, true}) {
+    // ABBA: the order flips every round so warm-up favours neither
+    for (bool attached : r % 2 ? std::vector<bool>{false, true} : std::vector<bool>{true, false}) {
       set_cgroup(attached ? root : empty);
       double rate = rr_rate(static_cast<uint16_t>(53020 + r * 2 + attached), transactions);
       (attached ? on : off) += rate / rounds;
