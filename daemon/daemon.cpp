@@ -255,10 +255,9 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     auto slot = static_cast<uint32_t>((*rslots)[i]);
     dp_rail r = encode_rail(next.paths[i], ifindex[i], true);
     dp_slot_name n = encode_name(next.paths[i].name);
-    dp_ifindex_val v{slot};
     DP_TRY(rails.update(&slot, &r));
     DP_TRY(rail_names.update(&slot, &n));
-    DP_TRY(ifmap.update(&ifindex[i], &v));
+    DP_TRY(skel_->set_rail_ifindex(ifindex[i], slot));
   }
   for (size_t i = 0; i < next.classes.size(); ++i) {
     const auto& cs = next.classes[i];
@@ -313,7 +312,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     if_indextoname(idx, name);
     auto r = Tc::detach(static_cast<int>(idx), name, &owned);
     if (!r) spdlog::warn("{}", r.error().str());
-    (void)ifmap.remove(&idx);
+    (void)skel_->set_rail_ifindex(idx, std::nullopt);
   }
 
   class_slot_ = *cslots;

@@ -80,6 +80,17 @@ BpfMap DpSkeleton::map(const char* name) const {
   return BpfMap(m ? bpf_map__fd(m) : -1, name);
 }
 
+Result<void> DpSkeleton::set_rail_ifindex(uint32_t ifindex, std::optional<uint32_t> slot) const {
+  BpfMap hash = map("dp_ifindex");
+  if (ifindex < DP_IFINDEX_DIRECT) {
+    uint32_t v = slot ? *slot + 1 : 0;
+    DP_TRY(map("dp_rail_by_ifindex").update(&ifindex, &v));
+  }
+  if (!slot) return hash.remove(&ifindex);
+  dp_ifindex_val v{*slot};
+  return hash.update(&ifindex, &v);
+}
+
 // ---------------------------------------------------------------- sockops
 
 Result<std::string> cgroup2_root() {

@@ -54,6 +54,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_IFINDEX_DIRECT);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_rail_by_ifindex SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, DP_MAX_CLASSES);
 	__type(key, __u32);
 	__type(value, struct dp_decision);

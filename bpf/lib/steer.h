@@ -30,8 +30,16 @@ static __always_inline struct dp_counters *dp_counters_of(__u32 rail, __u32 cls)
 
 static __always_inline __u32 dp_rail_of_ifindex(__u32 ifindex)
 {
-	struct dp_ifindex_val *v = bpf_map_lookup_elem(&dp_ifindex, &ifindex);
+	struct dp_ifindex_val *v;
 
+	if (ifindex < DP_IFINDEX_DIRECT) {
+		__u32 *r = bpf_map_lookup_elem(&dp_rail_by_ifindex, &ifindex);
+
+		if (!r || !*r || *r > DP_MAX_RAILS)
+			return DP_RAIL_NONE;
+		return *r - 1;
+	}
+	v = bpf_map_lookup_elem(&dp_ifindex, &ifindex);
 	if (!v || v->rail >= DP_MAX_RAILS)
 		return DP_RAIL_NONE;
 	return v->rail;

@@ -88,6 +88,11 @@ struct dp_rail {
   __u32 gw6[4];
 };
 
+/* Which rail a hook is on, by skb->ifindex: dp_rail_by_ifindex is an ARRAY
+ * indexed directly by ifindex (value: rail slot + 1, 0 = not a rail) for
+ * ifindex < DP_IFINDEX_DIRECT, which the verifier inlines; dp_ifindex, a
+ * HASH, holds every rail's ifindex and answers for larger ones. */
+#define DP_IFINDEX_DIRECT 65536
 /* dp_ifindex: HASH, ifindex -> rail slot; tells a hook which rail it is on. */
 struct dp_ifindex_val {
   __u32 rail;

@@ -7,6 +7,7 @@
 #include <bpf/libbpf.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ class DpSkeleton {
   int empty_fd() const;
   bpf_program* sockops_prog() const;
   BpfMap map(const char* name) const;
+  // Records (slot) or forgets (nullopt) that ifindex is a rail, in both
+  // dp_rail_by_ifindex and dp_ifindex.
+  Result<void> set_rail_ifindex(uint32_t ifindex, std::optional<uint32_t> slot) const;
 
  private:
   explicit DpSkeleton(dp_tc* s) : skel_(s) {}

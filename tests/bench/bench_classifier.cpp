@@ -89,8 +89,7 @@ int main(int argc, char** argv) {
     dp_rail rail = dp::encode_rail(p.paths[r], r == 0 ? 1 : 4242, true);
     (void)s.map("dp_rails").update(&r, &rail);
   }
-  dp_ifindex_val here{0};
-  (void)s.map("dp_ifindex").update(&lo, &here);
+  (void)s.set_rail_ifindex(lo, 0);
   for (uint32_t c = 0; c < p.classes.size(); ++c) {
     dp_decision d = dp::decision_all_on(p.path_index(p.classes[c].prefer), false, 1);
     (void)s.map("dp_decisions").update(&c, &d);

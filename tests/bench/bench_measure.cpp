@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
                                               "window = \"2s\"\ncgroup = \"" + cg + "\"");
     json r = lab::dpctl("a", "policy reload");
     if (!r.contains("hash")) {
-      std::fprintf(stderr, "reloading with sockops on %s failed: %s\n", cg.c_str(), r.dump().c_str());
+      std::fprintf(stderr, "reloading with sockops on %s failed: %s\n", cg.c_str(),
+                   r.dump().c_str());
       std::exit(1);
     }
   };

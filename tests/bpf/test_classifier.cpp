@@ -51,8 +51,7 @@ class Classifier : public ::testing::Test {
     set_rail(0, kLoIfindex, true, true, true);
     set_rail(1, kRail1Ifindex, true, true, true);
     uint32_t ifidx = kLoIfindex;
-    dp_ifindex_val here{0};
-    ASSERT_TRUE(map("dp_ifindex").update(&ifidx, &here));
+    ASSERT_TRUE(skel_->set_rail_ifindex(ifidx, 0));
     for (uint32_t c = 0; c < policy_.classes.size(); ++c)
       set_decision(c, policy_.path_index(policy_.classes[c].prefer));
   }
@@ -291,9 +290,24 @@ TEST_F(Classifier, MissingGatewayOfTheFamilyPasses) {
 
 TEST_F(Classifier, UnknownInterfacePasses) {
   uint32_t ifidx = kLoIfindex;
-  ASSERT_TRUE(map("dp_ifindex").remove(&ifidx));
+  ASSERT_TRUE(skel_->set_rail_ifindex(ifidx, std::nullopt));
   EXPECT_EQ(egress(tcp4(40000, 52001)).ret, DP_PASS);
   EXPECT_EQ(exception(DP_MAX_RAILS, DP_EXC_UNKNOWN_IFINDEX), 1u);
+}
+
+TEST_F(Classifier, RailIfindexIsDirectBelowTheLimitAndHashedAbove) {
+  ASSERT_TRUE(skel_->set_rail_ifindex(7, 1));
+  ASSERT_TRUE(skel_->set_rail_ifindex(DP_IFINDEX_DIRECT + 5, 1));
+  uint32_t direct = 0, idx = 7, big = DP_IFINDEX_DIRECT + 5;
+  dp_ifindex_val hv{};
+  ASSERT_TRUE(map("dp_rail_by_ifindex").lookup(&idx, &direct));
+  EXPECT_EQ(direct, 2u) << "slot + 1";
+  EXPECT_TRUE(map("dp_ifindex").lookup(&big, &hv));
+  EXPECT_EQ(hv.rail, 1u);
+  ASSERT_TRUE(skel_->set_rail_ifindex(7, std::nullopt));
+  ASSERT_TRUE(map("dp_rail_by_ifindex").lookup(&idx, &direct));
+  EXPECT_EQ(direct, 0u);
+  EXPECT_FALSE(map("dp_ifindex").lookup(&idx, &hv));
 }
 
 TEST_F(Classifier, DefaultClassTakesUnmatchedTraffic) {
