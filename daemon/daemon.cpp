@@ -91,12 +91,14 @@ dp_counters sum_counters(const std::vector<dp_counters>& per_cpu) {
 TcpCounters sum_tcp(const std::vector<dp_tcp_stats>& per_cpu) {
   TcpCounters t;
   for (auto& c : per_cpu) {
-    for (size_t b = 0; b < DP_RTT_BUCKETS && b < kHistBuckets; ++b) t.rtt_us[b] += c.rtt_hist[b];
-    t.rtt_samples += c.rtt_samples;
-    t.srtt_us_sum += c.srtt_us_sum;
-    t.segs_out += c.segs_out;
-    t.retrans_segs += c.retrans_segs;
-    t.rto_events += c.rto_events;
+    TcpCounters one;
+    std::copy_n(c.rtt_hist, std::min<size_t>(DP_RTT_BUCKETS, kHistBuckets), one.rtt_us.begin());
+    one.rtt_samples = c.rtt_samples;
+    one.srtt_us_sum = c.srtt_us_sum;
+    one.segs_out = c.segs_out;
+    one.retrans_segs = c.retrans_segs;
+    one.rto_events = c.rto_events;
+    add_tcp(t, one);
   }
   return t;
 }

@@ -66,6 +66,24 @@ void wait_gone(pid_t pid) {
 
 std::string nsenter(const std::string& ns) { return "nsenter --net=/run/netns/" + ns + " -- "; }
 
+// Runs fn() with this thread in network namespace ns, then returns to the
+// original one. Returns fn()'s error message, or why ns could not be entered.
+template <class F>
+std::string in_netns(const std::string& ns, F fn) {
+  int self = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  int target = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  std::string err;
+  if (self < 0 || target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
+    err = "cannot enter " + ns;
+  } else {
+    err = fn();
+    ::setns(self, CLONE_NEWNET);
+  }
+  if (self >= 0) ::close(self);
+  if (target >= 0) ::close(target);
+  return err;
+}
+
 // Attaches tests/lab/foreign.bpf.c on dev's clsact egress at priority 10, as
 // another tool would. (libbpf, not `tc ... bpf obj`: iproute2 would leave
 // /sys/fs/bpf/tc/globals behind.) Returns an error message or "".
@@ -73,20 +91,13 @@ std::string attach_foreign_filter(const std::string& ns, const std::string& dev)
   bpf_object* obj = bpf_object__open_file(DP_FOREIGN_BPF_OBJ, nullptr);
   if (!obj || bpf_object__load(obj) != 0) return "cannot load " DP_FOREIGN_BPF_OBJ;
   int prog = bpf_program__fd(bpf_object__find_program_by_name(obj, "foreign_pass"));
-  std::string err;
-  int self = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-  int target = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-  if (self < 0 || target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
-    err = "cannot enter " + ns;
-  } else {
+  std::string err = in_netns(ns, [&]() -> std::string {
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex(dev.c_str())),
                 .attach_point = BPF_TC_EGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog, .handle = 1, .priority = 10);
-    if (bpf_tc_attach(&hook, &opts) != 0) err = "cannot attach the foreign filter on " + dev;
-    ::setns(self, CLONE_NEWNET);
-  }
-  if (self >= 0) ::close(self);
-  if (target >= 0) ::close(target);
+    if (bpf_tc_attach(&hook, &opts) != 0) return "cannot attach the foreign filter on " + dev;
+    return "";
+  });
   bpf_object__close(obj);  // the tc filter keeps the program alive
   return err;
 }
@@ -400,38 +411,24 @@ json path_measure(const std::string& node, const std::string& path) {
 // priority 5, behind dualpath's programs. Returns an error message or "".
 std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000,
                         bool detach = false) {
-  std::string err;
-  int self = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-  int target = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-  if (self < 0 || target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
-    err = "cannot enter " + ns;
-  } else {
+  return in_netns(ns, [&]() -> std::string {
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex(dev.c_str())),
                 .attach_point = BPF_TC_INGRESS);
-    if (detach) {
-      LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
-      if (bpf_tc_detach(&hook, &opts) != 0) err = "cannot detach the drop filter";
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
+    if (detach) return bpf_tc_detach(&hook, &opts) == 0 ? "" : "cannot detach the drop filter";
+    drop* skel = drop__open();
+    if (!skel) return "cannot open drop.bpf.o";
+    skel->rodata->drop_per_100000 = per_100000;
+    std::string err;
+    if (drop__load(skel) != 0) {
+      err = "cannot load drop.bpf.o";
     } else {
-      drop* skel = drop__open();
-      if (!skel) {
-        err = "cannot open drop.bpf.o";
-      } else {
-        skel->rodata->drop_per_100000 = per_100000;
-        LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
-        if (drop__load(skel) != 0)
-          err = "cannot load drop.bpf.o";
-        else {
-          opts.prog_fd = bpf_program__fd(skel->progs.drop_some);
-          if (bpf_tc_attach(&hook, &opts) != 0) err = "cannot attach the drop filter";
-        }
-        drop__destroy(skel);  // the filter keeps the program
-      }
+      opts.prog_fd = bpf_program__fd(skel->progs.drop_some);
+      if (bpf_tc_attach(&hook, &opts) != 0) err = "cannot attach the drop filter";
     }
-    ::setns(self, CLONE_NEWNET);
-  }
-  if (self >= 0) ::close(self);
-  if (target >= 0) ::close(target);
-  return err;
+    drop__destroy(skel);  // the filter keeps the program
+    return err;
+  });
 }
 
 TEST_F(Lab, MeasuredRateMatchesAKnownRate) {
