@@ -74,6 +74,12 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 	f->cls = cls;
 	f->gen = gen;
 	target = f->rail;
+	/* Flowlets: a flow of a split class that was idle longer than the gap
+	 * may be placed anew by the shares, without reordering. The clock
+	 * (~30 ns) is read only then. */
+	int timed = flowlet_gap_ns && dp_decision_split(d);
+	__u64 now = timed ? bpf_ktime_get_ns() : 0;
+
 	if (target >= DP_MAX_RAILS || !d->share[target & (DP_MAX_RAILS - 1)] ||
 	    !dp_rail_usable(target)) {
 		/* the rail lost its share (operator move, failover): re-place */
@@ -91,14 +97,35 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 				c->flows_replaced += 1;
 		}
 		target = moved;
+	} else if (timed && !(f->flags & DP_FLOW_F_COARSE_TIME) &&
+		   now - f->last_seen_ns > flowlet_gap_ns) {
+		/* a new flowlet: deterministic per (flow, flowlet number) */
+		__u32 flowlet = f->flowlet + 1;
+		__u32 placed = dp_place(d, dp_flow_hash(&pkt->key, flowlet));
+
+		f->flowlet = flowlet;
+		if (placed != DP_RAIL_NONE && placed != target) {
+			f->rail = placed;
+			f->replacements += 1;
+			c = dp_counters_of(placed, cls);
+			if (c)
+				c->flows_replaced += 1;
+			target = placed;
+		}
+		c = dp_counters_of(target, cls);
+		if (c)
+			c->flowlets += 1;
 	}
-	/* The clock costs ~30 ns a packet. Until flowlets need it on every
-	 * packet, last_seen_ns (shown as a flow's idle time) is refreshed from
-	 * the coarse clock every 16th packet. */
-	if (flowlet_gap_ns)
-		f->last_seen_ns = bpf_ktime_get_ns();
-	else if (!(f->packets & 15))
-		f->last_seen_ns = bpf_ktime_get_coarse_ns();
+	if (timed) {
+		f->last_seen_ns = now;
+		f->flags &= ~DP_FLOW_F_COARSE_TIME;
+	} else {
+		/* last_seen_ns is only shown as idle time: the coarse clock every
+		 * 16th packet is enough, and it cannot start a flowlet later */
+		f->flags |= DP_FLOW_F_COARSE_TIME;
+		if (!(f->packets & 15))
+			f->last_seen_ns = bpf_ktime_get_coarse_ns();
+	}
 	f->bytes += len;
 	f->packets += 1;
 	return target;

@@ -89,6 +89,7 @@ dp_counters sum_counters(const std::vector<dp_counters>& per_cpu) {
     s.redirect_bytes += c.redirect_bytes;
     s.flows_placed += c.flows_placed;
     s.flows_replaced += c.flows_replaced;
+    s.flowlets += c.flowlets;
   }
   return s;
 }
@@ -286,7 +287,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   dp_config cfg{};
   cfg.active_gen = next_gen;
   cfg.default_class = enc.default_class;
-  cfg.flowlet_gap_ns = 0;
+  cfg.flowlet_gap_ns = static_cast<uint64_t>(next.scheduler.flowlet_gap.count());
   cfg.netns_cookie = netns_cookie_;
   DP_TRY(skel_->map("dp_config").update(&zero, &cfg));
   gen_ = next_gen;

@@ -105,6 +105,17 @@ static __always_inline int dp_rail_usable(__u32 rail)
 	return r && (r->flags & DP_RAIL_F_ENABLED) && r->ifindex;
 }
 
+/* A class is split when no single rail holds its whole share: only then can a
+ * new flowlet land elsewhere, so only then is flowlet timing needed. */
+static __always_inline int dp_decision_split(const struct dp_decision *d)
+{
+#pragma unroll
+	for (int r = 0; r < DP_MAX_RAILS; r++)
+		if (d->share[r] >= DP_SHARE_SCALE)
+			return 0;
+	return 1;
+}
+
 /* Weighted choice over rails with a share and usable; DP_RAIL_NONE if none. */
 static __always_inline __u32 dp_place(const struct dp_decision *d, __u32 hash)
 {

@@ -118,6 +118,12 @@ struct dp_slot_name {
   char name[DP_NAME_LEN];
 };
 
+enum dp_flow_flags {
+  /* last_seen_ns came from the coarse clock (the class was not split over
+   * rails, so no flowlet timing was needed): it cannot mark a flowlet gap */
+  DP_FLOW_F_COARSE_TIME = 1u << 0,
+};
+
 /* dp_flows: LRU_HASH. Addresses are IPv4-mapped for IPv4 (::ffff:a.b.c.d). */
 struct dp_flow_key {
   __u32 saddr[4];
@@ -133,10 +139,11 @@ struct dp_flow {
   __u64 last_seen_ns;
   __u64 bytes;
   __u64 packets;
-  __u32 gen; /* classification generation the class was taken from */
-  __u8 cls;  /* class slot */
-  __u8 rail; /* rail slot the flow is placed on */
-  __u16 pad;
+  __u32 gen;  /* classification generation the class was taken from */
+  __u8 cls;   /* class slot */
+  __u8 rail;  /* rail slot the flow is placed on */
+  __u8 flags; /* enum dp_flow_flags */
+  __u8 pad;
   __u32 flowlet;      /* flowlets started for this flow */
   __u32 replacements; /* times the flow changed rail */
   /* TCP, from sockops (0 for UDP and until the first RTT sample) */
@@ -157,6 +164,7 @@ struct dp_counters {
   __u64 redirect_bytes;
   __u64 flows_placed;   /* new flows placed on this rail */
   __u64 flows_replaced; /* existing flows moved to this rail */
+  __u64 flowlets;       /* flowlets started here after an idle gap (split classes) */
 };
 
 /* dp_tcp: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class slot. TCP

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     (void)s.map("dp_marks").update(&k, &v);
   }
   uint32_t zero = 0, lo = 1;
-  dp_config cfg{0, DP_CLASS_NONE, 0, 0};
+  dp_config cfg{0, DP_CLASS_NONE, 500'000, 0};  // the default 500 us flowlet gap
   (void)s.map("dp_config").update(&zero, &cfg);
   for (uint32_t r = 0; r < 2; ++r) {
     dp_rail rail = dp::encode_rail(p.paths[r], r == 0 ? 1 : 4242, true);
@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
   (void)s.set_rail_ifindex(lo, 0);
   for (uint32_t c = 0; c < p.classes.size(); ++c) {
     dp_decision d = dp::decision_all_on(p.path_index(p.classes[c].prefer), false, 1);
+    if (p.classes[c].name == "expert-combine") {  // split over both rails: flowlets are timed
+      d.share[0] = DP_SHARE_SCALE / 2;
+      d.share[1] = DP_SHARE_SCALE / 2;
+    }
     (void)s.map("dp_decisions").update(&c, &d);
   }
 
@@ -101,6 +105,7 @@ int main(int argc, char** argv) {
       {"v4 tcp, class by port, redirect*", {4, IPPROTO_TCP, 40000, 52001}, 0, false},
       {"v4 tcp, class by mark, redirect*", {4, IPPROTO_TCP, 40000, 40001}, 0x54, false},
       {"v6 udp, class by port, redirect*", {6, IPPROTO_UDP, 40000, 54001}, 0, false},
+      {"v4 tcp, split class (flowlet clock)", {4, IPPROTO_TCP, 40002, 51001}, 0, false},
       {"v4 tcp, unclassified", {4, IPPROTO_TCP, 40000, 40001}, 0, false},
       {"v4 fragment (passed)", {4, IPPROTO_TCP, 40000, 50001, 0, false, true}, 0, false},
   };

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "dualpath/daemon.h"
 #include "dualpath/datapath.h"
@@ -64,9 +65,9 @@ class Classifier : public ::testing::Test {
       ASSERT_TRUE(map("dp_ports").update(&key, &enc.ports[p]));
     }
   }
-  void set_config(uint32_t gen, uint32_t default_class) {
+  void set_config(uint32_t gen, uint32_t default_class, uint64_t flowlet_gap_ns = 0) {
     uint32_t zero = 0;
-    dp_config c{gen, default_class, 0, 0};
+    dp_config c{gen, default_class, flowlet_gap_ns, 0};
     ASSERT_TRUE(map("dp_config").update(&zero, &c));
   }
   void set_rail(uint32_t slot, uint32_t ifindex, bool enabled, bool gw4, bool gw6) {
@@ -75,6 +76,13 @@ class Classifier : public ::testing::Test {
     if (!gw6) ps.gateway6.reset();
     dp_rail r = dp::encode_rail(ps, ifindex, enabled);
     ASSERT_TRUE(map("dp_rails").update(&slot, &r));
+  }
+  void set_shares(uint32_t cls, uint16_t rail0, uint16_t rail1) {
+    dp_decision d{};
+    d.share[0] = rail0;
+    d.share[1] = rail1;
+    d.version = ++version_;
+    ASSERT_TRUE(map("dp_decisions").update(&cls, &d));
   }
   void set_decision(uint32_t cls, int rail) {
     dp_decision d = dp::decision_all_on(rail, false, ++version_);
@@ -308,6 +316,77 @@ TEST_F(Classifier, RailIfindexIsDirectBelowTheLimitAndHashedAbove) {
   ASSERT_TRUE(map("dp_rail_by_ifindex").lookup(&idx, &direct));
   EXPECT_EQ(direct, 0u);
   EXPECT_FALSE(map("dp_ifindex").lookup(&idx, &hv));
+}
+
+// ---------------------------------------------------------------- flowlets
+
+TEST_F(Classifier, PacketsOfOneFlowletStayOnOneRail) {
+  set_config(0, DP_CLASS_NONE, 1'000'000);  // 1 ms gap: back-to-back test runs are one flowlet
+  set_shares(kParamSync, 5000, 5000);
+  int on_rail1 = 0;
+  for (uint16_t f = 0; f < 200; ++f) {
+    PacketSpec s = tcp4(static_cast<uint16_t>(20000 + f), 52001);
+    int first = egress(s).ret;
+    on_rail1 += first == TC_ACT_REDIRECT;
+    for (int i = 0; i < 20; ++i) ASSERT_EQ(egress(s).ret, first) << "flow " << f << " packet " << i;
+  }
+  EXPECT_GT(on_rail1, 60) << "a 50/50 split places flows on both rails";
+  EXPECT_LT(on_rail1, 140);
+}
+
+TEST_F(Classifier, ANewFlowletAfterTheGapFollowsTheShares) {
+  set_config(0, DP_CLASS_NONE, 1);  // 1 ns gap: every timed packet starts a flowlet
+  const int flows = 2000;
+  auto sport = [](int f) { return static_cast<uint16_t>(10000 + f); };
+  set_shares(kParamSync, 10000, 0);  // every flow starts on rail0
+  for (int f = 0; f < flows; ++f)
+    for (int i = 0; i < 2; ++i)  // created, then one untimed packet (coarse time)
+      ASSERT_EQ(egress(tcp4(sport(f), 52001)).ret, DP_PASS);
+  // Split 30/70. rail0 keeps a share, so without flowlets every flow would stay
+  // there; with them, a flow's next flowlet is placed by the shares.
+  set_shares(kParamSync, 3000, 7000);
+  int moved_to_rail1 = 0;
+  for (int f = 0; f < flows; ++f) {
+    ASSERT_EQ(egress(tcp4(sport(f), 52001)).ret, DP_PASS)
+        << "the first timed packet starts the clock";
+    moved_to_rail1 += egress(tcp4(sport(f), 52001)).ret == TC_ACT_REDIRECT;
+  }
+  EXPECT_NEAR(moved_to_rail1, 0.7 * flows, 0.04 * flows) << "70% of new flowlets go to rail1";
+  uint64_t flowlets = counters(0, kParamSync).flowlets + counters(1, kParamSync).flowlets;
+  EXPECT_EQ(flowlets, static_cast<uint64_t>(flows));
+  EXPECT_EQ(counters(1, kParamSync).flows_replaced, static_cast<uint64_t>(moved_to_rail1));
+  // deterministic per (flow, flowlet number): a second table gives the same answer
+  auto key = dptest::flow_key_of(tcp4(sport(0), 52001));
+  dp_flow f{};
+  ASSERT_TRUE(map("dp_flows").lookup(key.bytes, &f));
+  EXPECT_EQ(f.flowlet, 2u);
+}
+
+TEST_F(Classifier, SharesOfNothingAndEverythingAreExact) {
+  set_config(0, DP_CLASS_NONE, 1);
+  for (auto [r0, r1, want] :
+       {std::tuple{0, 10000, TC_ACT_REDIRECT}, std::tuple{10000, 0, DP_PASS}}) {
+    set_shares(kParamSync, static_cast<uint16_t>(r0), static_cast<uint16_t>(r1));
+    for (uint16_t f = 0; f < 300; ++f)
+      for (int i = 0; i < 3; ++i)
+        ASSERT_EQ(egress(tcp4(static_cast<uint16_t>(30000 + f), 52001)).ret, want)
+            << "shares " << r0 << "/" << r1 << " flow " << f;
+  }
+  EXPECT_EQ(counters(0, kParamSync).flowlets + counters(1, kParamSync).flowlets, 0u)
+      << "a class wholly on one rail needs no flowlet timing";
+}
+
+TEST_F(Classifier, CoarseTimeNeverStartsAFlowlet) {
+  set_config(0, DP_CLASS_NONE, 1);
+  set_shares(kParamSync, 10000, 0);  // whole on rail0: untimed
+  PacketSpec s = tcp4(40404, 52001);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(egress(s).ret, DP_PASS);
+  set_shares(kParamSync, 0, 0);
+  set_shares(kParamSync, 1, 9999);  // now split
+  EXPECT_EQ(egress(s).ret, DP_PASS) << "the first timed packet only starts the clock";
+  EXPECT_EQ(counters(0, kParamSync).flowlets + counters(1, kParamSync).flowlets, 0u);
+  egress(s);  // the gap (1 ns) has passed: a flowlet, placed anew
+  EXPECT_EQ(counters(0, kParamSync).flowlets + counters(1, kParamSync).flowlets, 1u);
 }
 
 TEST_F(Classifier, DefaultClassTakesUnmatchedTraffic) {

@@ -113,7 +113,7 @@ TEST(AbiLayout, StructSizesAreStable) {
   EXPECT_EQ(sizeof(dp_rail), 28u);
   EXPECT_EQ(sizeof(dp_decision), 16u);
   EXPECT_EQ(sizeof(dp_flow_key), 40u);
-  EXPECT_EQ(sizeof(dp_counters), 64u);
+  EXPECT_EQ(sizeof(dp_counters), 72u);
   EXPECT_EQ(sizeof(dp_flow), 64u);
   EXPECT_EQ(sizeof(dp_tcp_stats), 296u);
 }
