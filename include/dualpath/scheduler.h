@@ -1,0 +1,67 @@
+// The adaptive scheduler: a deterministic function of (policy, per-rail
+// estimates, per-class demand, health, time, previous state) that returns,
+// per class, the share of new flowlets each rail receives, and a reason for
+// every change. No I/O: the daemon feeds it each tick and writes the result
+// to the decision map; tests replay recorded traces through it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dualpath/policy.h"
+
+namespace dp {
+
+using SchedClock = std::chrono::steady_clock;
+
+struct RailInput {
+  bool healthy = true;
+  double utilisation = 0;        // 0..1 (and above when over capacity)
+  std::optional<double> rtt_us;  // p50 over the measurement window, if known
+};
+
+struct SchedulerInput {
+  SchedClock::time_point now;
+  std::vector<RailInput> rails;       // per policy path
+  std::vector<double> demand_bps;     // per policy class: its current transmit rate
+  std::vector<bool> operator_pinned;  // per policy class: pinned with dpctl class set
+};
+
+// Shares in units of 1/10000 (DP_SHARE_SCALE), per policy path; they sum to
+// 10000 whenever any rail is healthy.
+using Shares = std::vector<uint16_t>;
+
+struct ClassState {
+  Shares shares;
+  std::optional<SchedClock::time_point> last_change;
+};
+
+struct SchedulerState {
+  std::vector<ClassState> classes;  // per policy class
+};
+
+struct SchedulerEvent {
+  SchedClock::time_point t;
+  std::string klass;
+  Shares before, after;
+  std::string kind;    // "latency", "spill", "return", "rebalance", "down"
+  std::string reason;  // a sentence with the numbers that decided it
+};
+
+struct SchedulerResult {
+  SchedulerState state;
+  std::vector<SchedulerEvent> events;
+};
+
+// Every class whole on its preferred rail.
+SchedulerState initial_state(const Policy& p);
+
+SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const SchedulerState& prev);
+
+// "rail0 70%, rail1 30%"
+std::string format_shares(const Policy& p, const Shares& s);
+
+}  // namespace dp
