@@ -23,6 +23,7 @@
 #include <map>
 #include <sstream>
 
+#include <fmt/chrono.h>
 #include <spdlog/spdlog.h>
 
 #include "dualpath/encode.h"
@@ -327,6 +328,21 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   rail_slot_ = *rslots;
   rail_ifindex_ = ifindex;
   rail_vanished_.assign(ifindex.size(), false);
+  sched_ = initial_state(next);
+  op_pinned_.assign(next.classes.size(), false);
+  demand_.assign(next.classes.size(), RateEstimator(next.scheduler.ewma_weight));
+  for (size_t i = 0; i < next.classes.size(); ++i) {
+    auto slot = static_cast<uint32_t>((*cslots)[i]);
+    dp_decision cur{};
+    if (!decisions.lookup(&slot, &cur) || !(cur.flags & kOperatorPinned)) continue;
+    op_pinned_[i] = true;  // an operator's pin survives the reload or restart
+    if (auto r = decision_single_rail(cur))
+      for (size_t p = 0; p < rslots->size(); ++p)
+        if ((*rslots)[p] == *r) {
+          sched_.classes[i].shares.assign(next.paths.size(), 0);
+          sched_.classes[i].shares[p] = DP_SHARE_SCALE;
+        }
+  }
   measures_.clear();
   for (auto& ps : next.paths)
     measures_.emplace_back(ps.capacity_bps, next.scheduler.ewma_weight, next.measurement.window);
@@ -404,7 +420,97 @@ Result<void> Daemon::set_class_rail(int class_index, int path_index, bool pinned
   dp_decision d =
       decision_all_on(rail_slot_[static_cast<size_t>(path_index)], pinned, ++decision_version_);
   if (pinned) d.flags |= kOperatorPinned;
+  DP_TRY(skel_->map("dp_decisions").update(&slot, &d));
+  auto ci = static_cast<size_t>(class_index);
+  if (ci < sched_.classes.size()) {
+    sched_.classes[ci].shares.assign(policy_.paths.size(), 0);
+    sched_.classes[ci].shares[static_cast<size_t>(path_index)] = DP_SHARE_SCALE;
+  }
+  if (ci < op_pinned_.size()) op_pinned_[ci] = pinned;
+  return {};
+}
+
+Result<void> Daemon::write_shares(size_t class_index, const Shares& shares) {
+  auto slot = static_cast<uint32_t>(class_slot_[class_index]);
+  dp_decision d{};
+  for (size_t i = 0; i < shares.size() && i < rail_slot_.size(); ++i)
+    d.share[static_cast<size_t>(rail_slot_[i])] = shares[i];
+  d.flags = policy_.classes[class_index].pinned ? DP_DECISION_F_PINNED : 0;
+  d.version = ++decision_version_;
   return skel_->map("dp_decisions").update(&slot, &d);
+}
+
+namespace {
+constexpr size_t kMaxEvents = 1024;
+}
+
+void Daemon::run_scheduler() {
+  if (!policy_.scheduler.adaptive) return;  // static: the policy's rails, never moved
+  auto now = SchedClock::now();
+  SchedulerInput in;
+  in.now = now;
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+    RailInput r;
+    const auto& m = measures_[i];
+    r.healthy = !rail_vanished_[i] && (!m.has_sample() || m.latest().link.oper_up);
+    r.utilisation = m.utilisation();
+    if (auto p = m.ls_rtt_us(); p && p->samples >= 10) r.rtt_us = p->p50;
+    in.rails.push_back(r);
+  }
+  for (size_t c = 0; c < policy_.classes.size(); ++c) {
+    uint64_t tx = 0;
+    for (int rs : rail_slot_)
+      tx += counters_[static_cast<size_t>(rs)][static_cast<size_t>(class_slot_[c])].tx_bytes;
+    demand_[c].update(tx, now);
+    in.demand_bps.push_back(demand_[c].rate() * 8);
+  }
+  in.operator_pinned = op_pinned_;
+  auto res = schedule(policy_, in, sched_);
+  for (auto& e : res.events) {
+    size_t ci = 0;
+    while (ci < policy_.classes.size() && policy_.classes[ci].name != e.klass) ++ci;
+    auto w = write_shares(ci, e.after);
+    if (!w) {
+      spdlog::error("writing the decision of {} failed: {}", e.klass, w.error().what());
+      res.state.classes[ci] = sched_.classes[ci];  // try again next tick
+      continue;
+    }
+    spdlog::info("scheduler: {} ({} -> {})", e.reason, format_shares(policy_, e.before),
+                 format_shares(policy_, e.after));
+    ++switches_[{e.klass, e.kind}];
+    events_.push_back({++event_seq_, std::chrono::system_clock::now(), e});
+    if (events_.size() > kMaxEvents) events_.pop_front();
+  }
+  sched_ = res.state;
+}
+
+json Daemon::events_json(const json& args) const {
+  uint64_t since = 0;
+  if (args.contains("since")) {
+    if (!args["since"].is_number_unsigned())
+      return reply_error("bad_request", "\"since\" must be an event number");
+    since = args["since"].get<uint64_t>();
+  }
+  json out = json::array();
+  for (const auto& le : events_) {
+    if (le.seq <= since) continue;
+    auto shares = [&](const Shares& s) {
+      json j = json::object();
+      for (size_t i = 0; i < s.size() && i < policy_.paths.size(); ++i)
+        j[policy_.paths[i].name] = s[i] / 100.0;
+      return j;
+    };
+    out.push_back(
+        {{"seq", le.seq},
+         {"time", fmt::format("{:%Y-%m-%dT%H:%M:%S}",
+                              fmt::localtime(std::chrono::system_clock::to_time_t(le.wall)))},
+         {"class", le.e.klass},
+         {"kind", le.e.kind},
+         {"before", shares(le.e.before)},
+         {"after", shares(le.e.after)},
+         {"reason", le.e.reason}});
+  }
+  return reply_ok({{"events", out}, {"last", event_seq_}});
 }
 
 Result<void> Daemon::cleanup(const Policy& p, const std::string& bpffs_root) {
@@ -477,6 +583,7 @@ void Daemon::tick() {
   }
   read_tcp();
   measure_paths();
+  run_scheduler();
   publish_metrics();
   last_tick_ = now;
   ++ticks_;
@@ -546,6 +653,11 @@ void Daemon::measure_paths() {
       s.dp_rx_bytes += counters_[slot][c].rx_bytes;
       add_tcp(s.tcp, tcp_[slot][c]);
     }
+    for (size_t c = 0; c < policy_.classes.size(); ++c) {
+      if (policy_.classes[c].kind != ClassKind::LatencySensitive) continue;
+      const auto& h = tcp_[slot][static_cast<size_t>(class_slot_[c])].rtt_us;
+      for (size_t b = 0; b < kHistBuckets; ++b) s.ls_rtt_us[b] += h[b];
+    }
     if (rail_vanished_[i]) continue;
     auto link = links_->read(static_cast<int>(rail_ifindex_[i]));
     if (!link) {
@@ -604,6 +716,7 @@ void Daemon::publish_metrics() {
                            counters_[slot][cslot], tcp_[slot][cslot]});
     }
   }
+  for (auto& [key, n] : switches_) v.switches.push_back({key.first, key.second, n});
   metrics_->publish(build_metrics(v));
 }
 
@@ -919,7 +1032,8 @@ json Daemon::handle(const json& req, bool privileged) {
     return reply_ok({{"file", policy_.file}, {"hash", policy_.hash}, {"node", policy_.node}});
 
   // Mutating commands.
-  if (cmd == "class.set" || cmd == "policy.reload") {
+  if (cmd == "events") return events_json(args);
+  if (cmd == "class.set" || cmd == "class.unpin" || cmd == "policy.reload") {
     if (!privileged) return reply_error("permission_denied", fmt::format("{} needs root", cmd));
   }
   if (cmd == "class.set") {
@@ -936,6 +1050,36 @@ json Daemon::handle(const json& req, bool privileged) {
     if (!r) return reply_error("failed", r.error().what());
     spdlog::info("class {} pinned to path {} by operator", *cls, *path);
     return reply_ok({{"class", *cls}, {"path", *path}, {"pinned", true}});
+  }
+  if (cmd == "class.unpin") {
+    auto cls = arg("class");
+    if (!cls) return reply_error("bad_request", "class.unpin needs \"class\"");
+    size_t ci = 0;
+    while (ci < policy_.classes.size() && policy_.classes[ci].name != *cls) ++ci;
+    if (ci == policy_.classes.size())
+      return reply_error("not_found", fmt::format("no class named \"{}\"", *cls));
+    if (policy_.classes[ci].pinned)
+      return reply_error("invalid",
+                         fmt::format("{} is pinned by the policy ({}); edit the policy to unpin it",
+                                     *cls, policy_.file));
+    auto slot = static_cast<uint32_t>(class_slot_[ci]);
+    dp_decision d{};
+    BpfMap decisions = skel_->map("dp_decisions");
+    if (auto r = decisions.lookup(&slot, &d); !r) return reply_error("failed", r.error().what());
+    d.flags &= ~kOperatorPinned;
+    d.version = ++decision_version_;
+    if (auto r = decisions.update(&slot, &d); !r) return reply_error("failed", r.error().what());
+    op_pinned_[ci] = false;
+    if (!policy_.scheduler.adaptive) {
+      // static mode has no scheduler to take it back: the policy's rail
+      auto r = set_class_rail(static_cast<int>(ci), policy_.path_index(policy_.classes[ci].prefer),
+                              false);
+      if (!r) return reply_error("failed", r.error().what());
+    }
+    spdlog::info(
+        "class {} unpinned by operator: {}", *cls,
+        policy_.scheduler.adaptive ? "the scheduler decides again" : "back on its preferred rail");
+    return reply_ok({{"class", *cls}, {"pinned", false}});
   }
   if (cmd == "policy.reload") {
     auto r = reload();

@@ -13,6 +13,7 @@ PathMeasure::PathMeasure(uint64_t capacity_bps, double ewma_weight, Nanos window
       rdma_tx_(ewma_weight),
       rdma_rx_(ewma_weight),
       rtt_(window),
+      ls_rtt_(window),
       loss_(window) {}
 
 void PathMeasure::update(const PathSnapshot& s) {
@@ -24,6 +25,7 @@ void PathMeasure::update(const PathSnapshot& s) {
     rdma_rx_.update(s.rdma->rx_bytes, s.t);
   }
   rtt_.update(s.tcp.rtt_us, s.t);
+  ls_rtt_.update(s.ls_rtt_us, s.t);
   loss_.update(s.tcp.retrans_segs, s.tcp.segs_out, s.t);
   snaps_.push_back(s);
   while (snaps_.size() > 2 && snaps_[1].t <= s.t - window_) snaps_.pop_front();

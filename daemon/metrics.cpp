@@ -182,6 +182,13 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     h.histogram.sample_sum = static_cast<double>(c.tcp.srtt_us_sum) / 1e6;
     hist.metric.push_back(std::move(h));
   }
+  auto& sw = b.family("dualpath_scheduler_switches_total",
+                      "share changes the scheduler made, by class and reason "
+                      "(latency, spill, return, rebalance, down)",
+                      MetricType::Counter);
+  for (const auto& s : v.switches)
+    Builder::add(sw, {L("class", s.klass), L("kind", s.kind)}, static_cast<double>(s.count));
+
   // Families without a series are left out (an empty family is not valid exposition).
   std::vector<MetricFamily> out;
   for (auto& f : b.out)

@@ -304,10 +304,17 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   if (!t) return;
   const char* s = "[scheduler]";
   c.only_keys(*t,
-              {"load_threshold", "latency_tolerance", "dead_zone", "cooldown", "ewma_weight",
-               "tick", "flowlet_gap"},
+              {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown",
+               "ewma_weight", "tick", "flowlet_gap"},
               s);
   auto& k = p.scheduler;
+  if (auto v = c.string(*t, "mode", s, false)) {
+    if (*v == "adaptive" || *v == "static")
+      k.adaptive = *v == "adaptive";
+    else
+      c.error(where(*t, "mode"),
+              fmt::format("mode \"{}\" in [scheduler] must be \"adaptive\" or \"static\"", *v));
+  }
   if (auto v = c.fraction(*t, "load_threshold", s, 0, 1)) k.load_threshold = *v;
   if (auto v = c.fraction(*t, "ewma_weight", s, 0, 1)) k.ewma_weight = *v;
   using std::chrono::nanoseconds;

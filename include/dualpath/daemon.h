@@ -7,6 +7,8 @@
 #include <array>
 #include <chrono>
 
+#include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "dualpath/policy.h"
 #include "dualpath/rdma.h"
 #include "dualpath/result.h"
+#include "dualpath/scheduler.h"
 
 namespace dp {
 
@@ -55,6 +58,9 @@ class Daemon {
   void tick();
   void check_interfaces();
   Result<void> set_class_rail(int class_index, int path_index, bool pinned);
+  Result<void> write_shares(size_t class_index, const Shares& shares);
+  void run_scheduler();
+  json events_json(const json& args) const;
 
   json status_json() const;
   json paths_json() const;
@@ -97,6 +103,19 @@ class Daemon {
   std::vector<RdmaPort> rdma_ports_;                    // ports whose netdev is a path's interface
   std::vector<std::vector<std::string>> rdma_by_path_;  // device names per policy path
   std::string metrics_listen_;
+
+  // scheduler
+  SchedulerState sched_;
+  std::vector<bool> op_pinned_;        // per policy class: pinned with dpctl class set
+  std::vector<RateEstimator> demand_;  // per policy class: transmit rate over all rails
+  struct LoggedEvent {
+    uint64_t seq;
+    std::chrono::system_clock::time_point wall;
+    SchedulerEvent e;
+  };
+  std::deque<LoggedEvent> events_;  // the newest kMaxEvents
+  uint64_t event_seq_ = 0;
+  std::map<std::pair<std::string, std::string>, uint64_t> switches_;  // (class, kind) -> count
 
   Fd listen_fd_;          // claimed first: one daemon per socket
   ino_t socket_ino_ = 0;  // unlink the socket at exit only if it is still ours

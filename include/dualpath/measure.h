@@ -75,6 +75,7 @@ struct PathSnapshot {
   LinkStats link;
   std::optional<RdmaCounters> rdma;
   TcpCounters tcp;
+  Histogram ls_rtt_us{};  // RTT samples of latency-sensitive classes only
 };
 
 class PathMeasure {
@@ -92,6 +93,9 @@ class PathMeasure {
   double utilisation() const;
   Nanos rate_window() const { return tx_.window(); }
   std::optional<Percentiles> rtt_us() const { return rtt_.percentiles(); }
+  // What latency-sensitive traffic saw on this rail (the scheduler's signal):
+  // bulk flows' queueing delay is not what a control RPC would see.
+  std::optional<Percentiles> ls_rtt_us() const { return ls_rtt_.percentiles(); }
   std::optional<Ratio> loss() const { return loss_.ratio(); }
   const Reconciliation& reconciliation() const { return rec_; }
   const PathSnapshot& latest() const { return snaps_.back(); }
@@ -103,7 +107,7 @@ class PathMeasure {
   uint64_t capacity_bps_;
   Nanos window_;
   RateEstimator tx_, rx_, dp_tx_, rdma_tx_, rdma_rx_;
-  WindowedHistogram rtt_;
+  WindowedHistogram rtt_, ls_rtt_;
   WindowedRatio loss_;
   std::deque<PathSnapshot> snaps_;
   Reconciliation rec_;

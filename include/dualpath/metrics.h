@@ -37,6 +37,11 @@ struct MetricsView {
   };
   std::vector<Path> paths;
   std::vector<Class> classes;
+  struct Switch {
+    std::string klass, kind;
+    uint64_t count = 0;
+  };
+  std::vector<Switch> switches;  // scheduler moves by class and reason
 };
 
 std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);

@@ -69,6 +69,7 @@ struct ClassSpec {
 };
 
 struct SchedulerSettings {
+  bool adaptive = true;  // mode = "adaptive" | "static" (never moves a class)
   double load_threshold = 0.60;
   std::chrono::nanoseconds latency_tolerance = std::chrono::microseconds(500);
   std::chrono::nanoseconds dead_zone = std::chrono::microseconds(200);

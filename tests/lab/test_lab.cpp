@@ -115,9 +115,12 @@ class LabEnv : public ::testing::Environment {
     }
     g_policies = fs::temp_directory_path() / ("dplab-" + std::to_string(getpid()));
     fs::create_directories(g_policies);
+    // The placement tests assert the policy's rails: the scheduler runs in
+    // static mode, and the scheduler test switches it to adaptive.
     for (const char* f : {"lab-a.toml", "lab-b.toml"})
-      fs::copy_file(std::string(DP_SOURCE_DIR) + "/policies/" + f, g_policies + "/" + f,
-                    fs::copy_options::overwrite_existing);
+      write_file(g_policies + "/" + f,
+                 std::regex_replace(read_file(std::string(DP_SOURCE_DIR) + "/policies/" + f),
+                                    std::regex("mode = \"adaptive\""), "mode = \"static\""));
     setenv("DP_LAB_POLICIES", g_policies.c_str(), 1);
     setenv("DP_BUILD", DP_BUILD_DIR, 1);
     auto up = sh(lab::dp_lab() + " up --no-daemon");
@@ -397,7 +400,11 @@ TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   EXPECT_EQ(c["rail"], "rail1") << "the operator's pin survived the restart";
   EXPECT_EQ(c["pinned_by"], "operator");
   EXPECT_GE(c["tx_bytes"].get<uint64_t>(), counted_before + bytes) << "counters were not reset";
-  lab::dpctl("a", "class set expert-combine rail0");
+  json unpinned = lab::dpctl("a", "class unpin expert-combine");
+  EXPECT_EQ(unpinned["pinned"], false) << unpinned.dump();
+  EXPECT_EQ(klass("a", "expert-combine")["rail"], "rail0")
+      << "static mode: back on its preferred rail";
+  EXPECT_EQ(klass("a", "expert-combine")["pinned_by"], "");
 }
 
 // ---------------------------------------------------------------- measurement
@@ -621,6 +628,61 @@ TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
             std::string::npos);
   EXPECT_TRUE(path_measure("a", "rail1")["rdma"].is_null());
   write_file(file, good);
+  lab::dpctl("a", "policy reload");
+}
+
+TEST_F(Lab, TheSchedulerSpillsAnElasticClassAndBringsItBack) {
+  const std::string file = g_policies + "/lab-a.toml";
+  const std::string static_policy = read_file(file);
+  write_file(file, std::regex_replace(static_policy, std::regex("mode = \"static\""),
+                                      "mode = \"adaptive\""));
+  json rl = lab::dpctl("a", "policy reload");
+  ASSERT_TRUE(rl.contains("hash")) << rl.dump();
+  lab::dpctl("a", "class unpin expert-combine");  // whatever earlier tests did
+  json ev0 = lab::dpctl("a", "events");
+  uint64_t since = ev0["last"].get<uint64_t>();
+
+  // saturate rail0 (1 Gbit) with expert-combine (elastic, prefers rail0)
+  lab::Transfer bulk({"dpl-a", "dpl-b", "10.99.0.2", 51020, 0, 0, 400ull << 20});
+  json spill;
+  for (int i = 0; i < 40 && spill.is_null(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    json reply = lab::dpctl("a", "events --since " + std::to_string(since));  // keep it alive
+    for (auto& e : reply["events"])
+      if (e["class"] == "expert-combine" && e["kind"] == "spill") spill = e;
+  }
+  ASSERT_FALSE(spill.is_null()) << "no spill event: " << lab::dpctl("a", "events").dump();
+  EXPECT_NE(spill["reason"].get<std::string>().find("rail0 utilisation"), std::string::npos)
+      << spill.dump();
+  EXPECT_GT(spill["after"]["rail1"].get<double>(), 0) << spill.dump();
+
+  // new flows of the class follow the shares: some land on rail1
+  uint64_t r1 = lab::tx_bytes("dpl-a", "rail1");
+  for (int i = 0; i < 40; ++i) {
+    auto r = lab::tcp_transfer(
+        {"dpl-a", "dpl-b", "10.99.0.2", static_cast<uint16_t>(51100 + i), 0, 0, 1 << 20});
+    ASSERT_TRUE(r.ok()) << r.error;
+  }
+  EXPECT_GE(lab::tx_bytes("dpl-a", "rail1") - r1, 1u << 20) << "rail1's link counters rise";
+  EXPECT_EQ(klass("a", "control")["rail"], "rail0") << "the latency-sensitive class keeps rail0";
+
+  auto r = bulk.wait();
+  ASSERT_TRUE(r.ok()) << "the saturating connection carried on: " << r.error;
+  // the load is gone: the class comes back whole to its preferred rail
+  json rail;
+  for (int i = 0; i < 80 && rail != "rail0"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rail = klass("a", "expert-combine")["rail"];
+  }
+  EXPECT_EQ(rail, "rail0") << lab::dpctl("a", "events").dump();
+  json reply = lab::dpctl("a", "events --since " + std::to_string(since));
+  ASSERT_FALSE(reply["events"].empty());
+  EXPECT_EQ(reply["events"].back()["kind"], "return") << reply.dump();
+  std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
+  EXPECT_NE(
+      metrics.find("dualpath_scheduler_switches_total{class=\"expert-combine\",kind=\"spill\"}"),
+      std::string::npos);
+  write_file(file, static_policy);
   lab::dpctl("a", "policy reload");
 }
 

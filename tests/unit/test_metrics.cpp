@@ -29,7 +29,7 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
     s.tcp.srtt_us_sum = static_cast<uint64_t>(i) * 10 * 200;
     m.update(s);
   }
-  dp::MetricsView v{"0.1.0", "n1", "/etc/dualpath/policy.toml", "00112233aabbccdd", {}, {}};
+  dp::MetricsView v{"0.1.0", "n1", "/etc/dualpath/policy.toml", "00112233aabbccdd", {}, {}, {}};
   v.paths.push_back({"rail0", 1'000'000'000, &m, {}});
   v.paths.push_back({"rail1", 250'000'000, nullptr, {}});
   dp::MetricsView::Class c{"rail0", "control", {}, {}};

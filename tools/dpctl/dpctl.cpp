@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <thread>
 
 #include "dualpath/control.h"
 #include "dualpath/policy.h"
@@ -282,6 +283,47 @@ int cmd_class_set(const Globals& g, const std::string& cls, const std::string& p
   return 0;
 }
 
+void print_event(const json& e) {
+  auto shares = [](const json& s) {
+    std::string out;
+    for (auto& [k, v] : s.items())
+      if (v.get<double>() > 0)
+        out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", k, v.get<double>());
+    return out.empty() ? std::string("none") : out;
+  };
+  std::cout << str(e["time"]) << "  " << str(e["class"]) << "  " << str(e["kind"]) << "  "
+            << shares(e["before"]) << " -> " << shares(e["after"]) << "\n    " << str(e["reason"])
+            << "\n";
+}
+
+int cmd_events(const Globals& g, bool follow, uint64_t since) {
+  for (;;) {
+    int rc;
+    auto d = request(g, "events", {{"since", since}}, &rc);
+    if (!d) return rc;
+    if (g.json_out && !follow) return print_json(g, *d), 0;
+    for (auto& e : (*d)["events"]) {
+      if (g.json_out)
+        std::cout << e.dump() << "\n";
+      else
+        print_event(e);
+      since = std::max<uint64_t>(since, e["seq"].get<uint64_t>());
+    }
+    std::cout.flush();
+    if (!follow) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+int cmd_class_unpin(const Globals& g, const std::string& cls) {
+  int rc;
+  auto d = request(g, "class.unpin", {{"class", cls}}, &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  std::cout << "class " << cls << " unpinned: the scheduler decides its rails again\n";
+  return 0;
+}
+
 int cmd_policy_check(const Globals& g, const std::string& file) {
   auto load = dp::load_policy_file(file);
   if (!load.ok()) {
@@ -376,6 +418,19 @@ int main(int argc, char** argv) {
       return cmd_flow_list(g, args);
     };
   });
+
+  auto* unpin =
+      cls->add_subcommand("unpin", "give a class pinned with `class set` back to the scheduler");
+  std::string unpin_class;
+  unpin->add_option("CLASS", unpin_class, "class name")->required();
+  unpin->callback([&] { action = [&] { return cmd_class_unpin(g, unpin_class); }; });
+
+  auto* events = app.add_subcommand("events", "the scheduler's decisions, with their reasons");
+  bool follow = false;
+  uint64_t since = 0;
+  events->add_flag("-f,--follow", follow, "keep printing new events");
+  events->add_option("--since", since, "only events after this number");
+  events->callback([&] { action = [&] { return cmd_events(g, follow, since); }; });
 
   auto* pol = app.add_subcommand("policy", "policy files")->require_subcommand(1);
   std::string policy_file;
