@@ -31,6 +31,17 @@ static __always_inline void dp_count_tx(__u32 rail, __u8 cls, __u32 len)
 	}
 }
 
+/* An existing flow changes rail: record it and count it on the new rail. */
+static __always_inline void dp_flow_move(struct dp_flow *f, __u32 to, __u8 cls)
+{
+	struct dp_counters *c = dp_counters_of(to, cls);
+
+	f->rail = to;
+	f->replacements += 1;
+	if (c)
+		c->flows_replaced += 1;
+}
+
 /* Returns the rail the flow goes out on, updating the flow table. */
 static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u32 gen,
 					  __u32 rail_here, __u32 len, __u64 flowlet_gap_ns)
@@ -89,12 +100,8 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		if (moved == DP_RAIL_NONE)
 			moved = rail_here;
 		if (moved != target) {
-			f->rail = moved;
 			f->flowlet = flowlet;
-			f->replacements += 1;
-			c = dp_counters_of(moved, cls);
-			if (c)
-				c->flows_replaced += 1;
+			dp_flow_move(f, moved, cls);
 		}
 		target = moved;
 	} else if (timed && !(f->flags & DP_FLOW_F_COARSE_TIME) &&
@@ -105,11 +112,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 
 		f->flowlet = flowlet;
 		if (placed != DP_RAIL_NONE && placed != target) {
-			f->rail = placed;
-			f->replacements += 1;
-			c = dp_counters_of(placed, cls);
-			if (c)
-				c->flows_replaced += 1;
+			dp_flow_move(f, placed, cls);
 			target = placed;
 		}
 		c = dp_counters_of(target, cls);
