@@ -219,8 +219,15 @@ Result<void> Daemon::apply_policy(const Policy& next) {
 
   // 3. Policy routing, then the tc programs; undo routing if either fails.
   auto routed = Routing::apply(next);
+  // Undo: back to the running policy's routing, or none on a first start.
+  auto undo_routing = [&] {
+    if (have_policy_)
+      (void)Routing::apply(policy_);
+    else
+      (void)Routing::remove(next);
+  };
   if (!routed) {
-    if (have_policy_) (void)Routing::apply(policy_);
+    undo_routing();
     return routed.error();
   }
   spdlog::info("policy routing: {} added, {} removed, {} unchanged", routed->added, routed->removed,
@@ -229,10 +236,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     auto r = Tc::attach(static_cast<int>(ifindex[i]), next.paths[i].interface, skel_->egress_fd(),
                         skel_->ingress_fd(), owned);
     if (!r) {
-      if (have_policy_)
-        (void)Routing::apply(policy_);
-      else
-        (void)Routing::remove(next);
+      undo_routing();
       return r.error();
     }
   }
@@ -249,10 +253,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   if (!cgroup.empty()) {
     auto r = attach_sockops(skel_->sockops_prog(), cgroup, pin_dir_);
     if (!r) {
-      if (have_policy_)
-        (void)Routing::apply(policy_);
-      else
-        (void)Routing::remove(next);
+      undo_routing();
       return r.error();
     }
     if (cgroup != sockops_cgroup_) spdlog::info("sockops attached to cgroup {}", cgroup);
