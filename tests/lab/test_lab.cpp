@@ -600,11 +600,13 @@ TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
   json rl = lab::dpctl("a", "policy reload");
   ASSERT_TRUE(rl.contains("hash")) << rl.dump();
 
-  // 100 Mbit/s of RDMA: port_xmit_data counts 4-byte words
+  // 100 Mbit/s of RDMA: port_xmit_data counts 4-byte words. Written for 3 s so
+  // that the daemon's 2 s window lies wholly inside the writes, however late the
+  // reload's first sample was taken on a loaded machine.
   uint64_t words = 1'000'000;
   const std::string counter = root + "/mlx5_0/ports/1/counters/port_xmit_data";
   auto start = std::chrono::steady_clock::now();
-  for (int i = 1; i <= 40; ++i) {
+  for (int i = 1; i <= 60; ++i) {
     words += 156'250;  // 625 kB per 50 ms, on an absolute schedule
     write_file_atomic(counter, std::to_string(words) + "\n");
     std::this_thread::sleep_until(start + i * std::chrono::milliseconds(50));

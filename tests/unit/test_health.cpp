@@ -1,0 +1,183 @@
+// Rail health: failure, hold-down, ramp, suspicion, drain; and how health
+// reshapes a class's shares.
+#include <gtest/gtest.h>
+
+#include "dualpath/abi.h"
+#include "dualpath/health.h"
+
+namespace dp {
+namespace {
+
+using namespace std::chrono_literals;
+using T = SchedClock::time_point;
+
+HealthSettings fast() {
+  HealthSettings s;
+  s.holddown = 10s;
+  s.ramp = {10, 25, 50, 100};
+  s.ramp_interval = 2s;
+  return s;
+}
+
+TEST(RailHealth, CarrierLossFailsAtOnceAndFailbackWaitsForTheHolddownThenRamps) {
+  T t{};
+  RailHealth h(fast(), t);
+  EXPECT_EQ(h.weight(), 1);
+  h.carrier(false, t + 1s);
+  EXPECT_EQ(h.state(), RailState::Down);
+  EXPECT_EQ(h.reason(), "carrier lost");
+  EXPECT_EQ(h.weight(), 0);
+  h.carrier(true, t + 2s);
+  EXPECT_EQ(h.state(), RailState::Holddown);
+  h.tick(t + 11s);
+  EXPECT_EQ(h.state(), RailState::Holddown) << "9 s of a 10 s hold-down";
+  h.tick(t + 12s);
+  EXPECT_EQ(h.state(), RailState::Ramping);
+  std::vector<double> weights{h.weight()};
+  for (int s = 13; s <= 20; ++s) {
+    h.tick(t + std::chrono::seconds(s));
+    if (h.weight() != weights.back()) weights.push_back(h.weight());
+  }
+  EXPECT_EQ(weights, (std::vector<double>{0.10, 0.25, 0.50, 1.0}));
+  EXPECT_EQ(h.state(), RailState::Up);
+  EXPECT_EQ(h.failures(), 1u);
+}
+
+TEST(RailHealth, AFlappingRailNeverGetsTrafficInsideItsHolddown) {
+  T t{};
+  RailHealth h(fast(), t);
+  for (int s = 1; s < 60; ++s) {  // down/up every second for a minute
+    h.carrier(s % 2 == 0, t + std::chrono::seconds(s));
+    h.tick(t + std::chrono::seconds(s));
+    EXPECT_EQ(h.weight(), 0) << "at " << s << " s";
+  }
+  h.carrier(true, t + 60s);
+  h.tick(t + 69s);
+  EXPECT_EQ(h.weight(), 0);
+  h.tick(t + 70s);
+  EXPECT_GT(h.weight(), 0);
+}
+
+TEST(RailHealth, AFailureDuringTheRampAbortsIt) {
+  T t{};
+  RailHealth h(fast(), t);
+  h.carrier(false, t);
+  h.carrier(true, t);
+  h.tick(t + 10s);
+  ASSERT_EQ(h.state(), RailState::Ramping);
+  h.evidence("retransmit burst", 1500ms, t + 11s);
+  EXPECT_EQ(h.state(), RailState::Holddown);
+  EXPECT_EQ(h.weight(), 0);
+  h.tick(t + 20s);
+  EXPECT_EQ(h.state(), RailState::Holddown) << "the hold-down restarted";
+}
+
+TEST(RailHealth, BfdDownCountsOnlyAfterTheSessionWasUp) {
+  T t{};
+  RailHealth h(fast(), t);
+  h.bfd(bfd::State::Down, bfd::Diag::None, false, t);
+  EXPECT_EQ(h.state(), RailState::Up) << "a session that never came up is no evidence";
+  h.bfd(bfd::State::Up, bfd::Diag::None, false, t + 1s);
+  h.bfd(bfd::State::Down, bfd::Diag::TimeExpired, false, t + 2s);
+  EXPECT_EQ(h.state(), RailState::Down);
+  EXPECT_EQ(h.reason(), "BFD down: control detection time expired");
+  h.bfd(bfd::State::Up, bfd::Diag::None, false, t + 3s);
+  EXPECT_EQ(h.state(), RailState::Holddown);
+}
+
+TEST(RailHealth, PeerAdminDownIsNotAFailure) {
+  T t{};
+  RailHealth h(fast(), t);
+  h.bfd(bfd::State::Up, bfd::Diag::None, false, t);
+  h.bfd(bfd::State::Down, bfd::Diag::NeighborDown, true, t + 1s);
+  EXPECT_EQ(h.state(), RailState::Up);
+  EXPECT_FALSE(h.bfd_in_use());
+}
+
+TEST(RailHealth, SuspicionIsConfirmedByBfdOrRestoredAndRepeatedSuspicionFails) {
+  T t{};
+  RailHealth h(fast(), t);
+  h.bfd(bfd::State::Up, bfd::Diag::None, false, t);
+  h.evidence("12 RTOs on rail0", 1500ms, t + 1s);
+  EXPECT_EQ(h.state(), RailState::Suspect);
+  EXPECT_EQ(h.weight(), 1) << "elastic classes stay";
+  EXPECT_FALSE(h.latency_ok()) << "latency-sensitive classes leave at once";
+  h.tick(t + 2400ms);
+  EXPECT_EQ(h.state(), RailState::Suspect);
+  h.tick(t + 2600ms);
+  EXPECT_EQ(h.state(), RailState::Up) << "not confirmed within the detection time";
+
+  h.evidence("again", 1500ms, t + 3s);
+  h.bfd(bfd::State::Down, bfd::Diag::TimeExpired, false, t + 4s);
+  EXPECT_EQ(h.state(), RailState::Down) << "confirmed";
+
+  RailHealth g(fast(), t);
+  g.evidence("loss", 1500ms, t + 1s);
+  g.tick(t + 3s);
+  g.evidence("loss", 1500ms, t + 4s);
+  g.tick(t + 6s);
+  g.evidence("loss", 1500ms, t + 7s);
+  EXPECT_EQ(g.state(), RailState::Holddown) << kSuspicionsToFail << " suspicions in a minute";
+}
+
+TEST(RailHealth, DrainAndUndrainRampWithoutHolddown) {
+  T t{};
+  RailHealth h(fast(), t);
+  h.drain(true, t);
+  EXPECT_EQ(h.state(), RailState::Drained);
+  EXPECT_EQ(h.weight(), 0);
+  h.carrier(false, t + 1s);
+  EXPECT_EQ(h.state(), RailState::Down);
+  h.carrier(true, t + 2s);
+  EXPECT_EQ(h.state(), RailState::Drained) << "back, but still drained";
+  h.drain(false, t + 3s);
+  EXPECT_EQ(h.state(), RailState::Ramping);
+  EXPECT_DOUBLE_EQ(h.weight(), 0.10);
+}
+
+std::vector<RailView> views(std::vector<double> w) {
+  std::vector<RailView> v;
+  for (double x : w) v.push_back({x, true, true, 1e9});
+  return v;
+}
+
+TEST(ApplyHealth, ADownRailLosesItsShareToTheOthers) {
+  auto s = apply_health({7000, 3000}, {}, views({0, 1}), false);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(*s, (Shares{0, 10000}));
+}
+
+TEST(ApplyHealth, ARampingRailGetsItsFormerShareTimesTheStep) {
+  // the class had 80% on rail0 before it failed; the scheduler has it all on rail1
+  auto s = apply_health({0, 10000}, {0.8, 0.2}, views({0.25, 1}), false);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(*s, (Shares{2000, 8000}));
+  s = apply_health({0, 10000}, {0.0, 1.0}, views({0.25, 1}), false);
+  EXPECT_EQ(*s, (Shares{0, 10000})) << "a class that was not there gets nothing back";
+}
+
+TEST(ApplyHealth, SuspectMovesOnlyLatencySensitiveClasses) {
+  auto v = views({1, 1});
+  v[0].latency_ok = false;
+  EXPECT_EQ(*apply_health({10000, 0}, {}, v, true), (Shares{0, 10000}));
+  EXPECT_EQ(*apply_health({10000, 0}, {}, v, false), (Shares{10000, 0}));
+}
+
+TEST(ApplyHealth, NoRailWithWeightUsesAliveRailsAndNoneAliveKeepsTheLast) {
+  auto v = views({0, 0});
+  v[1].alive = false;  // rail0 is back (in hold-down), rail1 is dead
+  EXPECT_EQ(*apply_health({0, 10000}, {}, v, false), (Shares{10000, 0}));
+  v[0].alive = false;
+  EXPECT_FALSE(apply_health({0, 10000}, {}, v, false).has_value());
+}
+
+TEST(ApplyHealth, SharesAlwaysSumToTheScale) {
+  for (double w : {0.1, 0.25, 0.5}) {
+    auto s = apply_health({3333, 6667}, {0.333, 0.667}, views({w, 1}), false);
+    ASSERT_TRUE(s);
+    EXPECT_EQ((*s)[0] + (*s)[1], DP_SHARE_SCALE);
+  }
+}
+
+}  // namespace
+}  // namespace dp
