@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include <fmt/chrono.h>
+#include <netlink/socket.h>
 #include <spdlog/spdlog.h>
 
 #include "dualpath/encode.h"
@@ -218,11 +219,18 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   DP_TRY(write_marks(skel_->map("dp_marks"), next_gen, enc.marks));
 
   // 3. Policy routing, then the tc programs; undo routing if either fails.
-  auto routed = Routing::apply(next);
+  // a path that is failed now stays routed around under the new policy
+  std::vector<bool> failed_next(next.paths.size(), false);
+  for (size_t i = 0; i < next.paths.size(); ++i) {
+    int was = have_policy_ ? policy_.path_index(next.paths[i].name) : -1;
+    if (was >= 0 && static_cast<size_t>(was) < routed_failed_.size())
+      failed_next[i] = routed_failed_[static_cast<size_t>(was)];
+  }
+  auto routed = Routing::apply(next, failed_next);
   // Undo: back to the running policy's routing, or none on a first start.
   auto undo_routing = [&] {
     if (have_policy_)
-      (void)Routing::apply(policy_);
+      (void)Routing::apply(policy_, routed_failed_);
     else
       (void)Routing::remove(next);
   };
@@ -350,6 +358,9 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   disagreeing_.assign(next.paths.size(), false);
   policy_ = next;
   have_policy_ = true;
+  setup_health(next);
+  routed_failed_ = failed_next;
+  health_changed();
   discover_rdma_ports(false);
   warn_ephemeral_overlap(next);
   return {};
@@ -428,6 +439,8 @@ Result<void> Daemon::set_class_rail(int class_index, int path_index, bool pinned
     sched_.classes[ci].shares[static_cast<size_t>(path_index)] = DP_SHARE_SCALE;
   }
   if (ci < op_pinned_.size()) op_pinned_[ci] = pinned;
+  if (ci < written_.size()) written_[ci] = sched_.classes[ci].shares;
+  health_changed();  // a pin onto a rail without a weight is moved off it again
   return {};
 }
 
@@ -437,12 +450,9 @@ Result<void> Daemon::write_shares(size_t class_index, const Shares& shares) {
   for (size_t i = 0; i < shares.size() && i < rail_slot_.size(); ++i)
     d.share[static_cast<size_t>(rail_slot_[i])] = shares[i];
   d.flags = policy_.classes[class_index].pinned ? DP_DECISION_F_PINNED : 0;
+  if (class_index < op_pinned_.size() && op_pinned_[class_index]) d.flags |= kOperatorPinned;
   d.version = ++decision_version_;
   return skel_->map("dp_decisions").update(&slot, &d);
-}
-
-namespace {
-constexpr size_t kMaxEvents = 1024;
 }
 
 void Daemon::run_scheduler() {
@@ -453,7 +463,9 @@ void Daemon::run_scheduler() {
   for (size_t i = 0; i < policy_.paths.size(); ++i) {
     RailInput r;
     const auto& m = measures_[i];
-    r.healthy = !rail_vanished_[i] && (!m.has_sample() || m.latest().link.oper_up);
+    // a rail that is failed, held down, ramping or drained is not the
+    // scheduler's to use: health gives it its traffic back (write_effective)
+    r.healthy = !rail_vanished_[i] && i < rails_.size() && rails_[i].health.weight() == 1;
     r.utilisation = m.utilisation();
     if (auto p = m.ls_rtt_us(); p && p->samples >= 10) r.rtt_us = p->p50;
     in.rails.push_back(r);
@@ -468,21 +480,12 @@ void Daemon::run_scheduler() {
   in.operator_pinned = op_pinned_;
   auto res = schedule(policy_, in, sched_);
   for (auto& e : res.events) {
-    size_t ci = 0;
-    while (ci < policy_.classes.size() && policy_.classes[ci].name != e.klass) ++ci;
-    auto w = write_shares(ci, e.after);
-    if (!w) {
-      spdlog::error("writing the decision of {} failed: {}", e.klass, w.error().what());
-      res.state.classes[ci] = sched_.classes[ci];  // try again next tick
-      continue;
-    }
     spdlog::info("scheduler: {} ({} -> {})", e.reason, format_shares(policy_, e.before),
                  format_shares(policy_, e.after));
     ++switches_[{e.klass, e.kind}];
-    events_.push_back({++event_seq_, std::chrono::system_clock::now(), e});
-    if (events_.size() > kMaxEvents) events_.pop_front();
+    log_event(e);
   }
-  sched_ = res.state;
+  sched_ = res.state;  // written by write_effective, through the rails' health
 }
 
 json Daemon::events_json(const json& args) const {
@@ -505,7 +508,10 @@ json Daemon::events_json(const json& args) const {
         {{"seq", le.seq},
          {"time", fmt::format("{:%Y-%m-%dT%H:%M:%S}",
                               fmt::localtime(std::chrono::system_clock::to_time_t(le.wall)))},
-         {"class", le.e.klass},
+         {"mono_ns",
+          std::chrono::duration_cast<std::chrono::nanoseconds>(le.e.t.time_since_epoch()).count()},
+         {"class", le.e.klass.empty() ? json(nullptr) : json(le.e.klass)},
+         {"path", le.e.path.empty() ? json(nullptr) : json(le.e.path)},
          {"kind", le.e.kind},
          {"before", shares(le.e.before)},
          {"after", shares(le.e.after)},
@@ -584,7 +590,11 @@ void Daemon::tick() {
   }
   read_tcp();
   measure_paths();
+  auto t = SchedClock::now();
+  for (auto& r : rails_) r.health.tick(t);
+  check_evidence();
   run_scheduler();
+  health_changed();  // writes the decisions, through the rails' health
   publish_metrics();
   last_tick_ = now;
   ++ticks_;
@@ -861,6 +871,7 @@ json Daemon::paths_json() const {
         {"measure", m},
         {"exceptions", exc},
         {"interface_present", !rail_vanished_[i]},
+        {"health", health_json(i)},
     });
   }
   return out;
@@ -1034,8 +1045,14 @@ json Daemon::handle(const json& req, bool privileged) {
 
   // Mutating commands.
   if (cmd == "events") return events_json(args);
-  if (cmd == "class.set" || cmd == "class.unpin" || cmd == "policy.reload") {
+  if (cmd == "class.set" || cmd == "class.unpin" || cmd == "policy.reload" || cmd == "path.drain" ||
+      cmd == "path.undrain") {
     if (!privileged) return reply_error("permission_denied", fmt::format("{} needs root", cmd));
+  }
+  if (cmd == "path.drain" || cmd == "path.undrain") {
+    auto name = arg("path");
+    if (!name) return reply_error("bad_request", fmt::format("{} needs \"path\"", cmd));
+    return drain(*name, cmd == "path.drain");
   }
   if (cmd == "class.set") {
     auto cls = arg("class");
@@ -1116,15 +1133,17 @@ int Daemon::run() {
   timerfd_settime(tfd.get(), 0, &its, nullptr);
   const Fd* lfd = &listen_fd_;
   Fd ep(epoll_create1(EPOLL_CLOEXEC));
-  auto watch = [&](int fd) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev);
-  };
+  epoll_fd_ = ep.get();
+  auto watch = [&](int fd) { watch_fd(fd); };
   watch(sfd.get());
   watch(tfd.get());
   watch(lfd->get());
+  for (auto& [fd, i] : bfd_fds_) watch(fd);
+  int link_fd = -1;
+  if (auto r = open_link_events(); !r)
+    spdlog::error("{}: carrier changes are seen only at the next tick", r.error().what());
+  else
+    watch(link_fd = nl_socket_get_fd(link_events_.get()));
   std::map<int, Client> clients;
   tick();
   sd_notify(0, "READY=1");
@@ -1133,11 +1152,15 @@ int Daemon::run() {
   int exit_code = 0;
   for (bool running = true; running;) {
     epoll_event evs[16];
-    int n = epoll_wait(ep.get(), evs, 16, -1);
+    int n = epoll_wait(ep.get(), evs, 16, next_timeout_ms());
     if (n < 0 && errno == EINTR) continue;
     for (int i = 0; i < n; ++i) {
       int fd = evs[i].data.fd;
-      if (fd == sfd.get()) {
+      if (fd == link_fd) {
+        on_link_events();
+      } else if (auto b = bfd_fds_.find(fd); b != bfd_fds_.end()) {
+        on_bfd_readable(b->second);
+      } else if (fd == sfd.get()) {
         signalfd_siginfo si{};
         while (::read(sfd.get(), &si, sizeof(si)) == sizeof(si)) {
           if (si.ssi_signo == SIGHUP) {
@@ -1195,8 +1218,11 @@ int Daemon::run() {
         }
       }
     }
+    service_bfd();
   }
   sd_notify(0, "STOPPING=1");
+  send_admin_down();  // RFC 5882 3.2: the peers do not take this for a failure
+  epoll_fd_ = -1;
   struct stat st {};
   if (::stat(opts_.socket_path.c_str(), &st) == 0 && st.st_ino == socket_ino_)
     ::unlink(opts_.socket_path.c_str());

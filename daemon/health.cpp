@@ -32,6 +32,12 @@ RailHealth::RailHealth(const HealthSettings& s, Time now) : s_(s), since_(now), 
   if (s_.ramp.empty()) s_.ramp = {100};
 }
 
+void RailHealth::set_settings(const HealthSettings& s) {
+  s_ = s;
+  if (s_.ramp.empty()) s_.ramp = {100};
+  step_ = std::min(step_, static_cast<int>(s_.ramp.size()) - 1);
+}
+
 double RailHealth::weight() const {
   switch (state_) {
     case RailState::Up:

@@ -208,9 +208,12 @@ class Checker {
     auto s = string(t, key, section, false);
     if (!s) return std::nullopt;
     auto a = IpAddr::parse(*s);
-    if (!a || a->family != family) {
+    if (!a || (family && a->family != family)) {
       error(*t.get(key), fmt::format("\"{}\" in {} must be an {} address, not \"{}\"", key, section,
-                                     family == AF_INET ? "IPv4" : "IPv6", *s));
+                                     family == AF_INET    ? "IPv4"
+                                     : family == AF_INET6 ? "IPv6"
+                                                          : "IP",
+                                     *s));
       return std::nullopt;
     }
     return a;
@@ -334,8 +337,14 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
   auto* t = root.get_as<toml::table>("health");
   if (!t) return;
   const char* s = "[health]";
-  c.only_keys(*t, {"interval", "multiplier", "holddown", "ramp", "ramp_interval"}, s);
+  c.only_keys(*t, {"bfd", "interval", "multiplier", "holddown", "ramp", "ramp_interval"}, s);
   auto& h = p.health;
+  if (const toml::node* n = t->get("bfd")) {
+    if (auto b = n->as_boolean())
+      h.bfd = b->get();
+    else
+      c.error(*n, "bfd in [health] must be true or false");
+  }
   if (auto v = c.duration(*t, "interval", s, std::chrono::milliseconds(10))) h.interval = *v;
   if (auto v = c.integer(*t, "multiplier", s, false, 1, 255)) h.multiplier = static_cast<int>(*v);
   if (auto v = c.duration(*t, "holddown", s, std::chrono::nanoseconds(0))) h.holddown = *v;
@@ -420,7 +429,7 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
     std::string section = "[[path]]";
     c.only_keys(t,
                 {"name", "interface", "gateway", "gateway6", "source", "source6", "capacity",
-                 "table", "fwmark", "routes"},
+                 "table", "fwmark", "routes", "bfd_peer"},
                 section);
     if (auto v = c.string(t, "name", section, true)) {
       ps.name = *v;
@@ -445,6 +454,7 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
     ps.gateway6 = c.address(t, "gateway6", section, AF_INET6);
     ps.source = c.address(t, "source", section, AF_INET);
     ps.source6 = c.address(t, "source6", section, AF_INET6);
+    ps.bfd_peer = c.address(t, "bfd_peer", section, 0);
     if (auto v = c.string(t, "capacity", section, true)) {
       auto bw = parse_bandwidth(*v);
       if (!bw)

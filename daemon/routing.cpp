@@ -15,6 +15,9 @@ namespace dp {
 namespace {
 
 constexpr uint32_t kRuleRange = 100;
+// Failover rules ("to <a failed path's route> lookup <survivor's table>") use
+// the upper half of the range; the fwmark rules the lower.
+constexpr uint32_t kFailoverRuleOffset = 50;
 
 struct NlSock {
   nl_sock* sk = nullptr;
@@ -71,13 +74,32 @@ bool route_is_ours(rtnl_route* r, const Policy& p) {
 }
 
 // Identity strings, to compare what exists with what is wanted.
-std::string rule_key(int family, uint32_t prio, uint32_t mark, uint32_t table) {
-  return fmt::format("rule {} pref {} fwmark {:#x} lookup {}", family == AF_INET ? "ipv4" : "ipv6",
-                     prio, mark, table);
+struct WantedRule {
+  int family;
+  uint32_t prio, mark, table;
+  std::optional<Prefix> to;  // failover: traffic to a failed path's routes
+};
+
+std::string rule_key(int family, uint32_t prio, uint32_t mark, uint32_t table,
+                     const std::string& to = "") {
+  std::string sel = to.empty() ? fmt::format("fwmark {:#x}", mark) : "to " + to;
+  return fmt::format("rule {} pref {} {} lookup {}", family == AF_INET ? "ipv4" : "ipv6", prio, sel,
+                     table);
+}
+std::string prefix_str(const Prefix& p) { return fmt::format("{}/{}", p.addr.str(), p.len); }
+std::string rule_key(const WantedRule& w) {
+  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? prefix_str(*w.to) : "");
 }
 std::string rule_key(rtnl_rule* r) {
-  return rule_key(rtnl_rule_get_family(r), rtnl_rule_get_prio(r), rtnl_rule_get_mark(r),
-                  rtnl_rule_get_table(r));
+  std::string to;
+  if (nl_addr* d = rtnl_rule_get_dst(r)) {
+    char buf[128];
+    nl_addr2str(d, buf, sizeof(buf));
+    to = buf;
+    if (to.find('/') == std::string::npos) to += fmt::format("/{}", nl_addr_get_prefixlen(d));
+  }
+  return rule_key(rtnl_rule_get_family(r), rtnl_rule_get_prio(r),
+                  to.empty() ? rtnl_rule_get_mark(r) : 0, rtnl_rule_get_table(r), to);
 }
 
 std::string route_key(uint32_t table, const std::string& dst, const std::string& gw, int ifindex,
@@ -106,10 +128,6 @@ std::string route_key(rtnl_route* r) {
   return route_key(rtnl_route_get_table(r), dst, gw, ifindex, src);
 }
 
-struct WantedRule {
-  int family;
-  uint32_t prio, mark, table;
-};
 struct WantedRoute {
   const PathSpec* path;
   Prefix dst;
@@ -118,9 +136,17 @@ struct WantedRoute {
   std::string key;
 };
 
-Result<std::vector<WantedRoute>> wanted_routes(const Policy& p) {
+// A failed path's table is not looked up (its rule points at the survivor's
+// table), and its routes may not even be addable (interface down): skipped
+// until it is restored.
+Result<std::vector<WantedRoute>> wanted_routes(const Policy& p, const std::vector<bool>& failed) {
   std::vector<WantedRoute> out;
-  for (auto& ps : p.paths) {
+  bool survivor = false;
+  for (size_t i = 0; i < p.paths.size(); ++i)
+    survivor = survivor || i >= failed.size() || !failed[i];
+  for (size_t pi = 0; pi < p.paths.size(); ++pi) {
+    const auto& ps = p.paths[pi];
+    if (survivor && pi < failed.size() && failed[pi]) continue;
     int ifindex = static_cast<int>(if_nametoindex(ps.interface.c_str()));
     if (!ifindex && !ps.routes.empty())
       return DP_SYS_ERROR(ENODEV, "interface {} of path {} does not exist", ps.interface, ps.name);
@@ -141,26 +167,40 @@ Result<std::vector<WantedRoute>> wanted_routes(const Policy& p) {
   return out;
 }
 
-std::vector<WantedRule> wanted_rules(const Policy& p) {
+std::vector<WantedRule> wanted_rules(const Policy& p, const std::vector<bool>& failed) {
   std::vector<WantedRule> out;
-  for (size_t i = 0; i < p.paths.size(); ++i)
+  // the first path that has not failed carries what the failed ones carried
+  size_t survivor = p.paths.size();
+  for (size_t i = 0; i < p.paths.size() && survivor == p.paths.size(); ++i)
+    if (i >= failed.size() || !failed[i]) survivor = i;
+  auto is_failed = [&](size_t i) {
+    return survivor < p.paths.size() && i < failed.size() && failed[i];
+  };
+  uint32_t next_to = p.routing.rule_priority + kFailoverRuleOffset;
+  for (size_t i = 0; i < p.paths.size(); ++i) {
+    uint32_t table = is_failed(i) ? p.paths[survivor].table : p.paths[i].table;
     for (int fam : {AF_INET, AF_INET6})
-      out.push_back({fam, p.routing.rule_priority + static_cast<uint32_t>(i), p.paths[i].fwmark,
-                     p.paths[i].table});
+      out.push_back(
+          {fam, p.routing.rule_priority + static_cast<uint32_t>(i), p.paths[i].fwmark, table, {}});
+    if (!is_failed(i)) continue;
+    for (const auto& r : p.paths[i].routes)
+      if (next_to < p.routing.rule_priority + kRuleRange)
+        out.push_back({r.addr.family, next_to++, 0, p.paths[survivor].table, r});
+  }
   return out;
 }
 
 }  // namespace
 
-Result<RoutingChange> Routing::apply(const Policy& p) {
+Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& failed) {
   NlSock s;
   DP_TRY(connect(s));
   RoutingChange ch;
 
   // ---- rules
   std::set<std::string> want;
-  auto rules = wanted_rules(p);
-  for (auto& w : rules) want.insert(rule_key(w.family, w.prio, w.mark, w.table));
+  auto rules = wanted_rules(p, failed);
+  for (auto& w : rules) want.insert(rule_key(w));
   nl_cache* raw = nullptr;
   DP_TRY(nl_err(rtnl_rule_alloc_cache(s.sk, AF_UNSPEC, &raw), "listing ip rules failed"));
   CachePtr rc(raw);
@@ -178,13 +218,19 @@ Result<RoutingChange> Routing::apply(const Policy& p) {
     ++ch.removed;
   }
   for (auto& w : rules) {
-    std::string k = rule_key(w.family, w.prio, w.mark, w.table);
+    std::string k = rule_key(w);
     if (have.count(k)) continue;
     RulePtr r(rtnl_rule_alloc());
     rtnl_rule_set_family(r.get(), w.family);
     rtnl_rule_set_prio(r.get(), w.prio);
-    rtnl_rule_set_mark(r.get(), w.mark);
-    rtnl_rule_set_mask(r.get(), 0xffffffff);
+    AddrPtr to;
+    if (w.to) {
+      to = make_addr(w.to->addr, w.to->len);
+      rtnl_rule_set_dst(r.get(), to.get());
+    } else {
+      rtnl_rule_set_mark(r.get(), w.mark);
+      rtnl_rule_set_mask(r.get(), 0xffffffff);
+    }
     rtnl_rule_set_table(r.get(), w.table);
     rtnl_rule_set_action(r.get(), FR_ACT_TO_TBL);
     rtnl_rule_set_protocol(r.get(), p.routing.route_protocol);
@@ -194,7 +240,7 @@ Result<RoutingChange> Routing::apply(const Policy& p) {
   }
 
   // ---- routes
-  auto routes = wanted_routes(p);
+  auto routes = wanted_routes(p, failed);
   if (!routes) return routes.error();
   std::set<std::string> want_routes;
   for (auto& w : *routes) want_routes.insert(w.key);

@@ -221,7 +221,7 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
     if (after != before) {
       st.shares = after;
       st.last_change = in.now;
-      out.events.push_back({in.now, cls.name, before, after, kind, reason});
+      out.events.push_back({in.now, cls.name, before, after, kind, reason, ""});
     }
   }
   return out;

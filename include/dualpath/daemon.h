@@ -13,14 +13,19 @@
 #include <string>
 #include <vector>
 
+#include "dualpath/bfd.h"
+#include "dualpath/bfd_io.h"
 #include "dualpath/control.h"
 #include "dualpath/datapath.h"
+#include "dualpath/health.h"
 #include "dualpath/measure.h"
 #include "dualpath/metrics.h"
 #include "dualpath/policy.h"
 #include "dualpath/rdma.h"
 #include "dualpath/result.h"
 #include "dualpath/scheduler.h"
+
+struct nl_sock;  // libnl
 
 namespace dp {
 
@@ -60,6 +65,23 @@ class Daemon {
   Result<void> set_class_rail(int class_index, int path_index, bool pinned);
   Result<void> write_shares(size_t class_index, const Shares& shares);
   void run_scheduler();
+  // health and failover (failover.cpp)
+  void setup_health(const Policy& next);
+  Result<void> open_link_events();
+  void on_link_events();
+  void on_bfd_readable(size_t path);
+  void service_bfd();                 // due transmissions and detection timers
+  void bfd_transitions(size_t path);  // session transitions into rail health
+  void check_evidence();
+  void health_changed();  // events, decisions first, then routing
+  void write_effective();
+  void log_event(SchedulerEvent e);
+  json health_json(size_t path) const;
+  json drain(const std::string& path, bool on);
+  int next_timeout_ms() const;
+  void watch_fd(int fd);
+  void unwatch_fd(int fd);
+  void send_admin_down();
   json events_json(const json& args) const;
 
   json status_json() const;
@@ -116,6 +138,25 @@ class Daemon {
   std::deque<LoggedEvent> events_;  // the newest kMaxEvents
   uint64_t event_seq_ = 0;
   std::map<std::pair<std::string, std::string>, uint64_t> switches_;  // (class, kind) -> count
+
+  // health and failover, per policy path
+  struct Rail {
+    RailHealth health;
+    std::unique_ptr<BfdEndpoint> io;
+    std::optional<bfd::Session> bfd;
+    uint64_t bfd_discarded = 0;
+    std::string bfd_last_discard;
+    TcpCounters tcp_prev{};  // for data-path evidence
+    std::string key;         // interface and BFD peer: a reload keeps a rail whose key is the same
+  };
+  std::vector<Rail> rails_;
+  std::vector<std::vector<double>> former_;  // per path, per class: share before the path failed
+  std::vector<Shares> written_;              // per class: what the decision map holds
+  std::vector<bool> routed_failed_;          // per path: routing rewritten around it
+  bool all_down_ = false;
+  std::unique_ptr<::nl_sock, void (*)(::nl_sock*)> link_events_{nullptr, nullptr};
+  int epoll_fd_ = -1;
+  std::map<int, size_t> bfd_fds_;  // receive fd -> path
 
   Fd listen_fd_;          // claimed first: one daemon per socket
   ino_t socket_ino_ = 0;  // unlink the socket at exit only if it is still ours

@@ -50,6 +50,8 @@ class RailHealth {
   void drain(bool on, Time now);
   // Timers: suspicion expiry, hold-down, ramp steps.
   void tick(Time now);
+  // A reloaded policy's timers; the state and its history stay.
+  void set_settings(const HealthSettings& s);
 
   RailState state() const { return state_; }
   Time since() const { return since_; }

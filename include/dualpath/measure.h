@@ -14,6 +14,8 @@
 #include "dualpath/estimators.h"
 #include "dualpath/result.h"
 
+struct nl_sock;  // libnl
+
 namespace dp {
 
 struct LinkStats {
@@ -32,7 +34,7 @@ class LinkStatsReader {
   Result<LinkStats> read(int ifindex);
 
  private:
-  struct nl_sock* sk_ = nullptr;
+  ::nl_sock* sk_ = nullptr;
 };
 
 // TCP figures of one rail (or one rail and class), cumulative, from sockops.

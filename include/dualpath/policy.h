@@ -55,6 +55,10 @@ struct PathSpec {
   uint32_t table = 0;
   uint32_t fwmark = 0;
   std::vector<Prefix> routes;
+  std::optional<IpAddr> bfd_peer;  // BFD peer on this rail; default: gateway, else gateway6
+  const std::optional<IpAddr>& bfd_address() const {
+    return bfd_peer ? bfd_peer : gateway ? gateway : gateway6;
+  }
 };
 
 struct ClassSpec {
@@ -80,6 +84,7 @@ struct SchedulerSettings {
 };
 
 struct HealthSettings {
+  bool bfd = true;  // one BFD session per rail toward its bfd_peer (or gateway)
   std::chrono::nanoseconds interval = std::chrono::milliseconds(500);
   int multiplier = 3;
   std::chrono::nanoseconds holddown = std::chrono::minutes(5);

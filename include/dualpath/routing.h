@@ -27,8 +27,10 @@ class Routing {
  public:
   // Makes the kernel's rules and routes that dualpath owns equal to what the
   // policy asks: adds the missing, removes stale ones of ours, leaves the
-  // rest. Applying twice changes nothing the second time.
-  static Result<RoutingChange> apply(const Policy& p);
+  // rest. Applying twice changes nothing the second time. `failed` (per
+  // path) redirects a failed path's fwmark rule to the first surviving
+  // path's table and adds "to <each of its routes> lookup <that table>".
+  static Result<RoutingChange> apply(const Policy& p, const std::vector<bool>& failed = {});
   // Removes every rule and route dualpath owns according to the policy's
   // ownership marks (rule priority range and route protocol).
   static Result<RoutingChange> remove(const Policy& p);

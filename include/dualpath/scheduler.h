@@ -45,10 +45,11 @@ struct SchedulerState {
 
 struct SchedulerEvent {
   SchedClock::time_point t;
-  std::string klass;
+  std::string klass;  // "" for an event of a path's health
   Shares before, after;
   std::string kind;    // "latency", "spill", "return", "rebalance", "down"
   std::string reason;  // a sentence with the numbers that decided it
+  std::string path;    // the path, for a health event
 };
 
 struct SchedulerResult {

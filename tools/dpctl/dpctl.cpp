@@ -96,6 +96,25 @@ int cmd_status(const Globals& g) {
   return 0;
 }
 
+std::string ago(double s) {
+  if (s < 120) return fmt::format("{:.0f}s", s);
+  if (s < 7200) return fmt::format("{:.0f}m", s / 60);
+  if (s < 172800) return fmt::format("{:.0f}h", s / 3600);
+  return fmt::format("{:.0f}d", s / 86400);
+}
+
+std::string health_cell(const json& h) {
+  if (!h.is_object()) return "-";
+  std::string st = str(h["state"]);
+  if (st == "ramping") st += fmt::format(" {:.0f}%", 100 * h["weight"].get<double>());
+  return st + " " + ago(h["seconds"].get<double>());
+}
+
+std::string bfd_cell(const json& h) {
+  if (!h.is_object() || !h["bfd"].is_object()) return "off";
+  return str(h["bfd"]["state"]);
+}
+
 void print_path_detail(const json& p) {
   std::cout << "path " << str(p["name"]) << " (interface " << str(p["interface"]) << ", ifindex "
             << p["ifindex"] << ")\n";
@@ -103,6 +122,21 @@ void print_path_detail(const json& p) {
   std::cout << "  routing     fwmark " << fmt::format("{:#x}", p["fwmark"].get<uint32_t>())
             << " -> table " << p["table"] << ", gateway " << str(p["gateway"]) << " / "
             << str(p["gateway6"]) << "\n";
+  if (const json& h = p["health"]; h.is_object()) {
+    std::cout << "  health      " << str(h["state"]) << " since " << str(h["since"]) << " ("
+              << ago(h["seconds"].get<double>()) << " ago): " << str(h["reason"]) << "; weight "
+              << fmt::format("{:.0f}%", 100 * h["weight"].get<double>()) << ", " << h["failures"]
+              << " failures\n";
+    if (const json& b = h["bfd"]; b.is_object())
+      std::cout << "  bfd         " << str(b["state"]) << " with " << str(b["peer"]) << " (remote "
+                << str(b["remote_state"]) << ", diag " << str(b["diag"]) << "), discriminators "
+                << b["local_discriminator"] << "/" << b["remote_discriminator"] << ", tx every "
+                << b["tx_interval_ms"] << " ms, detection " << b["detection_ms"] << " ms; "
+                << b["rx"] << " received, " << b["tx"] << " sent, " << b["discarded"]
+                << " discarded\n";
+    else
+      std::cout << "  bfd         off\n";
+  }
   const json& m = p["measure"];
   if (m.is_null()) {
     std::cout << "  measure     no sample yet\n";
@@ -174,6 +208,16 @@ void print_path_detail(const json& p) {
   }
 }
 
+int cmd_path_drain(const Globals& g, const std::string& path, bool on) {
+  int rc;
+  auto d = request(g, on ? "path.drain" : "path.undrain", {{"path", path}}, &rc);
+  if (!d) return rc;
+  if (g.json_out) return print_json(g, *d), 0;
+  std::cout << "path " << path << ": " << str((*d)["health"]["state"]) << " ("
+            << str((*d)["health"]["reason"]) << ")\n";
+  return 0;
+}
+
 int cmd_path_list(const Globals& g) {
   int rc;
   auto d = request(g, "path.list", json::object(), &rc);
@@ -198,15 +242,18 @@ int cmd_path_list(const Globals& g) {
       age = fmt::format("{:.0f}ms", 1000 * m["sample_age_s"].get<double>());
       if (!m["reconciliation"]["agree"].get<bool>()) age += " !";
     }
-    rows.push_back({str(p["name"]), str(p["interface"]),
-                    dp::format_bandwidth(p["capacity_bps"].get<double>()),
+    rows.push_back({str(p["name"]), str(p["interface"]), health_cell(p["health"]),
+                    bfd_cell(p["health"]), dp::format_bandwidth(p["capacity_bps"].get<double>()),
                     dp::format_bandwidth(p["tx_bps"].get<double>()),
                     fmt::format("{:.1f}%", 100 * p["utilisation"].get<double>()), rtt, loss, retr,
                     drops, std::to_string(p["redirected_out_packets"].get<uint64_t>()), age});
   }
-  print_table({"PATH", "IFACE", "CAPACITY", "TX RATE", "UTIL", "RTT us p50/95/99", "LOSS",
-               "RETX/RTO", "DROP/ERR", "REDIRECTED", "AGE"},
+  print_table({"PATH", "IFACE", "HEALTH", "BFD", "CAPACITY", "TX RATE", "UTIL", "RTT us p50/95/99",
+               "LOSS", "RETX/RTO", "DROP/ERR", "REDIRECTED", "AGE"},
               rows);
+  for (auto& p : *d)
+    if (p["health"].is_object() && str(p["health"]["state"]) != "up")
+      std::cout << str(p["name"]) << ": " << str(p["health"]["reason"]) << "\n";
   return 0;
 }
 
@@ -291,6 +338,11 @@ void print_event(const json& e) {
         out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", k, v.get<double>());
     return out.empty() ? std::string("none") : out;
   };
+  if (e["class"].is_null()) {  // a path's health
+    std::cout << str(e["time"]) << "  " << (e["path"].is_null() ? "node" : str(e["path"])) << "  "
+              << str(e["kind"]) << "\n    " << str(e["reason"]) << "\n";
+    return;
+  }
   std::cout << str(e["time"]) << "  " << str(e["class"]) << "  " << str(e["kind"]) << "  "
             << shares(e["before"]) << " -> " << shares(e["after"]) << "\n    " << str(e["reason"])
             << "\n";
@@ -389,6 +441,15 @@ int main(int argc, char** argv) {
   auto* show = path->add_subcommand("show", "one path in detail");
   show->add_option("PATH", path_name, "path name")->required();
   show->callback([&] { action = [&] { return cmd_path_show(g, path_name); }; });
+
+  std::string drain_name;
+  for (bool on : {true, false}) {
+    auto* dr = path->add_subcommand(on ? "drain" : "undrain",
+                                    on ? "move all traffic off a path for maintenance"
+                                       : "give a drained path its traffic back, gradually");
+    dr->add_option("PATH", drain_name, "path name")->required();
+    dr->callback([&, on] { action = [&, on] { return cmd_path_drain(g, drain_name, on); }; });
+  }
 
   auto* cls = app.add_subcommand("class", "the traffic classes")->require_subcommand(1);
   cls->add_subcommand("list", "classes with ports, mark, rail now and bytes")->callback([&] {
