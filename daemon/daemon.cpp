@@ -718,6 +718,13 @@ void Daemon::publish_metrics() {
     p.capacity_bps = policy_.paths[i].capacity_bps;
     p.measure = i < measures_.size() ? &measures_[i] : nullptr;
     p.exceptions = exceptions_[slot];
+    if (i < rails_.size()) {
+      const auto& h = rails_[i].health;
+      p.health = to_string(h.state());
+      p.weight = h.weight();
+      p.failures = h.failures();
+      if (rails_[i].bfd) p.bfd = bfd::to_string(rails_[i].bfd->state());
+    }
     v.paths.push_back(std::move(p));
     for (size_t c = 0; c <= policy_.classes.size(); ++c) {
       bool unclassified = c == policy_.classes.size();
@@ -728,6 +735,7 @@ void Daemon::publish_metrics() {
     }
   }
   for (auto& [key, n] : switches_) v.switches.push_back({key.first, key.second, n});
+  v.all_paths_down = all_down_;
   metrics_->publish(build_metrics(v));
 }
 

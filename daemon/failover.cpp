@@ -30,11 +30,12 @@ namespace dp {
 namespace {
 
 constexpr size_t kMaxEvents = 1024;
-// Data-path evidence: a rail is suspect when, within one tick, its flows had
-// an RTO, or retransmitted at least kMinRetrans segments and more than
-// kRetransRatio of what they sent, while no other rail's flows did either.
+// Data-path evidence: a rail is suspect when, within one tick, its flows
+// retransmitted more than kRetransRatio of the segments they sent, with an
+// RTO or at least kMinRetrans retransmissions, while no other rail's flows
+// did the same.
 constexpr uint64_t kMinRetrans = 20;
-constexpr double kRetransRatio = 0.05;
+constexpr double kRetransRatio = 0.10;
 
 bool carrier_of(const std::string& ifname) {
   int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -245,10 +246,12 @@ void Daemon::check_evidence() {
     segs[i] = now.segs_out - std::min(prev.segs_out, now.segs_out);
     prev = now;
   }
+  // An RTO counts when it is a large part of what the rail sent in the tick
+  // (a blackhole: flows send almost nothing but their retransmissions), not
+  // the odd tail-loss RTO of a busy rail with 1% loss.
   auto bad = [&](size_t i) {
-    return rto[i] > 0 ||
-           (retrans[i] >= kMinRetrans &&
-            static_cast<double>(retrans[i]) > kRetransRatio * static_cast<double>(segs[i]));
+    double ratio = static_cast<double>(retrans[i]) / static_cast<double>(std::max<uint64_t>(segs[i], 1));
+    return ratio > kRetransRatio && (rto[i] > 0 || retrans[i] >= kMinRetrans);
   };
   auto now = SchedClock::now();
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *

@@ -175,12 +175,17 @@ std::optional<Shares> apply_health(const Shares& sched, const std::vector<double
   for (size_t r = 0; r < R; ++r) any = any || usable(r);
   std::vector<double> w(R, 0);
   if (!any) {
-    // no rail may carry traffic by the rules: use what forwards at all
-    double cap = 0;
-    for (size_t r = 0; r < R; ++r) cap += rails[r].alive ? std::max(rails[r].capacity_bps, 1.0) : 0;
-    if (cap == 0) return std::nullopt;
-    for (size_t r = 0; r < R; ++r)
-      w[r] = rails[r].alive ? std::max(rails[r].capacity_bps, 1.0) / cap : 0;
+    // No rail may carry traffic by the rules: what forwards at all carries it
+    // as if it were up (a rail in hold-down with no alternative).
+    std::vector<RailView> alive = rails;
+    bool some = false;
+    for (auto& v : alive) {
+      v.weight = v.alive ? 1 : 0;
+      v.latency_ok = true;
+      some = some || v.alive;
+    }
+    if (!some) return std::nullopt;
+    return apply_health(sched, former, alive, latency_sensitive);
   } else {
     double ramped = 0;
     std::vector<double> base(R, 0);

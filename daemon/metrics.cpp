@@ -182,9 +182,31 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     h.histogram.sample_sum = static_cast<double>(c.tcp.srtt_us_sum) / 1e6;
     hist.metric.push_back(std::move(h));
   }
+  auto& hs = b.family("dualpath_path_health_state",
+                      "1 for the path's current health state (up, suspect, down, holddown, "
+                      "ramping, drained)",
+                      MetricType::Gauge);
+  auto& hw = b.family("dualpath_path_health_weight_ratio",
+                      "share of its traffic the path may carry (0 failed, ramp step, 1)",
+                      MetricType::Gauge);
+  auto& hf = b.family("dualpath_path_failures_total", "times the path failed", MetricType::Counter);
+  auto& bs = b.family("dualpath_path_bfd_up", "1 when the path's BFD session is Up, 0 otherwise",
+                      MetricType::Gauge);
+  for (const auto& p : v.paths) {
+    if (p.health.empty()) continue;
+    for (const char* st : {"up", "suspect", "down", "holddown", "ramping", "drained"})
+      Builder::add(hs, {L("path", p.name), L("state", st)}, p.health == st ? 1 : 0);
+    Builder::add(hw, {L("path", p.name)}, p.weight);
+    Builder::add(hf, {L("path", p.name)}, static_cast<double>(p.failures));
+    if (!p.bfd.empty()) Builder::add(bs, {L("path", p.name)}, p.bfd == "up" ? 1 : 0);
+  }
+  auto& ad = b.family("dualpath_all_paths_down",
+                      "1 when every path is down and the last decisions are kept",
+                      MetricType::Gauge);
+  Builder::add(ad, {}, v.all_paths_down ? 1 : 0);
   auto& sw = b.family("dualpath_scheduler_switches_total",
                       "share changes the scheduler made, by class and reason "
-                      "(latency, spill, return, rebalance, down)",
+                      "(latency, spill, return, rebalance, down, health)",
                       MetricType::Counter);
   for (const auto& s : v.switches)
     Builder::add(sw, {L("class", s.klass), L("kind", s.kind)}, static_cast<double>(s.count));

@@ -29,7 +29,12 @@ struct MetricsView {
     uint64_t capacity_bps = 0;
     const PathMeasure* measure = nullptr;  // null until the first sample
     std::array<uint64_t, DP_EXC_MAX> exceptions{};
+    std::string health;  // RailState name ("" = unknown)
+    double weight = 1;   // share of its traffic the path may carry
+    uint64_t failures = 0;
+    std::string bfd;  // BFD session state, "" when off
   };
+  bool all_paths_down = false;
   struct Class {
     std::string path, klass;  // klass "unclassified" for the unclassified slot
     dp_counters counters{};

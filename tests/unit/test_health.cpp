@@ -167,7 +167,9 @@ TEST(ApplyHealth, NoRailWithWeightUsesAliveRailsAndNoneAliveKeepsTheLast) {
   auto v = views({0, 0});
   v[1].alive = false;  // rail0 is back (in hold-down), rail1 is dead
   EXPECT_EQ(*apply_health({0, 10000}, {}, v, false), (Shares{10000, 0}));
-  v[0].alive = false;
+  v[1].alive = true;  // both back, both in hold-down: as the scheduler had it
+  EXPECT_EQ(*apply_health({7000, 3000}, {}, v, false), (Shares{7000, 3000}));
+  v[0].alive = v[1].alive = false;
   EXPECT_FALSE(apply_health({0, 10000}, {}, v, false).has_value());
 }
 

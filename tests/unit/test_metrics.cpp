@@ -29,9 +29,13 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
     s.tcp.srtt_us_sum = static_cast<uint64_t>(i) * 10 * 200;
     m.update(s);
   }
-  dp::MetricsView v{"0.1.0", "n1", "/etc/dualpath/policy.toml", "00112233aabbccdd", {}, {}, {}};
-  v.paths.push_back({"rail0", 1'000'000'000, &m, {}});
-  v.paths.push_back({"rail1", 250'000'000, nullptr, {}});
+  dp::MetricsView v;
+  v.version = "0.1.0";
+  v.node = "n1";
+  v.policy_file = "/etc/dualpath/policy.toml";
+  v.policy_hash = "00112233aabbccdd";
+  v.paths.push_back({"rail0", 1'000'000'000, &m, {}, "holddown", 0, 2, "up"});
+  v.paths.push_back({"rail1", 250'000'000, nullptr, {}, "up", 1, 0, ""});
   dp::MetricsView::Class c{"rail0", "control", {}, {}};
   c.counters.tx_bytes = 4242;
   c.tcp.rtt_us[7] = 90;
@@ -48,6 +52,16 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
     }
     EXPECT_FALSE(f.metric.empty()) << "empty family " << f.name;
   }
+  auto* hs = find(fs, "dualpath_path_health_state");
+  ASSERT_TRUE(hs);
+  ASSERT_EQ(hs->metric.size(), 12u) << "six states for each of two paths";
+  double holddown = -1;
+  for (auto& m1 : hs->metric)
+    if (m1.label[0].value == "rail0" && m1.label[1].value == "holddown") holddown = m1.gauge.value;
+  EXPECT_EQ(holddown, 1);
+  auto* bfd = find(fs, "dualpath_path_bfd_up");
+  ASSERT_TRUE(bfd);
+  EXPECT_EQ(bfd->metric.size(), 1u) << "rail1 has no BFD session";
   auto* info = find(fs, "dualpath_policy_info");
   ASSERT_TRUE(info);
   EXPECT_EQ(info->metric[0].label[2].value, "00112233aabbccdd");
