@@ -250,18 +250,26 @@ void Daemon::check_evidence() {
   // (a blackhole: flows send almost nothing but their retransmissions), not
   // the odd tail-loss RTO of a busy rail with 1% loss.
   auto bad = [&](size_t i) {
-    double ratio = static_cast<double>(retrans[i]) / static_cast<double>(std::max<uint64_t>(segs[i], 1));
+    double ratio =
+        static_cast<double>(retrans[i]) / static_cast<double>(std::max<uint64_t>(segs[i], 1));
     return ratio > kRetransRatio && (rto[i] > 0 || retrans[i] >= kMinRetrans);
   };
   auto now = SchedClock::now();
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
                                                                      policy_.health.multiplier);
+  // Right after health moved traffic, a rail's flows still retransmit what
+  // the old rail lost: no evidence until that has settled.
+  if (now - last_health_move_ < detect) return;
   for (size_t i = 0; i < R; ++i) {
     if (!bad(i)) continue;
-    bool others_clean = true;
-    for (size_t j = 0; j < R; ++j)
-      if (j != i && bad(j)) others_clean = false;
-    if (!others_clean) continue;
+    // evidence against one rail only, and never against the last good one
+    bool others_clean = true, other_up = false;
+    for (size_t j = 0; j < R; ++j) {
+      if (j == i) continue;
+      if (bad(j)) others_clean = false;
+      if (rails_[j].health.state() == RailState::Up && !rail_vanished_[j]) other_up = true;
+    }
+    if (!others_clean || !other_up) continue;
     auto st = rails_[i].health.state();
     if (st != RailState::Up && st != RailState::Ramping) continue;
     rails_[i].health.evidence(
@@ -315,6 +323,7 @@ void Daemon::health_changed() {
           sh[i] = static_cast<uint16_t>(sh[i] + DP_SHARE_SCALE - total);
         }
       }
+      last_health_move_ = ev.t;
       SchedulerEvent e;
       e.t = ev.t;
       e.path = name;

@@ -44,7 +44,9 @@ double RailHealth::weight() const {
     case RailState::Suspect:
       return 1;
     case RailState::Ramping:
-      return std::clamp(s_.ramp[static_cast<size_t>(step_)] / 100.0, 0.0, 1.0);
+      // below 1 even at the 100% step: the rail is the scheduler's again
+      // only once it is Up (failback complete)
+      return std::clamp(s_.ramp[static_cast<size_t>(step_)] / 100.0, 0.0, 0.999);
     default:
       return 0;
   }

@@ -200,9 +200,9 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     Builder::add(hf, {L("path", p.name)}, static_cast<double>(p.failures));
     if (!p.bfd.empty()) Builder::add(bs, {L("path", p.name)}, p.bfd == "up" ? 1 : 0);
   }
-  auto& ad = b.family("dualpath_all_paths_down",
-                      "1 when every path is down and the last decisions are kept",
-                      MetricType::Gauge);
+  auto& ad =
+      b.family("dualpath_all_paths_down",
+               "1 when every path is down and the last decisions are kept", MetricType::Gauge);
   Builder::add(ad, {}, v.all_paths_down ? 1 : 0);
   auto& sw = b.family("dualpath_scheduler_switches_total",
                       "share changes the scheduler made, by class and reason "

@@ -22,67 +22,17 @@
 #include <sstream>
 #include <thread>
 
-#include "drop.skel.h"
-#include "lab_util.h"
+#include "lab_fixture.h"
 
 namespace fs = std::filesystem;
 using lab::json;
 using lab::must;
 using lab::sh;
+using namespace lab;  // the fixture's helpers
 
 namespace {
 
-std::string g_skip;      // non-empty: why the lab tests are skipped
-std::string g_policies;  // private copies of the lab policies
-
 constexpr uint64_t kBytes = 4 << 20;
-
-std::string read_file(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-void write_file(const std::string& p, const std::string& s) { std::ofstream(p) << s; }
-// Readers never see a half-written file (as with sysfs attributes).
-void write_file_atomic(const std::string& p, const std::string& s) {
-  write_file(p + ".tmp", s);
-  fs::rename(p + ".tmp", p);
-}
-
-pid_t daemon_pid(const std::string& ns) {
-  return static_cast<pid_t>(std::stol("0" + read_file("/run/dualpath-lab/" + ns + ".pid")));
-}
-
-// Waits until a process has exited (not just been signalled).
-void wait_gone(pid_t pid) {
-  for (int i = 0; i < 200; ++i) {
-    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-    if (stat.empty() || stat.find(") Z ") != std::string::npos) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ADD_FAILURE() << "process " << pid << " did not exit";
-}
-
-std::string nsenter(const std::string& ns) { return "nsenter --net=/run/netns/" + ns + " -- "; }
-
-// Runs fn() with this thread in network namespace ns, then returns to the
-// original one. Returns fn()'s error message, or why ns could not be entered.
-template <class F>
-std::string in_netns(const std::string& ns, F fn) {
-  int self = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-  int target = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-  std::string err;
-  if (self < 0 || target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
-    err = "cannot enter " + ns;
-  } else {
-    err = fn();
-    ::setns(self, CLONE_NEWNET);
-  }
-  if (self >= 0) ::close(self);
-  if (target >= 0) ::close(target);
-  return err;
-}
 
 // Attaches tests/lab/foreign.bpf.c on dev's clsact egress at priority 10, as
 // another tool would. (libbpf, not `tc ... bpf obj`: iproute2 would leave
@@ -102,82 +52,7 @@ std::string attach_foreign_filter(const std::string& ns, const std::string& dev)
   return err;
 }
 
-class LabEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (geteuid() != 0) {
-      g_skip = "lab tests need root (namespaces, BPF, netlink)";
-      return;
-    }
-    if (sh("ip netns list").out.find("dpl-a") != std::string::npos) {
-      g_skip = "a lab is already up (yours?); run 'tools/dp-lab down' to let the tests use it";
-      return;
-    }
-    g_policies = fs::temp_directory_path() / ("dplab-" + std::to_string(getpid()));
-    fs::create_directories(g_policies);
-    // The placement tests assert the policy's rails: the scheduler runs in
-    // static mode, and the scheduler test switches it to adaptive.
-    for (const char* f : {"lab-a.toml", "lab-b.toml"})
-      write_file(g_policies + "/" + f,
-                 std::regex_replace(read_file(std::string(DP_SOURCE_DIR) + "/policies/" + f),
-                                    std::regex("mode = \"adaptive\""), "mode = \"static\""));
-    setenv("DP_LAB_POLICIES", g_policies.c_str(), 1);
-    setenv("DP_BUILD", DP_BUILD_DIR, 1);
-    auto up = sh(lab::dp_lab() + " up --no-daemon");
-    if (up.rc != 0) {
-      g_skip = "dp-lab up failed: " + up.out;
-      return;
-    }
-    // Things that are not dualpath's, made before the daemons start.
-    const std::string a = nsenter("dpl-a"), b = nsenter("dpl-b");
-    must(a + "ip rule add fwmark 0x999 lookup 999 pref 10050");
-    must(a + "ip route add 192.0.2.0/24 dev rail0 table 100");
-    must(a + "tc qdisc add dev rail0 clsact");
-    if (std::string err = attach_foreign_filter("dpl-a", "rail0"); !err.empty()) {
-      g_skip = err;
-      return;
-    }
-    must(b + "tc qdisc add dev rail1 clsact");
-    auto daemons = sh(lab::dp_lab() + " up");
-    if (daemons.rc != 0) g_skip = "starting the lab daemons failed: " + daemons.out;
-  }
-  void TearDown() override {
-    if (!g_policies.empty()) {
-      sh(lab::dp_lab() + " down");
-      fs::remove_all(g_policies);
-    }
-  }
-};
-
-class Lab : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!g_skip.empty()) GTEST_SKIP() << "skipped: " << g_skip;
-  }
-
-  // Bytes each rail of dpl-a sent during fn().
-  template <class F>
-  std::pair<uint64_t, uint64_t> rail_delta(F fn) {
-    uint64_t r0 = lab::tx_bytes("dpl-a", "rail0"), r1 = lab::tx_bytes("dpl-a", "rail1");
-    fn();
-    return {lab::tx_bytes("dpl-a", "rail0") - r0, lab::tx_bytes("dpl-a", "rail1") - r1};
-  }
-
-  // Asserts that `bytes` of a transfer left by `rail` and (almost) nothing by the other.
-  static void expect_on(int rail, std::pair<uint64_t, uint64_t> d, uint64_t bytes,
-                        const std::string& what) {
-    uint64_t on = rail == 0 ? d.first : d.second, off = rail == 0 ? d.second : d.first;
-    EXPECT_GE(on, bytes) << what << ": rail" << rail << " sent " << on << " bytes";
-    EXPECT_LT(off, bytes / 20) << what << ": the other rail sent " << off << " bytes";
-  }
-
-  static json klass(const std::string& node, const std::string& name) {
-    for (auto& c : lab::dpctl(node, "class list"))
-      if (c["name"] == name) return c;
-    ADD_FAILURE() << "no class " << name;
-    return {};
-  }
-};
+class Lab : public lab::Fixture {};
 
 TEST_F(Lab, EveryClassLeavesByItsPolicyRail) {
   struct Probe {
@@ -412,30 +287,6 @@ TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
 json path_measure(const std::string& node, const std::string& path) {
   json p = lab::dpctl(node, "path show " + path);
   return p.is_object() ? p["measure"] : json();
-}
-
-// Attaches drop.bpf.c (dropping per_100000 of packets) on ns/dev ingress at
-// priority 5, behind dualpath's programs. Returns an error message or "".
-std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000,
-                        bool detach = false) {
-  return in_netns(ns, [&]() -> std::string {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex(dev.c_str())),
-                .attach_point = BPF_TC_INGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
-    if (detach) return bpf_tc_detach(&hook, &opts) == 0 ? "" : "cannot detach the drop filter";
-    drop* skel = drop__open();
-    if (!skel) return "cannot open drop.bpf.o";
-    skel->rodata->drop_per_100000 = per_100000;
-    std::string err;
-    if (drop__load(skel) != 0) {
-      err = "cannot load drop.bpf.o";
-    } else {
-      opts.prog_fd = bpf_program__fd(skel->progs.drop_some);
-      if (bpf_tc_attach(&hook, &opts) != 0) err = "cannot attach the drop filter";
-    }
-    drop__destroy(skel);  // the filter keeps the program
-    return err;
-  });
 }
 
 TEST_F(Lab, MeasuredRateMatchesAKnownRate) {
@@ -746,6 +597,17 @@ TEST_F(Lab, AVanishedRailStopsBeingARedirectTarget) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new LabEnv);
+  auto* env = new lab::Env;
+  // Things that are not dualpath's, made before the daemons start.
+  env->prepare = [] {
+    const std::string a = nsenter("dpl-a"), b = nsenter("dpl-b");
+    must(a + "ip rule add fwmark 0x999 lookup 999 pref 10050");
+    must(a + "ip route add 192.0.2.0/24 dev rail0 table 100");
+    must(a + "tc qdisc add dev rail0 clsact");
+    if (std::string err = attach_foreign_filter("dpl-a", "rail0"); !err.empty()) return err;
+    must(b + "tc qdisc add dev rail1 clsact");
+    return std::string();
+  };
+  ::testing::AddGlobalTestEnvironment(env);
   return RUN_ALL_TESTS();
 }

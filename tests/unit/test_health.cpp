@@ -34,11 +34,12 @@ TEST(RailHealth, CarrierLossFailsAtOnceAndFailbackWaitsForTheHolddownThenRamps) 
   h.tick(t + 12s);
   EXPECT_EQ(h.state(), RailState::Ramping);
   std::vector<double> weights{h.weight()};
-  for (int s = 13; s <= 20; ++s) {
+  for (int s = 13; s <= 22; ++s) {
     h.tick(t + std::chrono::seconds(s));
     if (h.weight() != weights.back()) weights.push_back(h.weight());
   }
-  EXPECT_EQ(weights, (std::vector<double>{0.10, 0.25, 0.50, 1.0}));
+  EXPECT_EQ(weights, (std::vector<double>{0.10, 0.25, 0.50, 0.999, 1.0}))
+      << "each step for one interval; Up (1) only when the ramp is complete";
   EXPECT_EQ(h.state(), RailState::Up);
   EXPECT_EQ(h.failures(), 1u);
 }

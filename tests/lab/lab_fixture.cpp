@@ -1,0 +1,127 @@
+#include "lab_fixture.h"
+
+#include <bpf/libbpf.h>
+#include <net/if.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "drop.skel.h"
+
+namespace fs = std::filesystem;
+
+namespace lab {
+
+std::string g_skip;
+std::string g_policies;
+
+std::string read_file(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& p, const std::string& s) { std::ofstream(p) << s; }
+
+void write_file_atomic(const std::string& p, const std::string& s) {
+  write_file(p + ".tmp", s);
+  fs::rename(p + ".tmp", p);
+}
+
+pid_t daemon_pid(const std::string& ns) {
+  return static_cast<pid_t>(std::stol("0" + read_file("/run/dualpath-lab/" + ns + ".pid")));
+}
+
+void wait_gone(pid_t pid) {
+  for (int i = 0; i < 200; ++i) {
+    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (stat.empty() || stat.find(") Z ") != std::string::npos) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "process " << pid << " did not exit";
+}
+
+std::string nsenter(const std::string& ns) { return "nsenter --net=/run/netns/" + ns + " -- "; }
+
+std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000,
+                        bool detach) {
+  return in_netns(ns, [&]() -> std::string {
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(if_nametoindex(dev.c_str())),
+                .attach_point = BPF_TC_INGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
+    if (detach) return bpf_tc_detach(&hook, &opts) == 0 ? "" : "cannot detach the drop filter";
+    drop* skel = drop__open();
+    if (!skel) return "cannot open drop.bpf.o";
+    skel->rodata->drop_per_100000 = per_100000;
+    std::string err;
+    if (drop__load(skel) != 0) {
+      err = "cannot load drop.bpf.o";
+    } else {
+      opts.prog_fd = bpf_program__fd(skel->progs.drop_some);
+      if (bpf_tc_attach(&hook, &opts) != 0) err = "cannot attach the drop filter";
+    }
+    drop__destroy(skel);  // the filter keeps the program
+    return err;
+  });
+}
+
+void Env::SetUp() {
+  if (geteuid() != 0) {
+    g_skip = "lab tests need root (namespaces, BPF, netlink)";
+    return;
+  }
+  if (sh("ip netns list").out.find("dpl-a") != std::string::npos) {
+    g_skip = "a lab is already up (yours?); run 'tools/dp-lab down' to let the tests use it";
+    return;
+  }
+  g_policies = fs::temp_directory_path() / ("dplab-" + std::to_string(getpid()));
+  fs::create_directories(g_policies);
+  for (const char* f : {"lab-a.toml", "lab-b.toml"}) {
+    std::string text = std::regex_replace(read_file(std::string(DP_SOURCE_DIR) + "/policies/" + f),
+                                          std::regex("mode = \"adaptive\""), "mode = \"static\"");
+    write_file(g_policies + "/" + f, edit ? edit(text) : text);
+  }
+  setenv("DP_LAB_POLICIES", g_policies.c_str(), 1);
+  setenv("DP_BUILD", DP_BUILD_DIR, 1);
+  auto up = sh(dp_lab() + " up --no-daemon");
+  if (up.rc != 0) {
+    g_skip = "dp-lab up failed: " + up.out;
+    return;
+  }
+  if (prepare) {
+    if (std::string err = prepare(); !err.empty()) {
+      g_skip = err;
+      return;
+    }
+  }
+  auto daemons = sh(dp_lab() + " up");
+  if (daemons.rc != 0) g_skip = "starting the lab daemons failed: " + daemons.out;
+}
+
+void Env::TearDown() {
+  if (!g_policies.empty()) {
+    sh(dp_lab() + " down");
+    fs::remove_all(g_policies);
+  }
+}
+
+void Fixture::expect_on(int rail, std::pair<uint64_t, uint64_t> d, uint64_t bytes,
+                        const std::string& what) {
+  uint64_t on = rail == 0 ? d.first : d.second, off = rail == 0 ? d.second : d.first;
+  EXPECT_GE(on, bytes) << what << ": rail" << rail << " sent " << on << " bytes";
+  EXPECT_LT(off, bytes / 20) << what << ": the other rail sent " << off << " bytes";
+}
+
+json Fixture::klass(const std::string& node, const std::string& name) {
+  for (auto& c : dpctl(node, "class list"))
+    if (c["name"] == name) return c;
+  ADD_FAILURE() << "no class " << name;
+  return {};
+}
+
+}  // namespace lab

@@ -1,0 +1,87 @@
+// The lab test fixture shared by the lab test binaries: a private copy of the
+// lab policies, the lab brought up once per binary and torn down at the end
+// (even when a test fails), and helpers to read, write and fault it.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "lab_util.h"
+
+namespace lab {
+
+extern std::string g_skip;      // non-empty: why the lab tests are skipped
+extern std::string g_policies;  // private copies of the lab policies
+
+std::string read_file(const std::string& p);
+void write_file(const std::string& p, const std::string& s);
+// Readers never see a half-written file (as with sysfs attributes).
+void write_file_atomic(const std::string& p, const std::string& s);
+pid_t daemon_pid(const std::string& ns);
+// Waits until a process has exited (not just been signalled).
+void wait_gone(pid_t pid);
+std::string nsenter(const std::string& ns);
+
+// Runs fn() with this thread in network namespace ns, then returns to the
+// original one. Returns fn()'s error message, or why ns could not be entered.
+template <class F>
+std::string in_netns(const std::string& ns, F fn) {
+  int self = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  int target = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  std::string err;
+  if (self < 0 || target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
+    err = "cannot enter " + ns;
+  } else {
+    err = fn();
+    ::setns(self, CLONE_NEWNET);
+  }
+  if (self >= 0) ::close(self);
+  if (target >= 0) ::close(target);
+  return err;
+}
+
+// Attaches drop.bpf.c (dropping per_100000 of packets) on ns/dev ingress at
+// priority 5, behind dualpath's programs (or detaches it). Needs a clsact on
+// dev. Returns an error message or "".
+std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000,
+                        bool detach = false);
+
+// Brings the lab up for one test binary. The policies are copied with the
+// scheduler in static mode (tests assert the policy's rails) and edited by
+// `edit`; `prepare` runs after the namespaces exist and before the daemons
+// start, and returns an error to skip the tests.
+class Env : public ::testing::Environment {
+ public:
+  std::function<std::string(const std::string&)> edit;
+  std::function<std::string()> prepare;
+  void SetUp() override;
+  void TearDown() override;
+};
+
+class Fixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!g_skip.empty()) GTEST_SKIP() << "skipped: " << g_skip;
+  }
+
+  // Bytes each rail of dpl-a sent during fn().
+  template <class F>
+  std::pair<uint64_t, uint64_t> rail_delta(F fn) {
+    uint64_t r0 = tx_bytes("dpl-a", "rail0"), r1 = tx_bytes("dpl-a", "rail1");
+    fn();
+    return {tx_bytes("dpl-a", "rail0") - r0, tx_bytes("dpl-a", "rail1") - r1};
+  }
+
+  // Asserts that `bytes` of a transfer left by `rail` and (almost) nothing by the other.
+  static void expect_on(int rail, std::pair<uint64_t, uint64_t> d, uint64_t bytes,
+                        const std::string& what);
+  static json klass(const std::string& node, const std::string& name);
+};
+
+}  // namespace lab

@@ -1,0 +1,384 @@
+// Lab fault tests: path health, failover and failback with real faults on the
+// rails while TCP transfers (checksummed) and a request/response stream run
+// in several classes. A lab of its own, with a short hold-down (3 s) and ramp
+// (500 ms steps); the daemons run BFD toward each other on both rails.
+#include <gtest/gtest.h>
+#include <pwd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <regex>
+#include <thread>
+
+#include "lab_fixture.h"
+
+namespace fs = std::filesystem;
+using namespace lab;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kHolddown = 3s;
+constexpr auto kRampStep = 500ms;
+
+class Failover : public Fixture {
+ protected:
+  static json path(const std::string& node, const std::string& name) {
+    json p = dpctl(node, "path show " + name);
+    return p.is_object() ? p : json::object();
+  }
+  static std::string health(const std::string& node, const std::string& name) {
+    json p = path(node, name);
+    return p.contains("health") && p["health"].is_object() ? p["health"]["state"].get<std::string>()
+                                                           : "?";
+  }
+  // Waits until every rail of both nodes is up with BFD up; false on timeout.
+  static bool wait_all_up(std::chrono::seconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      bool all = true;
+      for (const char* n : {"a", "b"})
+        for (auto& p : dpctl(n, "path list")) {
+          const json& h = p["health"];
+          all = all && h.is_object() && h["state"] == "up" && h["bfd"].is_object() &&
+                h["bfd"]["state"] == "up";
+        }
+      if (all) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  static uint64_t last_event(const std::string& node) {
+    json e = dpctl(node, "events");
+    return e.is_object() ? e["last"].get<uint64_t>() : 0;
+  }
+  // Health events of `path` on `node` after event number `since`.
+  static std::vector<json> health_events(const std::string& node, const std::string& p,
+                                         uint64_t since) {
+    std::vector<json> out;
+    json e = dpctl(node, "events --since " + std::to_string(since));
+    if (!e.is_object()) return out;
+    for (auto& ev : e["events"])
+      if (ev["kind"] == "health" && ev["path"] == p) out.push_back(ev);
+    return out;
+  }
+
+  void SetUp() override {
+    Fixture::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_TRUE(wait_all_up(30s)) << "the lab's rails are not all up before the test";
+    since_a_ = last_event("a");
+  }
+
+  // The lab's own routes over rail0 (not dualpath's) that the kernel removed
+  // with an interface taken down.
+  static void restore_lab_routes(const std::string& ns) {
+    bool a = ns == "dpl-a";
+    std::string me = a ? "1" : "2", peer = a ? "2" : "1";
+    sh(nsenter(ns) + "ip route replace 10.99.0." + peer + "/32 via 10.98.0." + peer +
+       " dev rail0 src 10.99.0." + me);
+    sh(nsenter(ns) + "ip -6 route replace fd99::" + peer + "/128 via fd98:0::" + peer +
+       " dev rail0 src fd99::" + me);
+  }
+
+  // After the fault is gone: rail0 of node a comes back through the
+  // hold-down and every ramp step, in order and not early.
+  void expect_failback() {
+    auto end = std::chrono::steady_clock::now() + kHolddown + 15s;
+    while (std::chrono::steady_clock::now() < end && health("a", "rail0") != "up")
+      std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(health("a", "rail0"), "up") << "rail0 never came back";
+    auto evs = health_events("a", "rail0", since_a_);
+    int64_t hold_at = -1, ramp_at = -1, up_at = -1;
+    std::vector<std::string> steps;
+    for (auto& e : evs) {
+      std::string r = e["reason"];
+      auto t = e["mono_ns"].get<int64_t>();
+      if (r.find("-> holddown") != std::string::npos) hold_at = t, ramp_at = -1;
+      if (r.find("holddown -> ramping") != std::string::npos) ramp_at = t;
+      if (r.find("ramping -> ramping: ramp step") != std::string::npos) steps.push_back(r);
+      if (r.find("ramping -> up") != std::string::npos) up_at = t;
+    }
+    ASSERT_GE(hold_at, 0) << "no hold-down";
+    ASSERT_GE(ramp_at, 0) << "no ramp";
+    EXPECT_GE(ramp_at - hold_at, std::chrono::nanoseconds(kHolddown).count())
+        << "the ramp started before the hold-down was over";
+    EXPECT_GE(steps.size(), 3u) << "25%, 50%, 100% steps";
+    EXPECT_GE(up_at - ramp_at, 3 * std::chrono::nanoseconds(kRampStep).count());
+  }
+
+  uint64_t since_a_ = 0;
+};
+
+// Traffic in several classes from a to b while a fault happens: TCP transfers
+// of expert-dispatch (latency-sensitive) and expert-combine (elastic) on
+// rail0, param-sync on rail1, and control request/response on rail0.
+struct Workload {
+  std::vector<std::unique_ptr<Transfer>> transfers;
+  std::thread rpc_thread;
+  std::vector<double> rtts;
+  int rpc_count;
+  explicit Workload(std::chrono::seconds len) {
+    const double secs = static_cast<double>(len.count());
+    struct C {
+      uint16_t port;
+      double rate;
+    };
+    for (C c : {C{50101, 20e6}, C{51101, 20e6}, C{52101, 10e6}})
+      transfers.push_back(std::make_unique<Transfer>(
+          TransferSpec{"dpl-a", "dpl-b", "10.99.0.2", c.port, 0, 0,
+                       static_cast<uint64_t>(c.rate * secs / 8), c.rate}));
+    rpc_count = static_cast<int>(secs * 300);
+    rpc_thread = std::thread(
+        [this] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53101, rpc_count, 256, 3000); });
+  }
+  // Every byte arrived intact and no connection broke.
+  void expect_intact() {
+    for (auto& t : transfers) {
+      auto r = t->wait();
+      EXPECT_TRUE(r.ok()) << "error \"" << r.error << "\", sent " << r.sent << " received "
+                          << r.received;
+    }
+    rpc_thread.join();
+    EXPECT_EQ(static_cast<int>(rtts.size()), rpc_count) << "the control stream broke";
+  }
+  ~Workload() {
+    if (rpc_thread.joinable()) rpc_thread.join();
+  }
+};
+
+// rail1's share of what node a sent over both rails during `window`.
+double rail1_share(std::chrono::milliseconds window) {
+  uint64_t r0 = tx_bytes("dpl-a", "rail0"), r1 = tx_bytes("dpl-a", "rail1");
+  std::this_thread::sleep_for(window);
+  double d0 = static_cast<double>(tx_bytes("dpl-a", "rail0") - r0);
+  double d1 = static_cast<double>(tx_bytes("dpl-a", "rail1") - r1);
+  return d1 / std::max(1.0, d0 + d1);
+}
+
+TEST_F(Failover, BfdSessionsComeUpBetweenTwoDaemons) {
+  for (const char* rail : {"rail0", "rail1"}) {
+    json a = path("a", rail)["health"]["bfd"], b = path("b", rail)["health"]["bfd"];
+    ASSERT_TRUE(a.is_object() && b.is_object());
+    EXPECT_EQ(a["state"], "up");
+    EXPECT_EQ(b["state"], "up");
+    EXPECT_EQ(a["local_discriminator"], b["remote_discriminator"]) << rail;
+    EXPECT_EQ(b["local_discriminator"], a["remote_discriminator"]) << rail;
+    EXPECT_EQ(a["tx_interval_ms"], 500.0) << "negotiated down from 1 s once Up";
+    EXPECT_EQ(a["detection_ms"], 1500.0);
+    EXPECT_EQ(a["discarded"], 0);
+  }
+}
+
+TEST_F(Failover, CarrierLossMovesEverythingAtOnceAndFailbackWaitsAndRamps) {
+  Workload w(6s);
+  std::this_thread::sleep_for(1500ms);
+  must(nsenter("dpl-b") + "ip link set rail0 down");  // a sees its carrier go
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(health("a", "rail0"), "down");
+  EXPECT_EQ(path("a", "rail0")["health"]["reason"], "carrier lost");
+  EXPECT_GT(rail1_share(1000ms), 0.95) << "the survivor carries the traffic";
+  std::string rules = must(nsenter("dpl-a") + "ip rule show");
+  EXPECT_NE(rules.find("to 10.99.0.2 lookup 101"), std::string::npos)
+      << "routing goes around rail0:\n"
+      << rules;
+  w.expect_intact();
+  must(nsenter("dpl-b") + "ip link set rail0 up");
+  restore_lab_routes("dpl-b");
+  expect_failback();
+  EXPECT_EQ(must(nsenter("dpl-a") + "ip rule show").find("to 10.99.0.2"), std::string::npos)
+      << "failover rules removed after failback";
+}
+
+TEST_F(Failover, BlackholeBothWaysIsDetectedAndNothingIsLost) {
+  Workload w(7s);
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(attach_drop("dpl-a", "rail0", 100000), "");
+  ASSERT_EQ(attach_drop("dpl-b", "rail0", 100000), "");
+  std::this_thread::sleep_for(2500ms);  // > BFD detection (1.5 s)
+  EXPECT_EQ(health("a", "rail0"), "down");
+  EXPECT_NE(path("a", "rail0")["health"]["reason"].get<std::string>().find("BFD down"),
+            std::string::npos);
+  EXPECT_GT(rail1_share(1000ms), 0.95);
+  w.expect_intact();
+  EXPECT_EQ(attach_drop("dpl-a", "rail0", 0, true), "");
+  EXPECT_EQ(attach_drop("dpl-b", "rail0", 0, true), "");
+  expect_failback();
+}
+
+TEST_F(Failover, OneWayBlackholeTakesBothEndsDown) {
+  Workload w(7s);
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(attach_drop("dpl-b", "rail0", 100000), "");  // a -> b is lost, b -> a is not
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(health("b", "rail0"), "down") << "b hears nothing from a";
+  EXPECT_EQ(health("a", "rail0"), "down") << "a hears b's BFD say Down";
+  EXPECT_GT(rail1_share(1000ms), 0.95);
+  w.expect_intact();
+  EXPECT_EQ(attach_drop("dpl-b", "rail0", 0, true), "");
+  expect_failback();
+}
+
+TEST_F(Failover, ThirtyPercentLossMovesTheTrafficOff) {
+  Workload w(8s);
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(attach_drop("dpl-a", "rail0", 30000), "");
+  ASSERT_EQ(attach_drop("dpl-b", "rail0", 30000), "");
+  // data-path evidence (retransmits) suspects rail0 again and again; the
+  // third suspicion, or BFD, fails it
+  auto end = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < end && health("a", "rail0") != "holddown" &&
+         health("a", "rail0") != "down")
+    std::this_thread::sleep_for(100ms);
+  std::string st = health("a", "rail0");
+  EXPECT_TRUE(st == "holddown" || st == "down") << st;
+  EXPECT_GT(rail1_share(1000ms), 0.9);
+  auto evs = health_events("a", "rail0", since_a_);
+  bool suspected = false;
+  for (auto& e : evs)
+    suspected |= e["reason"].get<std::string>().find("-> suspect") != std::string::npos;
+  std::string seen;
+  for (auto& e : evs) seen += e["reason"].get<std::string>() + "\n";
+  // BFD can be first by chance (three of its packets lost in a row); either
+  // way the rail failed above. Say which it was.
+  std::cout << "    30% loss: rail0 failed "
+            << (suspected ? "after data-path suspicion" : "by BFD first") << "; events:\n"
+            << seen;
+  w.expect_intact();
+  EXPECT_EQ(attach_drop("dpl-a", "rail0", 0, true), "");
+  EXPECT_EQ(attach_drop("dpl-b", "rail0", 0, true), "");
+  expect_failback();
+}
+
+TEST_F(Failover, AFlappingRailGetsNoTrafficBackInsideItsHolddown) {
+  Workload w(8s);
+  std::this_thread::sleep_for(1000ms);
+  for (int i = 0; i < 5; ++i) {  // down/up every second
+    must(nsenter("dpl-b") + "ip link set rail0 down");
+    std::this_thread::sleep_for(500ms);
+    must(nsenter("dpl-b") + "ip link set rail0 up");
+    std::this_thread::sleep_for(500ms);
+    std::string st = health("a", "rail0");
+    EXPECT_TRUE(st == "holddown" || st == "down") << "flap " << i << ": " << st;
+  }
+  restore_lab_routes("dpl-b");
+  EXPECT_GT(rail1_share(500ms), 0.95);
+  for (auto& e : health_events("a", "rail0", since_a_))
+    EXPECT_EQ(e["reason"].get<std::string>().find("-> ramping"), std::string::npos)
+        << "traffic came back while flapping: " << e.dump();
+  w.expect_intact();
+  expect_failback();
+}
+
+TEST_F(Failover, DrainMovesTrafficOffByHandAndUndrainRampsItBack) {
+  json r = dpctl("a", "path drain rail0");
+  ASSERT_EQ(r["health"]["state"], "drained") << r.dump();
+  json refused = dpctl("a", "path drain rail1");
+  EXPECT_NE(refused.value("error", "").find("only path carrying traffic"), std::string::npos)
+      << "draining the last carrying path is refused: " << refused.dump();
+  TransferResult t;
+  auto d = rail_delta([&] {
+    t = tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50111, 0, 0, 4 << 20});
+  });
+  ASSERT_TRUE(t.ok()) << t.error;
+  expect_on(1, d, 4 << 20, "expert-dispatch with rail0 drained");
+  json u = dpctl("a", "path undrain rail0");
+  EXPECT_EQ(u["health"]["state"], "ramping");
+  auto end = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < end && health("a", "rail0") != "up")
+    std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(health("a", "rail0"), "up");
+}
+
+// FRR's bfdd in dpl-b (dualpathd stopped there) against dualpathd in dpl-a.
+TEST_F(Failover, FrrBfddInteroperates) {
+  if (!fs::exists("/usr/lib/frr/bfdd") || !getpwnam("frr"))
+    GTEST_SKIP() << "FRR is not installed (tools/quickstart installs it)";
+  must(dp_lab() + " stop b");
+  std::string dir = g_policies + "/frr";
+  fs::create_directories(dir);
+  write_file(dir + "/zebra.conf", "hostname dpl-b\n");
+  write_file(dir + "/bfdd.conf",
+             "bfd\n"
+             " peer 10.98.0.1 interface rail0\n  receive-interval 500\n  transmit-interval 500\n"
+             " !\n"
+             " peer 10.98.1.1 interface rail1\n  receive-interval 500\n  transmit-interval 500\n"
+             " !\n!\n");
+  must("chown -R frr:frr " + dir);
+  auto common = [&](const std::string& d) {
+    return std::vector<std::string>{"-i",           dir + "/" + d + ".pid",
+                                    "--vty_socket", dir,
+                                    "-z",           dir + "/zserv.api",
+                                    "-P",           "0",
+                                    "-u",           "frr",
+                                    "-g",           "frr"};
+  };
+  auto zargs = common("zebra");
+  zargs.insert(zargs.begin(), {"/usr/lib/frr/zebra", "-f", dir + "/zebra.conf"});
+  pid_t zebra = spawn_in_ns("dpl-b", zargs, dir + "/zebra.out");
+  std::this_thread::sleep_for(1s);
+  auto bargs = common("bfdd");
+  bargs.insert(bargs.begin(),
+               {"/usr/lib/frr/bfdd", "-f", dir + "/bfdd.conf", "--bfdctl", dir + "/bfdd.sock"});
+  pid_t bfdd = spawn_in_ns("dpl-b", bargs, dir + "/bfdd.out");
+  auto frr_status = [&](const std::string& peer) {
+    auto out = sh(nsenter("dpl-b") + "vtysh --vty_socket " + dir + " -c 'show bfd peers json'");
+    json j = json::parse(out.out, nullptr, false);
+    if (j.is_array())
+      for (auto& p : j)
+        if (p["peer"] == peer) return p["status"].get<std::string>();
+    return std::string("?");
+  };
+  auto bfd_state = [&](const char* rail) {
+    json b = path("a", rail)["health"]["bfd"];
+    return b.is_object() ? b["state"].get<std::string>() : "?";
+  };
+  auto wait_for = [&](auto pred, std::chrono::seconds t) {
+    auto end = std::chrono::steady_clock::now() + t;
+    while (std::chrono::steady_clock::now() < end && !pred()) std::this_thread::sleep_for(100ms);
+    return pred();
+  };
+  EXPECT_TRUE(
+      wait_for([&] { return bfd_state("rail0") == "up" && bfd_state("rail1") == "up"; }, 15s))
+      << bfd_state("rail0") << " " << bfd_state("rail1") << "\n"
+      << read_file(dir + "/bfdd.out");
+  EXPECT_TRUE(wait_for(
+      [&] { return frr_status("10.98.0.1") == "up" && frr_status("10.98.1.1") == "up"; }, 5s))
+      << "FRR sees " << frr_status("10.98.0.1") << " " << frr_status("10.98.1.1");
+  // cut rail1 both ways: both ends see the session go down
+  ASSERT_EQ(attach_drop("dpl-a", "rail1", 100000), "");
+  ASSERT_EQ(attach_drop("dpl-b", "rail1", 100000), "");
+  EXPECT_TRUE(wait_for([&] { return bfd_state("rail1") == "down"; }, 3s)) << bfd_state("rail1");
+  EXPECT_TRUE(wait_for([&] { return frr_status("10.98.1.1") == "down"; }, 3s))
+      << frr_status("10.98.1.1");
+  EXPECT_EQ(health("a", "rail1"), "down");
+  EXPECT_EQ(bfd_state("rail0"), "up") << "the other session is untouched";
+  EXPECT_EQ(attach_drop("dpl-a", "rail1", 0, true), "");
+  EXPECT_EQ(attach_drop("dpl-b", "rail1", 0, true), "");
+  EXPECT_TRUE(wait_for([&] { return bfd_state("rail1") == "up"; }, 5s));
+  EXPECT_EQ(path("a", "rail1")["health"]["bfd"]["discarded"], 0);
+  stop_child(bfdd);
+  stop_child(zebra);
+  must(dp_lab() + " start b");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto* env = new Env;
+  env->edit = [](const std::string& text) {
+    return std::regex_replace(text, std::regex("holddown = \"5m\""),
+                              "holddown = \"3s\"\nramp_interval = \"500ms\"");
+  };
+  // a clsact on b's rails for the drop filters (dualpathd adds its own on a's)
+  env->prepare = [] {
+    must(nsenter("dpl-b") + "tc qdisc add dev rail0 clsact");
+    must(nsenter("dpl-b") + "tc qdisc add dev rail1 clsact");
+    return std::string();
+  };
+  ::testing::AddGlobalTestEnvironment(env);
+  return RUN_ALL_TESTS();
+}
