@@ -755,6 +755,9 @@ json Daemon::status_json() const {
       {"paths", policy_.paths.size()},
       {"classes", policy_.classes.size()},
       {"ticks", ticks_},
+      {"paths_carrying", std::count_if(rails_.begin(), rails_.end(),
+                                       [](const Rail& r) { return r.health.weight() > 0; })},
+      {"all_paths_down", all_down_},
   };
 }
 

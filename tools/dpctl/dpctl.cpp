@@ -92,7 +92,10 @@ int cmd_status(const Globals& g) {
             << ((*d)["adopted"].get<bool>() ? ", adopted a pinned datapath" : "") << "\n"
             << "datapath:   pinned in " << str((*d)["bpffs"]) << ", generation "
             << (*d)["generation"] << "\n"
-            << "paths:      " << (*d)["paths"] << ", classes: " << (*d)["classes"] << "\n";
+            << "paths:      " << (*d)["paths"] << " (" << (*d)["paths_carrying"]
+            << " carrying traffic), classes: " << (*d)["classes"] << "\n";
+  if ((*d)["all_paths_down"].get<bool>())
+    std::cout << "WARNING:    every path is down; the last decisions and routing are kept\n";
   return 0;
 }
 
