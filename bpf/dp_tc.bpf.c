@@ -134,6 +134,46 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 	return target;
 }
 
+/* Stamps the class's skb->priority and DSCP. Called last: after it, packet
+ * pointers are invalid (bpf_skb_store_bytes). */
+static __always_inline void dp_apply_qos(struct __sk_buff *skb, const struct dp_pkt *pkt, __u8 cls)
+{
+	__u32 idx = cls;
+	struct dp_class_qos *q = bpf_map_lookup_elem(&dp_class_qos, &idx);
+	__u8 hdr[2];
+
+	if (!q || !q->flags)
+		return;
+	if (q->flags & DP_QOS_F_PRIORITY)
+		skb->priority = q->priority;
+	if (!(q->flags & DP_QOS_F_DSCP) || bpf_skb_load_bytes(skb, pkt->l3_off, hdr, 2))
+		return;
+	if (pkt->family == 2) {
+		/* version/IHL and TOS form the header's first 16-bit word */
+		__u8 tos = (__u8)((q->dscp << 2) | (hdr[1] & 3));
+		__u16 old_word, new_word;
+
+		if (tos == hdr[1])
+			return;
+		__builtin_memcpy(&old_word, hdr, 2);
+		hdr[1] = tos;
+		__builtin_memcpy(&new_word, hdr, 2);
+		bpf_l3_csum_replace(skb, pkt->l3_off + DP_IPV4_CSUM_OFF, old_word, new_word, 2);
+		bpf_skb_store_bytes(skb, pkt->l3_off + 1, &tos, 1, 0);
+	} else {
+		/* version(4) | traffic class(8) | flow label(20); DSCP = TC >> 2 */
+		__u8 tc = (__u8)((q->dscp << 2) | (((hdr[1] >> 4) & 0x0f) & 3));
+		__u8 b0 = (__u8)((hdr[0] & 0xf0) | (tc >> 4));
+		__u8 b1 = (__u8)((hdr[1] & 0x0f) | ((tc & 0x0f) << 4));
+
+		if (b0 == hdr[0] && b1 == hdr[1])
+			return;
+		hdr[0] = b0;
+		hdr[1] = b1;
+		bpf_skb_store_bytes(skb, pkt->l3_off, hdr, 2, 0);
+	}
+}
+
 SEC("tc")
 int dp_egress(struct __sk_buff *skb)
 {
@@ -177,6 +217,7 @@ int dp_egress(struct __sk_buff *skb)
 	}
 
 	target = dp_flow_rail(&pkt, cls, cfg->active_gen & 1, rail_here, skb->len, cfg->flowlet_gap_ns);
+	dp_apply_qos(skb, &pkt, cls);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);
 		return DP_PASS;

@@ -292,6 +292,8 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     }
     dp_slot_name n = encode_name(cs.name);
     DP_TRY(class_names.update(&slot, &n));
+    dp_class_qos q = encode_qos(cs);
+    DP_TRY(skel_->map("dp_class_qos").update(&slot, &q));
   }
   uint32_t zero = 0;
   dp_config cfg{};
@@ -307,8 +309,10 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     if (std::find(cslots->begin(), cslots->end(), static_cast<int>(s)) != cslots->end()) continue;
     dp_slot_name empty{};
     dp_decision none{};
+    dp_class_qos no_qos{};
     (void)class_names.update(&s, &empty);
     (void)decisions.update(&s, &none);
+    (void)skel_->map("dp_class_qos").update(&s, &no_qos);
   }
   for (uint32_t s = 0; s < DP_MAX_RAILS; ++s) {
     if (std::find(rslots->begin(), rslots->end(), static_cast<int>(s)) != rslots->end()) continue;
@@ -897,7 +901,7 @@ json Daemon::classes_json() const {
     dp_decision d{};
     (void)decisions.lookup(&slot, &d);
     json shares = json::object(), tx = json::object(), rx = json::object(), tcp = json::object();
-    uint64_t tx_total = 0, rx_total = 0;
+    uint64_t tx_total = 0, rx_total = 0, flowlets = 0, replaced = 0, placed = 0;
     std::optional<std::string> rail;
     for (size_t p = 0; p < policy_.paths.size(); ++p) {
       auto rs = static_cast<size_t>(rail_slot_[p]);
@@ -916,6 +920,9 @@ json Daemon::classes_json() const {
       rx[policy_.paths[p].name] = c.rx_bytes;
       tx_total += c.tx_bytes;
       rx_total += c.rx_bytes;
+      flowlets += c.flowlets;
+      replaced += c.flows_replaced;
+      placed += c.flows_placed;
       if (d.share[rs] == DP_SHARE_SCALE) rail = policy_.paths[p].name;
     }
     json ports = json::array();
@@ -938,6 +945,11 @@ json Daemon::classes_json() const {
         {"tx_bytes_by_path", tx},
         {"rx_bytes_by_path", rx},
         {"tcp_by_path", tcp},
+        {"flows_placed", placed},
+        {"flowlets", flowlets},
+        {"flows_replaced", replaced},
+        {"dscp", cs.dscp ? json(*cs.dscp) : json(nullptr)},
+        {"skb_priority", cs.skb_priority ? json(*cs.skb_priority) : json(nullptr)},
     });
   }
   return out;

@@ -118,4 +118,17 @@ const char* exception_name(int reason) {
   return reason >= 0 && reason < DP_EXC_MAX ? names[reason] : "?";
 }
 
+dp_class_qos encode_qos(const ClassSpec& c) {
+  dp_class_qos q{};
+  if (c.skb_priority) {
+    q.priority = *c.skb_priority;
+    q.flags |= DP_QOS_F_PRIORITY;
+  }
+  if (c.dscp) {
+    q.dscp = *c.dscp;
+    q.flags |= DP_QOS_F_DSCP;
+  }
+  return q;
+}
+
 }  // namespace dp

@@ -224,6 +224,25 @@ class Checker {
   std::vector<Diagnostic> errors_;
 };
 
+// "EF", "CS0".."CS7", "AF11".."AF43" (RFC 2474, 2597, 3246), case-insensitive.
+std::optional<int> parse_dscp(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (s == "EF") return 46;
+  if (s.size() == 3 && s.rfind("CS", 0) == 0 && s[2] >= '0' && s[2] <= '7') return (s[2] - '0') * 8;
+  if (s.size() == 4 && s.rfind("AF", 0) == 0 && s[2] >= '1' && s[2] <= '4' && s[3] >= '1' &&
+      s[3] <= '3')
+    return (s[2] - '0') * 8 + (s[3] - '0') * 2;
+  return std::nullopt;
+}
+
+// A tc class id, "1:10" (hexadecimal, as tc writes them) -> 0x00010010.
+std::optional<int64_t> parse_tc_handle(const std::string& s) {
+  static const std::regex re("([0-9a-fA-F]{1,4}):([0-9a-fA-F]{1,4})");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return std::nullopt;
+  return std::stoll(m[1].str(), nullptr, 16) << 16 | std::stoll(m[2].str(), nullptr, 16);
+}
+
 bool valid_name(const std::string& s) {
   static const std::regex re("[a-z0-9][a-z0-9_-]{0,30}");
   return std::regex_match(s, re);
@@ -531,7 +550,9 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     auto& t = *e.as_table();
     ClassSpec cs;
     std::string section = "[[class]]";
-    c.only_keys(t, {"name", "kind", "priority", "prefer", "mark", "ports", "match", "pinned"},
+    c.only_keys(t,
+                {"name", "kind", "priority", "prefer", "mark", "ports", "match", "pinned", "dscp",
+                 "skb_priority"},
                 section);
     if (auto v = c.string(t, "name", section, true)) {
       cs.name = *v;
@@ -560,6 +581,28 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
         c.error(
             where(t, "prefer"),
             fmt::format("{} prefers path \"{}\", which the policy does not define", section, *v));
+    }
+    if (const toml::node* dn = t.get("dscp")) {
+      auto d = dn->as_integer()  ? std::optional<int>(static_cast<int>(dn->as_integer()->get()))
+               : dn->as_string() ? parse_dscp(dn->as_string()->get())
+                                 : std::nullopt;
+      if (!d || *d < 0 || *d > 63)
+        c.error(*dn, fmt::format("dscp of {} must be 0-63 or a name such as \"EF\", \"AF41\" or "
+                                 "\"CS1\"",
+                                 section));
+      else
+        cs.dscp = static_cast<uint8_t>(*d);
+    }
+    if (const toml::node* sn = t.get("skb_priority")) {
+      auto v = sn->as_integer()  ? std::optional<int64_t>(sn->as_integer()->get())
+               : sn->as_string() ? parse_tc_handle(sn->as_string()->get())
+                                 : std::nullopt;
+      if (!v || *v < 0 || *v > 0xFFFFFFFFll)
+        c.error(*sn, fmt::format("skb_priority of {} must be a number or a tc class id such as "
+                                 "\"1:10\"",
+                                 section));
+      else
+        cs.skb_priority = static_cast<uint32_t>(*v);
     }
     if (auto v = c.integer(t, "mark", section, false, 1, 0xFFFFFFFFll)) {
       auto m = static_cast<uint32_t>(*v);

@@ -78,6 +78,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct dp_class_qos);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_class_qos SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, DP_MAX_RAILS);
 	__type(key, __u32);
 	__type(value, struct dp_slot_name);

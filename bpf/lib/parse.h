@@ -20,6 +20,7 @@
 #define DP_ETH_P_8021Q 0x8100
 #define DP_ETH_P_8021AD 0x88A8
 #define DP_IP_MF 0x2000
+#define DP_IPV4_CSUM_OFF 10 /* offsetof(struct iphdr, check) */
 #define DP_IP_OFFSET 0x1FFF
 #define DP_NEXTHDR_HOP 0
 #define DP_NEXTHDR_ROUTING 43
@@ -30,7 +31,7 @@
 struct dp_pkt {
 	struct dp_flow_key key;
 	__u16 family; /* AF_INET or AF_INET6 */
-	__u16 pad;
+	__u16 l3_off; /* offset of the IP header from the start of the frame */
 };
 
 /* Returns -1 on success, or the dp_exception reason the packet is passed for. */
@@ -52,6 +53,7 @@ static __always_inline int dp_parse(void *data, void *data_end, struct dp_pkt *p
 		cursor += DP_VLAN_HLEN;
 	}
 
+	pkt->l3_off = (__u16)(cursor - data);
 	if (h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = cursor;
 		__u32 ihl;

@@ -110,6 +110,20 @@ struct dp_decision {
   __u32 version; /* bumped on every change */
 };
 
+/* dp_class_qos: ARRAY, key = class slot. What the egress program stamps on
+ * every packet of the class, so that the rail's qdisc (and, by DSCP, NIC and
+ * switch queues) can serve latency-sensitive classes ahead of bulk ones. */
+enum dp_qos_flags {
+  DP_QOS_F_PRIORITY = 1u << 0, /* set skb->priority */
+  DP_QOS_F_DSCP = 1u << 1,     /* rewrite the DSCP bits of the IP header */
+};
+struct dp_class_qos {
+  __u32 priority; /* skb->priority: a tc class id (major:minor) or 0-7 */
+  __u8 dscp;      /* 0-63 */
+  __u8 flags;     /* enum dp_qos_flags */
+  __u8 pad[2];
+};
+
 /* dp_class_names / dp_rail_names: ARRAY, key = slot. Slots are stable across
  * reloads and restarts: a class keeps its slot (and so its counters) for as
  * long as a policy names it. Empty name = free slot. */

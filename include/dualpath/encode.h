@@ -39,6 +39,9 @@ std::optional<int> decision_single_rail(const dp_decision& d);
 
 dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled);
 
+// What the egress program stamps on a class's packets (flags 0: nothing).
+dp_class_qos encode_qos(const ClassSpec& c);
+
 dp_slot_name encode_name(const std::string& name);
 std::string decode_name(const dp_slot_name& n);
 

@@ -69,7 +69,9 @@ struct ClassSpec {
   std::optional<uint32_t> mark;
   std::vector<PortRange> ports;
   PortMatch match = PortMatch::Any;
-  bool pinned = false;  // the scheduler never moves a pinned class
+  bool pinned = false;                   // the scheduler never moves a pinned class
+  std::optional<uint8_t> dscp;           // stamped on its packets (0-63)
+  std::optional<uint32_t> skb_priority;  // skb->priority: a tc class id or 0-7
 };
 
 struct SchedulerSettings {

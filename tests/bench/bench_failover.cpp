@@ -36,12 +36,16 @@ int64_t mono_ns() {
 
 uint64_t last_event() {
   json e = dpctl("a", "events");
-  return e.is_object() ? e["last"].get<uint64_t>() : 0;
+  return e.is_object() ? e.value("last", uint64_t{0}) : 0;
 }
 
 json events_since(uint64_t since) {
   json e = dpctl("a", "events --since " + std::to_string(since));
-  return e.is_object() ? e["events"] : json::array();
+  if (!e.is_object() || !e.contains("events")) {
+    std::fprintf(stderr, "dpctl events failed: %s\n", e.dump().c_str());
+    return json::array();
+  }
+  return e["events"];
 }
 
 std::string health(const char* node, const char* rail) {
@@ -65,7 +69,7 @@ bool wait_up(std::chrono::seconds t) {
 template <class P>
 double first_after(const json& evs, int64_t t0, P pred) {
   for (auto& e : evs)
-    if (pred(e) && e["mono_ns"].get<int64_t>() >= t0)
+    if (pred(e) && e.value("mono_ns", int64_t{0}) >= t0)
       return static_cast<double>(e["mono_ns"].get<int64_t>() - t0) / 1e6;
   return -1;
 }

@@ -21,6 +21,13 @@ void put(std::vector<uint8_t>& v, const void* p, size_t n) {
 }
 }  // namespace
 
+uint16_t ipv4_header_sum(const uint8_t* hdr, size_t len) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < len; i += 2) sum += uint32_t{hdr[i]} << 8 | hdr[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(sum);
+}
+
 std::vector<uint8_t> build_packet(const PacketSpec& s) {
   std::vector<uint8_t> out;
   ethhdr eth{};
@@ -64,10 +71,13 @@ std::vector<uint8_t> build_packet(const PacketSpec& s) {
     if (s.v4_fragment) ip.frag_off = htons(0x2000);
     ip.saddr = inet_addr("10.99.0.1");
     ip.daddr = inet_addr("10.99.0.2");
+    ip.tos = s.tos;
+    ip.check = htons(
+        static_cast<uint16_t>(~ipv4_header_sum(reinterpret_cast<const uint8_t*>(&ip), sizeof(ip))));
     put(out, &ip, sizeof(ip));
   } else {
     ip6_hdr ip6{};
-    ip6.ip6_flow = htonl(6u << 28);
+    ip6.ip6_flow = htonl(6u << 28 | uint32_t{s.tos} << 20 | 0x12345);  // and a flow label
     ip6.ip6_hlim = 64;
     inet_pton(AF_INET6, "fd99::1", &ip6.ip6_src);
     inet_pton(AF_INET6, "fd99::2", &ip6.ip6_dst);

@@ -17,11 +17,15 @@ struct PacketSpec {
   bool v4_fragment = false;      // MF set
   bool v6_fragment_hdr = false;  // a fragment extension header before L4
   bool v6_hop_by_hop = false;    // a hop-by-hop header before L4
+  uint8_t tos = 0;               // IPv4 TOS / IPv6 traffic class (DSCP << 2 | ECN)
   size_t payload = 64;
   size_t truncate_to = 0;  // 0: full packet
 };
 
 std::vector<uint8_t> build_packet(const PacketSpec& s);
+
+// The ones' complement sum of an IPv4 header (0xffff when its checksum is right).
+uint16_t ipv4_header_sum(const uint8_t* hdr, size_t len);
 
 // Flow key of the packet as the datapath builds it (for dp_flows lookups).
 struct FlowKeyBytes {

@@ -421,6 +421,54 @@ TEST_F(Classifier, IngressCountsReceivedBytesPerClass) {
   EXPECT_EQ(counters(0, DP_CLASS_UNCLASSIFIED).rx_packets, 1u);
 }
 
+TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
+  uint32_t slot = kControl;
+  dp_class_qos q{0x10010, 46, DP_QOS_F_PRIORITY | DP_QOS_F_DSCP, {}};
+  ASSERT_TRUE(map("dp_class_qos").update(&slot, &q));
+  constexpr size_t kL3 = 14;
+  for (int fam : {4, 6}) {
+    PacketSpec s = tcp4(40000, 53001);
+    s.family = fam;
+    s.tos = 0x01;  // ECT(1): the ECN bits must survive
+    auto pkt = build_packet(s);
+    std::vector<uint8_t> out(pkt.size() + 64);
+    __sk_buff ctx_in{}, ctx_out{};
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(), .data_out = out.data(),
+                .data_size_in = static_cast<uint32_t>(pkt.size()),
+                .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx_in,
+                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
+                .repeat = 1);
+    ASSERT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0) << std::strerror(errno);
+    EXPECT_EQ(ctx_out.priority, 0x10010u) << "IPv" << fam;
+    if (fam == 4) {
+      EXPECT_EQ(out[kL3 + 1], (46 << 2) | 0x01) << "TOS: EF and ECT(1)";
+      EXPECT_EQ(dptest::ipv4_header_sum(&out[kL3], 20), 0xffff)
+          << "the header checksum still adds up";
+    } else {
+      uint32_t w = uint32_t{out[kL3]} << 24 | uint32_t{out[kL3 + 1]} << 16 |
+                   uint32_t{out[kL3 + 2]} << 8 | out[kL3 + 3];
+      EXPECT_EQ(w >> 28, 6u);
+      EXPECT_EQ((w >> 20) & 0xff, (46u << 2) | 0x01) << "traffic class: EF and ECT(1)";
+      EXPECT_EQ(w & 0xfffff, 0x12345u) << "the flow label is untouched";
+    }
+  }
+  // a class without QoS is left as it came
+  PacketSpec s = tcp4(40000, 52001);
+  s.tos = 0x20;
+  auto pkt = build_packet(s);
+  std::vector<uint8_t> out(pkt.size() + 64);
+  __sk_buff ctx_in{}, ctx_out{};
+  ctx_in.priority = 3;
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(), .data_out = out.data(),
+              .data_size_in = static_cast<uint32_t>(pkt.size()),
+              .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx_in,
+              .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
+              .repeat = 1);
+  ASSERT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0);
+  EXPECT_EQ(ctx_out.priority, 3u);
+  EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + static_cast<long>(pkt.size())), pkt);
+}
+
 TEST_F(Classifier, EmptyBaselineProgramLoads) {
   EXPECT_EQ(run(skel_->empty_fd(), tcp4(1, 2)).ret, TC_ACT_OK);
 }

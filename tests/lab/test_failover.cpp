@@ -52,7 +52,7 @@ class Failover : public Fixture {
   }
   static uint64_t last_event(const std::string& node) {
     json e = dpctl(node, "events");
-    return e.is_object() ? e["last"].get<uint64_t>() : 0;
+    return e.is_object() ? e.value("last", uint64_t{0}) : 0;
   }
   // Health events of `path` on `node` after event number `since`.
   static std::vector<json> health_events(const std::string& node, const std::string& p,

@@ -1,6 +1,8 @@
 // Every policy error kind, with the line and column it is reported at.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fstream>
 #include <sstream>
 
@@ -242,4 +244,44 @@ TEST(Policy, HashChangesWithContent) {
   auto b = dp::parse_policy(replace(kBase, "\"50Gbit\"", "\"40Gbit\""), "p.toml");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(a.policy->hash, b.policy->hash);
+}
+
+namespace {
+int line_of(const std::string& text, const std::string& needle) {
+  auto at = text.find(needle);
+  return at == std::string::npos
+             ? -1
+             : 1 + static_cast<int>(
+                       std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+}
+}  // namespace
+
+TEST(Policy, ClassQosTakesDscpNamesAndTcClassIds) {
+  std::string text =
+      replace(kBase, "priority = 6", "priority = 6\ndscp = \"ef\"\nskb_priority = \"1:10\"");
+  text = replace(text, "mark = 0x54", "mark = 0x54\ndscp = 10");
+  auto r = dp::parse_policy(text, "p.toml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].str();
+  EXPECT_EQ(r.policy->classes[0].dscp, 46);
+  EXPECT_EQ(r.policy->classes[0].skb_priority, 0x10010u);
+  EXPECT_EQ(r.policy->classes[1].dscp, 10);
+  EXPECT_FALSE(r.policy->classes[1].skb_priority.has_value());
+  for (auto [name, value] : {std::pair{"CS1", 8}, {"AF41", 34}, {"af11", 10}, {"CS7", 56}}) {
+    auto t = replace(kBase, "priority = 6", std::string("dscp = \"") + name + "\"");
+    auto p = dp::parse_policy(t, "p.toml");
+    ASSERT_TRUE(p.ok()) << name;
+    EXPECT_EQ(p.policy->classes[0].dscp, value) << name;
+  }
+}
+
+TEST(Policy, BadDscpAndSkbPriorityAreRefusedWithTheirPosition) {
+  for (const char* bad : {"dscp = 64", "dscp = \"AF51\"", "dscp = -1", "dscp = true"}) {
+    auto t = replace(kBase, "priority = 6", bad);
+    expect_one_error(t, line_of(t, bad), "dscp of class \"dispatch\" must be 0-63");
+  }
+  for (const char* bad :
+       {"skb_priority = \"1:10:3\"", "skb_priority = \"x\"", "skb_priority = -5"}) {
+    auto t = replace(kBase, "priority = 6", bad);
+    expect_one_error(t, line_of(t, bad), "skb_priority of class \"dispatch\" must be");
+  }
 }
