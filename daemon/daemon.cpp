@@ -1,6 +1,7 @@
 #include "dualpath/daemon.h"
 
 #include <net/if.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -1140,6 +1141,27 @@ struct Client {
   bool privileged = false;
 };
 
+// A reply larger than the socket buffer (events, flows) is sent in pieces;
+// a client that does not read for a second is dropped.
+bool send_reply(int fd, const std::string& out) {
+  size_t off = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (off < out.size()) {
+    ssize_t w = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (w > 0) {
+      off += static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    pollfd p{fd, POLLOUT, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int Daemon::run() {
@@ -1226,8 +1248,7 @@ int Daemon::run() {
                            ? reply_error("bad_request", "the request is not valid JSON")
                            : handle(req, cl.privileged);
           std::string out = reply.dump() + "\n";
-          if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()))
-            close_it = true;
+          if (!send_reply(fd, out)) close_it = true;
         }
         if (!close_it && cl.in.size() > kMaxRequestBytes) {
           std::string out =

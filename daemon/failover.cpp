@@ -257,11 +257,11 @@ void Daemon::check_evidence() {
   auto now = SchedClock::now();
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
                                                                      policy_.health.multiplier);
-  // Right after health moved traffic, a rail's flows still retransmit what
-  // the old rail lost: no evidence until that has settled.
-  if (now - last_health_move_ < detect) return;
   for (size_t i = 0; i < R; ++i) {
     if (!bad(i)) continue;
+    // A rail that just took over a failed rail's flows retransmits what the
+    // failed rail lost: no evidence against it until that has settled.
+    if (i < settle_until_.size() && now < settle_until_[i]) continue;
     // evidence against one rail only, and never against the last good one
     bool others_clean = true, other_up = false;
     for (size_t j = 0; j < R; ++j) {
@@ -323,7 +323,13 @@ void Daemon::health_changed() {
           sh[i] = static_cast<uint16_t>(sh[i] + DP_SHARE_SCALE - total);
         }
       }
-      last_health_move_ = ev.t;
+      if (was_carrying && now_zero) {
+        auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(
+                                 policy_.health.interval * policy_.health.multiplier);
+        settle_until_.resize(R);
+        for (size_t j = 0; j < R; ++j)
+          if (j != i) settle_until_[j] = std::max(settle_until_[j], settle);
+      }
       SchedulerEvent e;
       e.t = ev.t;
       e.path = name;

@@ -154,7 +154,7 @@ class Daemon {
   std::vector<Shares> written_;              // per class: what the decision map holds
   std::vector<bool> routed_failed_;          // per path: routing rewritten around it
   bool all_down_ = false;
-  SchedClock::time_point last_health_move_{};  // evidence settles after it
+  std::vector<SchedClock::time_point> settle_until_;  // per path: no evidence before
   std::unique_ptr<::nl_sock, void (*)(::nl_sock*)> link_events_{nullptr, nullptr};
   int epoll_fd_ = -1;
   std::map<int, size_t> bfd_fds_;  // receive fd -> path

@@ -99,7 +99,7 @@ struct Stats {
 };
 
 void row(const char* what, const Stats& s, int trials, const char* goal) {
-  std::printf("%-44s %6zu/%-3d %9.1f %9.1f %9.1f  %s\n", what, s.v.size(), trials, s.pct(0.5),
+  std::printf("%-44s %6zu/%-3d %9.2f %9.2f %9.2f  %s\n", what, s.v.size(), trials, s.pct(0.5),
               s.pct(0.99), s.v.empty() ? -1.0 : *std::max_element(s.v.begin(), s.v.end()), goal);
 }
 

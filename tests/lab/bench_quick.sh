@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# CI check of the A/B benchmark: `dp-lab bench --quick` runs every mode for a
+# few seconds; it exits non-zero unless every mode ran, wrote complete JSON and
+# lost no data. This asserts nothing about the figures (machines are noisy).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+lab="$here/../../tools/dp-lab"
+out=${1:?usage: bench_quick.sh OUT_DIR}
+[[ $(id -u) == 0 ]] || { echo "skipped: the lab needs root"; exit 0; }
+if ip netns list | grep -qw dpl-a; then
+  echo "a lab is already up; run 'tools/dp-lab down' first" >&2
+  exit 1
+fi
+trap '"$lab" down >/dev/null 2>&1 || true' EXIT
+"$lab" up --no-daemon >/dev/null
+rm -rf "$out"
+"$lab" bench --quick --out "$out"
+# dp-lab bench exits non-zero unless every run of every mode is complete and
+# lost no data; the files it writes are there
+test -s "$out/bench.json"
+test -s "$out/utilisation.svg"
+echo "bench --quick: every mode ran, complete JSON, no data lost"

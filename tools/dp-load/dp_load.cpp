@@ -1,0 +1,739 @@
+// dp-load: the MoE workload generator. A server on one node, a client on the
+// other; traffic per class on that class's ports (the lab policies' ranges):
+//   moe    - D dispatch connections (client -> server) and C combine
+//            connections (server -> client), long-lived; each step sends a
+//            burst on every dispatch connection, the server answers with a
+//            burst on every combine connection once it has all of the
+//            dispatch, and the step ends when the client has every combine
+//            byte. Closed loop (--concurrency steps in flight, --gap between
+//            steps) or open loop (--rate steps per second).
+//   rpc    - small request/response on the control port at a fixed rate.
+//   stream - logs at a constant rate, and param-sync transfers of --sync-size
+//            every --sync-every.
+// Every message is checksummed (FNV-1a 64) and its payload is known to the
+// receiver (deterministic from seed, connection and step): corruption, loss
+// and reordering of data are counted as errors, as are connection failures.
+//
+//   dp-load server [--bind ADDR] [--mptcp] [--once] [--json FILE]
+//   dp-load client --connect ADDR [--workload moe,rpc,stream] [--duration 10s] ...
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "dualpath/units.h"
+#include "dualpath/version.h"
+#include "load_core.h"
+
+#ifndef IPPROTO_MPTCP
+#define IPPROTO_MPTCP 262
+#endif
+
+using namespace dpload;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Ports {
+  uint16_t dispatch = 50000, combine = 51000, sync = 52000, control = 53000, logs = 54000;
+  uint16_t of(Kind k, uint16_t index) const {
+    switch (k) {
+      case Kind::Dispatch:
+        return static_cast<uint16_t>(dispatch + index);
+      case Kind::Combine:
+        return static_cast<uint16_t>(combine + index);
+      case Kind::Rpc:
+        return control;
+      case Kind::Logs:
+        return logs;
+      case Kind::Sync:
+        return sync;
+    }
+    return 0;
+  }
+};
+
+std::atomic<bool> g_stop{false};
+
+// ---------------------------------------------------------------- sockets
+
+bool write_all(int fd, const uint8_t* p, size_t n) {
+  while (n) {
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// false on EOF or error; `eof` tells which
+bool read_all(int fd, uint8_t* p, size_t n, bool* eof = nullptr) {
+  while (n) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (eof) *eof = r == 0;
+      return false;
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+struct Addr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+};
+
+std::optional<Addr> resolve(const std::string& host, uint16_t port) {
+  Addr a;
+  auto* in = reinterpret_cast<sockaddr_in*>(&a.ss);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&a.ss);
+  if (inet_pton(AF_INET, host.c_str(), &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(port);
+    a.len = sizeof(*in);
+  } else if (inet_pton(AF_INET6, host.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    a.len = sizeof(*in6);
+  } else {
+    return std::nullopt;
+  }
+  return a;
+}
+
+int tcp_socket(int family, bool mptcp) {
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, mptcp ? IPPROTO_MPTCP : IPPROTO_TCP);
+  if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  timeval tv{30, 0};  // a connection stalled this long counts as broken
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+// ---------------------------------------------------------------- messages
+
+struct Counters {
+  std::atomic<uint64_t> messages{0}, bytes_sent{0}, bytes_received{0}, checksum_errors{0},
+      connection_errors{0};
+  json to_json() const {
+    return {{"messages", messages.load()},
+            {"bytes_sent", bytes_sent.load()},
+            {"bytes_received", bytes_received.load()},
+            {"checksum_errors", checksum_errors.load()},
+            {"connection_errors", connection_errors.load()}};
+  }
+};
+
+bool send_msg(int fd, uint64_t seed, uint32_t conn, uint64_t step, uint32_t len,
+              std::vector<uint8_t>& buf, Counters& c) {
+  MsgHeader h{step, len, conn};
+  auto hb = encode(h);
+  buf.resize(len + kTrailerSize);
+  fill_payload(buf.data(), len, seed, conn, step);
+  Fnv64 f;
+  f.add(buf.data(), len);
+  uint64_t sum = f.value();
+  for (int i = 0; i < 8; ++i)
+    buf[len + static_cast<size_t>(i)] = static_cast<uint8_t>(sum >> (56 - 8 * i));
+  if (!write_all(fd, hb.data(), hb.size()) || !write_all(fd, buf.data(), buf.size())) return false;
+  c.bytes_sent += len;
+  return true;
+}
+
+// Reads one message; verifies its checksum and that it is the payload the
+// sender had to send. Returns the header, or nullopt on EOF/error.
+std::optional<MsgHeader> recv_msg(int fd, uint64_t seed, std::vector<uint8_t>& buf, Counters& c,
+                                  bool* eof) {
+  uint8_t hb[kHeaderSize];
+  if (!read_all(fd, hb, sizeof(hb), eof)) return std::nullopt;
+  auto h = decode_header(hb);
+  if (!h || h->len > (256u << 20)) {
+    ++c.checksum_errors;
+    return std::nullopt;
+  }
+  buf.resize(h->len + kTrailerSize);
+  if (!read_all(fd, buf.data(), buf.size(), eof)) return std::nullopt;
+  Fnv64 f;
+  f.add(buf.data(), h->len);
+  uint64_t trailer = 0;
+  for (size_t i = 0; i < 8; ++i) trailer = trailer << 8 | buf[h->len + i];
+  if (f.value() != trailer || trailer != payload_checksum(h->len, seed, h->conn, h->step))
+    ++c.checksum_errors;
+  c.bytes_received += h->len;
+  ++c.messages;
+  return h;
+}
+
+uint32_t conn_id(Kind k, uint16_t i) { return uint32_t(static_cast<uint8_t>(k)) << 16 | i; }
+
+// ---------------------------------------------------------------- server
+
+struct ServerOpts {
+  std::string bind = "::";
+  bool mptcp = false, once = false;
+  std::string json_file;
+  uint16_t max_conns = 64;
+  Ports ports;
+};
+
+// Per session: which steps have all their dispatch, and the combine queues.
+struct ServerSession {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, uint32_t> dispatch_done;  // step -> dispatch messages received
+  std::vector<std::deque<std::pair<uint64_t, uint32_t>>> combine_q;  // per combine conn
+  bool closing = false;
+};
+
+int run_server(const ServerOpts& o) {
+  std::vector<int> listeners;
+  auto listen_on = [&](uint16_t port) {
+    auto a = resolve(o.bind, port);
+    if (!a) return false;
+    int fd = tcp_socket(a->ss.ss_family, o.mptcp);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (a->ss.ss_family == AF_INET6) {
+      int zero = 0;
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    }
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a->ss), a->len) < 0 ||
+        ::listen(fd, 64) < 0) {
+      std::fprintf(stderr, "dp-load server: cannot listen on %s port %u: %s\n", o.bind.c_str(),
+                   port, std::strerror(errno));
+      return false;
+    }
+    listeners.push_back(fd);
+    return true;
+  };
+  const uint16_t n = o.max_conns;
+  for (uint16_t i = 0; i < n; ++i)
+    if (!listen_on(o.ports.of(Kind::Dispatch, i)) || !listen_on(o.ports.of(Kind::Combine, i)))
+      return 1;
+  for (Kind k : {Kind::Rpc, Kind::Logs, Kind::Sync})
+    if (!listen_on(o.ports.of(k, 0))) return 1;
+  std::fprintf(stderr, "dp-load server: listening on %s (%zu ports)\n", o.bind.c_str(),
+               listeners.size());
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  Counters c;
+  auto session = std::make_shared<ServerSession>();
+  std::atomic<int> live{0};
+  std::atomic<bool> had_client{false};
+  std::vector<std::thread> threads;
+  std::vector<pollfd> pfds;
+  for (int fd : listeners) pfds.push_back({fd, POLLIN, 0});
+  while (!g_stop) {
+    if (o.once && had_client && live == 0) break;
+    int r = ::poll(pfds.data(), pfds.size(), 200);
+    if (r <= 0) continue;
+    for (auto& p : pfds) {
+      if (!(p.revents & POLLIN)) continue;
+      int fd = ::accept4(p.fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      timeval tv{30, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      had_client = true;
+      ++live;
+      threads.emplace_back([fd, &c, &live, session] {
+        uint8_t hb[kHelloSize];
+        std::optional<Hello> h;
+        if (read_all(fd, hb, sizeof(hb))) h = decode_hello(hb);
+        std::vector<uint8_t> buf;
+        bool eof = false;
+        if (!h) {
+          ++c.connection_errors;
+        } else if (h->kind == Kind::Combine) {
+          {
+            std::lock_guard<std::mutex> lk(session->mu);
+            if (session->combine_q.size() < h->combine) session->combine_q.resize(h->combine);
+          }
+          // writes a combine burst for each step whose dispatch is complete
+          for (;;) {
+            std::pair<uint64_t, uint32_t> job;
+            {
+              std::unique_lock<std::mutex> lk(session->mu);
+              auto& q = session->combine_q[h->index];
+              // the client closes its combine connections last: a read of 0
+              // bytes (checked below with poll) ends this writer
+              session->cv.wait_for(lk, std::chrono::milliseconds(100),
+                                   [&] { return !q.empty() || session->closing; });
+              if (q.empty()) {
+                pollfd pf{fd, POLLIN, 0};
+                char x;
+                if (::poll(&pf, 1, 0) == 1 && ::recv(fd, &x, 1, MSG_PEEK) <= 0) break;
+                continue;
+              }
+              job = q.front();
+              q.pop_front();
+            }
+            if (!send_msg(fd, h->seed, conn_id(Kind::Combine, h->index), job.first, job.second, buf,
+                          c)) {
+              ++c.connection_errors;
+              break;
+            }
+          }
+        } else {
+          for (;;) {
+            auto m = recv_msg(fd, h->seed, buf, c, &eof);
+            if (!m) {
+              if (!eof) ++c.connection_errors;
+              break;
+            }
+            if (h->kind == Kind::Rpc) {
+              if (!send_msg(fd, h->seed, conn_id(Kind::Rpc, 1), m->step, m->len, buf, c)) {
+                ++c.connection_errors;
+                break;
+              }
+            } else if (h->kind == Kind::Dispatch) {
+              std::lock_guard<std::mutex> lk(session->mu);
+              if (++session->dispatch_done[m->step] == h->dispatch) {
+                session->dispatch_done.erase(m->step);
+                if (session->combine_q.size() < h->combine) session->combine_q.resize(h->combine);
+                for (auto& q : session->combine_q) q.push_back({m->step, m->len});
+                session->cv.notify_all();
+              }
+            }
+          }
+        }
+        ::close(fd);
+        --live;
+      });
+    }
+  }
+  g_stop = true;
+  for (auto& t : threads) t.join();
+  for (int fd : listeners) ::close(fd);
+  json out = {{"role", "server"}, {"counters", c.to_json()}};
+  if (!o.json_file.empty()) std::ofstream(o.json_file) << out.dump(1) << "\n";
+  std::fprintf(stderr, "dp-load server: %s\n", out.dump().c_str());
+  return 0;
+}
+
+// ---------------------------------------------------------------- client
+
+struct ClientOpts {
+  std::string connect;
+  bool mptcp = false;
+  bool moe = true, rpc = true, stream = true;
+  double duration_s = 10;
+  uint16_t dispatch = 4, combine = 4;
+  uint32_t burst = 1 << 20;
+  double gap_s = 0;
+  int concurrency = 1;
+  double rate = 0;  // steps/s, open loop when > 0
+  double rpc_rate = 500;
+  uint32_t rpc_size = 256;
+  double logs_bps = 20e6;
+  uint32_t sync_size = 8 << 20;
+  double sync_every_s = 1;
+  uint64_t seed = 1;
+  std::string json_file;
+  bool quiet = false;
+  Ports ports;
+};
+
+int connect_to(const ClientOpts& o, Kind k, uint16_t index, Counters& c) {
+  auto a = resolve(o.connect, o.ports.of(k, index));
+  if (!a) return -1;
+  int fd = tcp_socket(a->ss.ss_family, o.mptcp);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a->ss), a->len) < 0) {
+    std::fprintf(stderr, "dp-load: connecting to %s port %u: %s\n", o.connect.c_str(),
+                 o.ports.of(k, index), std::strerror(errno));
+    ++c.connection_errors;
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  Hello h{k, index, o.dispatch, o.combine, o.seed};
+  auto hb = encode(h);
+  if (!write_all(fd, hb.data(), hb.size())) {
+    ++c.connection_errors;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+struct StepTracker {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::pair<Clock::time_point, uint32_t>> open;  // step -> start, combines
+  Histogram step_ns;
+  uint64_t started = 0, completed = 0;
+  double longest_stall_s = 0;
+  Clock::time_point last_completion = Clock::now();
+};
+
+int run_client(const ClientOpts& o) {
+  Counters c;
+  StepTracker st;
+  Histogram rpc_ns;
+  std::mutex rpc_mu;
+  uint64_t rpc_ok = 0, logs_bytes = 0, sync_transfers = 0;
+  std::vector<int> dfd, cfd;
+  if (o.moe) {
+    for (uint16_t i = 0; i < o.dispatch; ++i) dfd.push_back(connect_to(o, Kind::Dispatch, i, c));
+    for (uint16_t i = 0; i < o.combine; ++i) cfd.push_back(connect_to(o, Kind::Combine, i, c));
+    for (int fd : dfd)
+      if (fd < 0) return 2;
+    for (int fd : cfd)
+      if (fd < 0) return 2;
+  }
+  const auto t0 = Clock::now();
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+  std::atomic<bool> moe_done{false};
+  std::vector<std::thread> threads;
+
+  // utilisation is sampled by the caller (dp-lab bench); here: per-step times
+  std::vector<std::deque<uint64_t>> dq(dfd.size());
+  std::vector<std::unique_ptr<std::mutex>> dmu;
+  std::vector<std::unique_ptr<std::condition_variable>> dcv;
+  for (size_t i = 0; i < dfd.size(); ++i) {
+    dmu.push_back(std::make_unique<std::mutex>());
+    dcv.push_back(std::make_unique<std::condition_variable>());
+  }
+  if (o.moe) {
+    for (size_t i = 0; i < dfd.size(); ++i)  // dispatch writers
+      threads.emplace_back([&, i] {
+        std::vector<uint8_t> buf;
+        for (;;) {
+          uint64_t step;
+          {
+            std::unique_lock<std::mutex> lk(*dmu[i]);
+            dcv[i]->wait(lk, [&] { return !dq[i].empty() || moe_done; });
+            if (dq[i].empty()) break;
+            step = dq[i].front();
+            dq[i].pop_front();
+          }
+          if (!send_msg(dfd[i], o.seed, conn_id(Kind::Dispatch, static_cast<uint16_t>(i)), step,
+                        o.burst, buf, c)) {
+            ++c.connection_errors;
+            break;
+          }
+        }
+      });
+    for (size_t i = 0; i < cfd.size(); ++i)  // combine readers
+      threads.emplace_back([&, i] {
+        std::vector<uint8_t> buf;
+        bool eof = false;
+        for (;;) {
+          auto m = recv_msg(cfd[i], o.seed, buf, c, &eof);
+          if (!m) {
+            if (!eof) ++c.connection_errors;
+            break;
+          }
+          std::lock_guard<std::mutex> lk(st.mu);
+          auto it = st.open.find(m->step);
+          if (it == st.open.end()) continue;
+          if (++it->second.second == o.combine) {
+            auto now = Clock::now();
+            st.step_ns.record(static_cast<uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(now - it->second.first)
+                    .count()));
+            st.longest_stall_s =
+                std::max(st.longest_stall_s,
+                         std::chrono::duration<double>(now - st.last_completion).count());
+            st.last_completion = now;
+            st.open.erase(it);
+            ++st.completed;
+            st.cv.notify_all();
+          }
+        }
+      });
+  }
+  auto start_step = [&](uint64_t step) {
+    {
+      std::lock_guard<std::mutex> lk(st.mu);
+      st.open[step] = {Clock::now(), 0};
+      ++st.started;
+    }
+    for (size_t i = 0; i < dfd.size(); ++i) {
+      std::lock_guard<std::mutex> lk(*dmu[i]);
+      dq[i].push_back(step);
+      dcv[i]->notify_one();
+    }
+  };
+
+  if (o.rpc)
+    threads.emplace_back([&] {
+      Counters& cc = c;
+      int fd = connect_to(o, Kind::Rpc, 0, cc);
+      if (fd < 0) return;
+      std::vector<uint8_t> buf;
+      auto period = std::chrono::duration<double>(1.0 / std::max(1.0, o.rpc_rate));
+      auto next = Clock::now();
+      for (uint64_t i = 0; Clock::now() < end && !g_stop; ++i) {
+        std::this_thread::sleep_until(next);
+        auto s = Clock::now();
+        bool eof = false;
+        if (!send_msg(fd, o.seed, conn_id(Kind::Rpc, 0), i, o.rpc_size, buf, cc) ||
+            !recv_msg(fd, o.seed, buf, cc, &eof)) {
+          ++cc.connection_errors;
+          break;
+        }
+        auto rtt = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s).count();
+        {
+          std::lock_guard<std::mutex> lk(rpc_mu);
+          rpc_ns.record(static_cast<uint64_t>(rtt));
+          ++rpc_ok;
+        }
+        next += std::chrono::duration_cast<Clock::duration>(period);
+        if (next < Clock::now()) next = Clock::now();  // late: no catch-up burst
+      }
+      ::close(fd);
+    });
+  if (o.stream) {
+    threads.emplace_back([&] {  // logs: constant rate in 64 KiB messages
+      int fd = connect_to(o, Kind::Logs, 0, c);
+      if (fd < 0) return;
+      std::vector<uint8_t> buf;
+      const uint32_t chunk = 64 << 10;
+      for (uint64_t i = 0; Clock::now() < end && !g_stop; ++i) {
+        auto due = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                            static_cast<double>(i) * chunk * 8 / std::max(1.0, o.logs_bps)));
+        std::this_thread::sleep_until(due);
+        if (!send_msg(fd, o.seed, conn_id(Kind::Logs, 0), i, chunk, buf, c)) {
+          ++c.connection_errors;
+          break;
+        }
+        logs_bytes += chunk;
+      }
+      ::close(fd);
+    });
+    threads.emplace_back([&] {  // param-sync: a large transfer periodically
+      int fd = connect_to(o, Kind::Sync, 0, c);
+      if (fd < 0) return;
+      std::vector<uint8_t> buf;
+      for (uint64_t i = 0; Clock::now() < end && !g_stop; ++i) {
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<Clock::duration>(
+                     std::chrono::duration<double>(static_cast<double>(i) * o.sync_every_s)));
+        if (Clock::now() >= end) break;
+        if (!send_msg(fd, o.seed, conn_id(Kind::Sync, 0), i, o.sync_size, buf, c)) {
+          ++c.connection_errors;
+          break;
+        }
+        ++sync_transfers;
+      }
+      ::close(fd);
+    });
+  }
+
+  // the step driver
+  if (o.moe) {
+    uint64_t step = 0;
+    if (o.rate > 0) {
+      auto period = std::chrono::duration<double>(1.0 / o.rate);
+      for (auto next = Clock::now(); next < end && !g_stop;
+           next += std::chrono::duration_cast<Clock::duration>(period)) {
+        std::this_thread::sleep_until(next);
+        std::unique_lock<std::mutex> lk(st.mu);
+        if (st.open.size() >= 256) continue;  // shed load rather than grow without bound
+        lk.unlock();
+        start_step(step++);
+      }
+    } else {
+      while (Clock::now() < end && !g_stop) {
+        {
+          std::unique_lock<std::mutex> lk(st.mu);
+          st.cv.wait_until(lk, end, [&] {
+            return st.open.size() < static_cast<size_t>(std::max(1, o.concurrency));
+          });
+          if (Clock::now() >= end) break;
+        }
+        start_step(step++);
+        if (o.gap_s > 0 && o.concurrency <= 1) {
+          std::unique_lock<std::mutex> lk(st.mu);
+          st.cv.wait_until(lk, end, [&] { return st.open.empty(); });
+          lk.unlock();
+          std::this_thread::sleep_for(std::chrono::duration<double>(o.gap_s));
+        }
+      }
+    }
+    // the steps in flight finish (or stall: they then count as failed)
+    std::unique_lock<std::mutex> lk(st.mu);
+    st.cv.wait_for(lk, std::chrono::seconds(20), [&] { return st.open.empty(); });
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  moe_done = true;
+  for (auto& cv : dcv) cv->notify_all();
+  for (int fd : dfd) ::shutdown(fd, SHUT_RDWR);
+  for (int fd : cfd) ::shutdown(fd, SHUT_RDWR);
+  for (auto& t : threads) t.join();
+  for (int fd : dfd) ::close(fd);
+  for (int fd : cfd) ::close(fd);
+
+  uint64_t failed;
+  {
+    std::lock_guard<std::mutex> lk(st.mu);
+    failed = st.open.size();
+    st.longest_stall_s = std::max(
+        st.longest_stall_s,
+        failed ? std::chrono::duration<double>(Clock::now() - st.last_completion).count() : 0.0);
+  }
+  double moe_bytes = static_cast<double>(st.completed) * o.burst * (o.dispatch + o.combine);
+  json out = {
+      {"role", "client"},
+      {"version", dp::kVersion},
+      {"connect", o.connect},
+      {"mptcp", o.mptcp},
+      {"seed", o.seed},
+      {"duration_s", elapsed},
+      {"workload",
+       {{"moe", o.moe},
+        {"rpc", o.rpc},
+        {"stream", o.stream},
+        {"dispatch", o.dispatch},
+        {"combine", o.combine},
+        {"burst", o.burst},
+        {"concurrency", o.concurrency},
+        {"rate", o.rate},
+        {"rpc_rate", o.rpc_rate}}},
+      {"steps",
+       {{"started", st.started},
+        {"completed", st.completed},
+        {"failed", failed},
+        {"longest_stall_s", st.longest_stall_s},
+        {"time_ms", st.step_ns.summary(1e6)}}},
+      {"rpc", {{"completed", rpc_ok}, {"rtt_us", rpc_ns.summary(1e3)}}},
+      {"stream", {{"logs_bytes", logs_bytes}, {"sync_transfers", sync_transfers}}},
+      {"goodput_bps", moe_bytes * 8 / std::max(elapsed, 1e-9)},
+      {"counters", c.to_json()},
+      {"errors", c.checksum_errors.load() + c.connection_errors.load() + failed},
+  };
+  if (!o.json_file.empty()) std::ofstream(o.json_file) << out.dump(1) << "\n";
+  if (!o.quiet) {
+    const json& s = out["steps"]["time_ms"];
+    const json& r = out["rpc"]["rtt_us"];
+    std::printf("dp-load: %.1f s, %llu steps (%llu failed), goodput %s\n", elapsed,
+                static_cast<unsigned long long>(st.completed),
+                static_cast<unsigned long long>(failed),
+                dp::format_bandwidth(out["goodput_bps"].get<double>()).c_str());
+    std::printf("  step time ms   p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f\n",
+                s["p50"].get<double>(), s["p90"].get<double>(), s["p99"].get<double>(),
+                s["max"].get<double>());
+    std::printf("  rpc rtt us     p50 %8.0f  p90 %8.0f  p99 %8.0f  max %8.0f  (%llu)\n",
+                r["p50"].get<double>(), r["p90"].get<double>(), r["p99"].get<double>(),
+                r["max"].get<double>(), static_cast<unsigned long long>(rpc_ok));
+    std::printf("  errors         %llu checksum, %llu connection, %llu steps unfinished\n",
+                static_cast<unsigned long long>(c.checksum_errors.load()),
+                static_cast<unsigned long long>(c.connection_errors.load()),
+                static_cast<unsigned long long>(failed));
+  }
+  return out["errors"].get<uint64_t>() ? 3 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dp-load - MoE workload generator (dualpath " + std::string(dp::kVersion) + ")"};
+  app.require_subcommand(1);
+  ::signal(SIGPIPE, SIG_IGN);
+  for (int s : {SIGINT, SIGTERM}) ::signal(s, [](int) { g_stop = true; });
+
+  ServerOpts so;
+  auto* srv = app.add_subcommand("server", "accept a client's connections and answer them");
+  srv->add_option("--bind", so.bind, "address to listen on")->capture_default_str();
+  srv->add_flag("--mptcp", so.mptcp, "IPPROTO_MPTCP sockets");
+  srv->add_flag("--once", so.once, "exit when the first client is done");
+  srv->add_option("--json", so.json_file, "write the server's counters here");
+  srv->add_option("--max-conns", so.max_conns, "connections of each moe kind accepted")
+      ->capture_default_str();
+
+  ClientOpts co;
+  std::string workload = "moe,rpc,stream", duration = "10s", burst = "1MiB", gap = "0s",
+              logs = "20Mbit", sync_size = "8MiB", sync_every = "1s";
+  auto* cli = app.add_subcommand("client", "generate the workload toward a server");
+  cli->add_option("--connect", co.connect, "server address")->required();
+  cli->add_option("--workload", workload, "comma-separated: moe, rpc, stream")
+      ->capture_default_str();
+  cli->add_option("--duration", duration, "how long")->capture_default_str();
+  cli->add_option("--dispatch", co.dispatch, "dispatch connections")->capture_default_str();
+  cli->add_option("--combine", co.combine, "combine connections")->capture_default_str();
+  cli->add_option("--burst", burst, "bytes per connection per step")->capture_default_str();
+  cli->add_option("--gap", gap, "pause between steps (closed loop, 1 in flight)")
+      ->capture_default_str();
+  cli->add_option("--concurrency", co.concurrency, "steps in flight (closed loop)")
+      ->capture_default_str();
+  cli->add_option("--rate", co.rate, "steps per second (open loop; 0: closed loop)");
+  cli->add_option("--rpc-rate", co.rpc_rate, "control requests per second")->capture_default_str();
+  cli->add_option("--rpc-size", co.rpc_size, "bytes per request and response")
+      ->capture_default_str();
+  cli->add_option("--logs-rate", logs, "logs stream rate")->capture_default_str();
+  cli->add_option("--sync-size", sync_size, "param-sync transfer size")->capture_default_str();
+  cli->add_option("--sync-every", sync_every, "param-sync period")->capture_default_str();
+  cli->add_option("--seed", co.seed, "payload seed")->capture_default_str();
+  cli->add_flag("--mptcp", co.mptcp, "IPPROTO_MPTCP sockets");
+  cli->add_option("--json", co.json_file, "write the results here");
+  cli->add_flag("-q,--quiet", co.quiet, "no table");
+  for (auto* sc : {srv, cli}) {
+    Ports& p = sc == srv ? so.ports : co.ports;
+    sc->add_option("--port-dispatch", p.dispatch, "first dispatch port")->capture_default_str();
+    sc->add_option("--port-combine", p.combine, "first combine port")->capture_default_str();
+    sc->add_option("--port-sync", p.sync, "param-sync port")->capture_default_str();
+    sc->add_option("--port-control", p.control, "control (rpc) port")->capture_default_str();
+    sc->add_option("--port-logs", p.logs, "logs port")->capture_default_str();
+  }
+  CLI11_PARSE(app, argc, argv);
+
+  if (srv->parsed()) return run_server(so);
+
+  auto bad = [](const std::string& what) {
+    std::fprintf(stderr, "dp-load: %s\n", what.c_str());
+    return 2;
+  };
+  co.moe = workload.find("moe") != std::string::npos;
+  co.rpc = workload.find("rpc") != std::string::npos;
+  co.stream = workload.find("stream") != std::string::npos;
+  auto d = dp::parse_duration(duration);
+  if (!d) return bad("--duration: " + d.error().what());
+  co.duration_s = std::chrono::duration<double>(*d).count();
+  auto g = dp::parse_duration(gap);
+  if (!g) return bad("--gap: " + g.error().what());
+  co.gap_s = std::chrono::duration<double>(*g).count();
+  auto se = dp::parse_duration(sync_every);
+  if (!se) return bad("--sync-every: " + se.error().what());
+  co.sync_every_s = std::chrono::duration<double>(*se).count();
+  auto lr = dp::parse_bandwidth(logs);
+  if (!lr) return bad("--logs-rate: " + lr.error().what());
+  co.logs_bps = static_cast<double>(*lr);
+  auto b = parse_size(burst);
+  auto ss = parse_size(sync_size);
+  if (!b || *b == 0 || *b > (256u << 20))
+    return bad("--burst: a size such as 1MiB (at most 256MiB)");
+  if (!ss || *ss == 0 || *ss > (256u << 20)) return bad("--sync-size: a size such as 8MiB");
+  co.burst = static_cast<uint32_t>(*b);
+  co.sync_size = static_cast<uint32_t>(*ss);
+  if (co.dispatch == 0 || co.combine == 0) return bad("--dispatch and --combine must be >= 1");
+  return run_client(co);
+}

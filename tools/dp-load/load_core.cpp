@@ -1,0 +1,186 @@
+#include "load_core.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <regex>
+
+namespace dpload {
+
+// ---------------------------------------------------------------- histogram
+
+size_t Histogram::bucket_of(uint64_t v) {
+  constexpr uint64_t kSub = 1ull << kSubBits;
+  if (v < kSub) return static_cast<size_t>(v);
+  int e = 63 - std::countl_zero(v);  // >= kSubBits
+  int shift = e - kSubBits;
+  return static_cast<size_t>((static_cast<uint64_t>(shift + 1) << kSubBits) +
+                             ((v >> shift) - kSub));
+}
+
+uint64_t Histogram::bucket_low(size_t b) {
+  constexpr uint64_t kSub = 1ull << kSubBits;
+  if (b < kSub) return b;
+  uint64_t shift = (b >> kSubBits) - 1;
+  return (kSub + (b & (kSub - 1))) << shift;
+}
+
+uint64_t Histogram::bucket_high(size_t b) {
+  constexpr uint64_t kSub = 1ull << kSubBits;
+  if (b < kSub) return b;
+  uint64_t shift = (b >> kSubBits) - 1;
+  return bucket_low(b) + ((1ull << shift) - 1);
+}
+
+void Histogram::record(uint64_t v) {
+  ++counts_[bucket_of(v)];
+  ++count_;
+  sum_ += v;
+  min_ = std::min(min_, v);
+  max_ = std::max(max_, v);
+}
+
+void Histogram::merge(const Histogram& o) {
+  for (size_t i = 0; i < kBuckets; ++i) counts_[i] += o.counts_[i];
+  count_ += o.count_;
+  sum_ += o.sum_;
+  min_ = std::min(min_, o.min_);
+  max_ = std::max(max_, o.max_);
+}
+
+uint64_t Histogram::quantile(double q) const {
+  if (!count_) return 0;
+  auto rank =
+      static_cast<uint64_t>(std::ceil(std::clamp(q, 0.0, 1.0) * static_cast<double>(count_)));
+  rank = std::max<uint64_t>(rank, 1);
+  uint64_t seen = 0;
+  for (size_t b = 0; b < kBuckets; ++b) {
+    seen += counts_[b];
+    if (seen >= rank) return std::min(bucket_high(b), max_);
+  }
+  return max_;
+}
+
+json Histogram::summary(double scale) const {
+  auto v = [&](uint64_t x) { return static_cast<double>(x) / scale; };
+  return {{"count", count_},
+          {"min", v(min())},
+          {"mean", mean() / scale},
+          {"p50", v(quantile(0.5))},
+          {"p90", v(quantile(0.9))},
+          {"p99", v(quantile(0.99))},
+          {"p999", v(quantile(0.999))},
+          {"max", v(max_)}};
+}
+
+// ---------------------------------------------------------------- protocol
+
+const char* to_string(Kind k) {
+  switch (k) {
+    case Kind::Dispatch:
+      return "dispatch";
+    case Kind::Combine:
+      return "combine";
+    case Kind::Rpc:
+      return "rpc";
+    case Kind::Logs:
+      return "logs";
+    case Kind::Sync:
+      return "sync";
+  }
+  return "?";
+}
+
+namespace {
+void put(uint8_t*& p, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) *p++ = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get(const uint8_t*& p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = v << 8 | *p++;
+  return v;
+}
+}  // namespace
+
+std::array<uint8_t, kHelloSize> encode(const Hello& h) {
+  std::array<uint8_t, kHelloSize> b{};
+  uint8_t* p = b.data();
+  put(p, kHelloMagic, 4);
+  put(p, kVersion, 1);
+  put(p, static_cast<uint8_t>(h.kind), 1);
+  put(p, h.index, 2);
+  put(p, h.dispatch, 2);
+  put(p, h.combine, 2);
+  put(p, h.seed, 8);
+  return b;
+}
+
+std::optional<Hello> decode_hello(const uint8_t* p) {
+  if (get(p, 4) != kHelloMagic || get(p, 1) != kVersion) return std::nullopt;
+  Hello h;
+  auto k = get(p, 1);
+  if (k < 1 || k > 5) return std::nullopt;
+  h.kind = static_cast<Kind>(k);
+  h.index = static_cast<uint16_t>(get(p, 2));
+  h.dispatch = static_cast<uint16_t>(get(p, 2));
+  h.combine = static_cast<uint16_t>(get(p, 2));
+  h.seed = get(p, 8);
+  return h;
+}
+
+std::array<uint8_t, kHeaderSize> encode(const MsgHeader& h) {
+  std::array<uint8_t, kHeaderSize> b{};
+  uint8_t* p = b.data();
+  put(p, kMsgMagic, 4);
+  put(p, h.step, 8);
+  put(p, h.len, 4);
+  put(p, h.conn, 4);
+  return b;
+}
+
+std::optional<MsgHeader> decode_header(const uint8_t* p) {
+  if (get(p, 4) != kMsgMagic) return std::nullopt;
+  MsgHeader h;
+  h.step = get(p, 8);
+  h.len = static_cast<uint32_t>(get(p, 4));
+  h.conn = static_cast<uint32_t>(get(p, 4));
+  return h;
+}
+
+void fill_payload(uint8_t* out, size_t len, uint64_t seed, uint32_t conn, uint64_t step) {
+  uint64_t x = seed ^ (uint64_t{conn} << 40) ^ (step * 0x9e3779b97f4a7c15ull);
+  for (size_t i = 0; i < len; i += 8) {
+    x += 0x9e3779b97f4a7c15ull;  // splitmix64
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    for (size_t j = 0; j < 8 && i + j < len; ++j) out[i + j] = static_cast<uint8_t>(z >> (8 * j));
+  }
+}
+
+uint64_t payload_checksum(size_t len, uint64_t seed, uint32_t conn, uint64_t step) {
+  std::vector<uint8_t> buf(len);
+  fill_payload(buf.data(), len, seed, conn, step);
+  Fnv64 f;
+  f.add(buf.data(), len);
+  return f.value();
+}
+
+std::optional<uint64_t> parse_size(const std::string& s) {
+  static const std::regex re(R"(\s*([0-9]+)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*)");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return std::nullopt;
+  uint64_t v = std::stoull(m[1].str());
+  std::string u = m[2].str();
+  uint64_t mult = u == "KB"    ? 1000
+                  : u == "MB"  ? 1000000
+                  : u == "GB"  ? 1000000000
+                  : u == "KiB" ? 1024
+                  : u == "MiB" ? 1 << 20
+                  : u == "GiB" ? 1 << 30
+                               : 1;
+  return v * mult;
+}
+
+}  // namespace dpload
