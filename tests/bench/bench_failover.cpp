@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       Transfer stream({"dpl-a", "dpl-b", "10.99.0.2", 50201, 0, 0, 20'000'000 / 8 * 4, 20e6});
       std::vector<double> rtts;
       std::thread rpc(
-          [&] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53201, 1000, 256, 2000); });
+          [&] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53060, 1000, 256, 2000); });
       std::this_thread::sleep_for(1000ms);
       since = last_event();
       attach_drop("dpl-b", "rail0", 100000);

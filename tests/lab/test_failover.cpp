@@ -132,7 +132,7 @@ struct Workload {
                        static_cast<uint64_t>(c.rate * secs / 8), c.rate}));
     rpc_count = static_cast<int>(secs * 300);
     rpc_thread = std::thread(
-        [this] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53101, rpc_count, 256, 3000); });
+        [this] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53050, rpc_count, 256, 3000); });
   }
   // Every byte arrived intact and no connection broke.
   void expect_intact() {

@@ -584,6 +584,7 @@ int run_client(const ClientOpts& o) {
     std::unique_lock<std::mutex> lk(st.mu);
     st.cv.wait_for(lk, std::chrono::seconds(20), [&] { return st.open.empty(); });
   }
+  if (!o.moe) std::this_thread::sleep_until(end);  // the other workloads run to the end
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   moe_done = true;
   for (auto& cv : dcv) cv->notify_all();
