@@ -45,8 +45,11 @@ json param_sync() {
 int main(int argc, char** argv) {
   CLI::App app{"dualpath reordering benchmark"};
   int rounds = 3, seconds = 5;
+  bool background = false;
   app.add_option("--rounds", rounds, "rounds of each variant")->capture_default_str();
   app.add_option("--seconds", seconds, "transfer per round")->capture_default_str();
+  app.add_flag("--background", background,
+               "unclassified iperf3 traffic fills rail0's queue, so the rails' delays differ");
   CLI11_PARSE(app, argc, argv);
 
   Env env;
@@ -80,10 +83,22 @@ int main(int argc, char** argv) {
       auto sa = nstat("dpl-a"), sb = nstat("dpl-b");
       json c0 = param_sync();
       uint64_t r0 = tx_bytes("dpl-a", "rail0"), r1 = tx_bytes("dpl-a", "rail1");
+      pid_t bg_srv = -1, bg_cli = -1;
+      if (background) {  // port 45000 is in no class: it stays on rail0's default leaf
+        bg_srv = spawn_in_ns("dpl-b", {"/usr/bin/iperf3", "-s", "-p", "45000"}, "/dev/null");
+        std::this_thread::sleep_for(300ms);
+        bg_cli = spawn_in_ns("dpl-a",
+                             {"/usr/bin/iperf3", "-c", "10.99.0.2", "-p", "45000", "-t",
+                              std::to_string(seconds + 5)},
+                             "/dev/null");
+        std::this_thread::sleep_for(500ms);
+      }
       uint64_t bytes = static_cast<uint64_t>(seconds) * 230'000'000ull / 8;
       auto res = tcp_transfer(
           {"dpl-a", "dpl-b", "10.99.0.2", static_cast<uint16_t>(52300 + r), 0, 0, bytes, 230e6});
       if (!res.ok()) std::fprintf(stderr, "round %d %s: %s\n", r, v.name, res.error.c_str());
+      stop_child(bg_cli, 2000);
+      stop_child(bg_srv, 2000);
       json c1 = param_sync();
       auto ea = nstat("dpl-a"), eb = nstat("dpl-b");
       for (const char* k : kSender) v.d[k] += ea[k] - sa[k];
@@ -103,8 +118,9 @@ int main(int argc, char** argv) {
 
   std::printf(
       "\nreordering: param-sync at 230 Mbit/s spilled over both rails by the adaptive\n"
-      "scheduler; %d rounds x %d s per variant, alternating; counters summed\n\n",
-      rounds, seconds);
+      "scheduler; %d rounds x %d s per variant, alternating; counters summed%s\n\n",
+      rounds, seconds,
+      background ? ";\nrail0's queue kept full by unclassified iperf3 traffic" : "");
   std::printf("%-34s %14s %14s\n", "counter", vs[0].name, vs[1].name);
   auto line = [&](const char* k) {
     std::printf("%-34s %14.0f %14.0f\n", k, vs[0].d[k], vs[1].d[k]);
