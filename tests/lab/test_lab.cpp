@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -537,6 +538,70 @@ TEST_F(Lab, TheSchedulerSpillsAnElasticClassAndBringsItBack) {
       std::string::npos);
   write_file(file, static_policy);
   lab::dpctl("a", "policy reload");
+}
+
+// Byte counters of an nftables table in dpl-b, by rule comment. (Bytes, not
+// packets: a veth carries GSO packets of up to 64 KiB whole.)
+std::map<std::string, uint64_t> nft_counters(const std::string& table) {
+  std::map<std::string, uint64_t> out;
+  static const std::regex re(R"re(counter packets \d+ bytes (\d+) comment "([^"]+)")re");
+  std::string text = sh(nsenter("dpl-b") + "nft list table netdev " + table).out;
+  for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it)
+    out[(*it)[2].str()] = std::stoull((*it)[1].str());
+  return out;
+}
+
+uint64_t htb_class_bytes(const std::string& ns, const std::string& dev, const std::string& cls) {
+  std::string text = sh(nsenter(ns) + "tc -s class show dev " + dev).out;
+  std::smatch m;
+  std::regex re("class htb " + cls + " [^\n]*\n Sent (\\d+) bytes");
+  return std::regex_search(text, m, re) ? std::stoull(m[1].str()) : 0;
+}
+
+TEST_F(Lab, ClassQosReachesTheQdiscAndTheWire) {
+  // counters on b's rails count what arrives with each DSCP
+  const std::string rules = g_policies + "/qos-test.nft";
+  write_file(rules,
+             "table netdev dpl_qos_test {\n"
+             "  chain in0 {\n"
+             "    type filter hook ingress device rail0 priority 0; policy accept;\n"
+             "    ip dscp ef counter comment \"ef4\"\n"
+             "    ip6 dscp ef counter comment \"ef6\"\n"
+             "    ip dscp af41 counter comment \"af41\"\n"
+             "    ip dscp af11 counter comment \"af11-rail0\"\n"
+             "  }\n"
+             "  chain in1 {\n"
+             "    type filter hook ingress device rail1 priority 0; policy accept;\n"
+             "    ip dscp cs1 counter comment \"cs1\"\n"
+             "    ip dscp af11 counter comment \"af11\"\n"
+             "  }\n"
+             "}\n");
+  auto nft = sh(nsenter("dpl-b") + "nft -f " + rules);
+  ASSERT_EQ(nft.rc, 0) << nft.out;
+  struct Drop {
+    ~Drop() { sh(nsenter("dpl-b") + "nft delete table netdev dpl_qos_test"); }
+  } drop_table;
+  uint64_t prio0 = htb_class_bytes("dpl-a", "rail0", "1:10");
+  constexpr uint64_t kBytes1M = 1 << 20;
+  // control (EF, skb_priority 1:10) over IPv4 and IPv6, expert-dispatch (AF41, 1:10)
+  for (const char* dst : {"10.99.0.2", "fd99::2"})
+    ASSERT_TRUE(lab::tcp_transfer({"dpl-a", "dpl-b", dst, 53005, 0, 0, 1 << 20}).ok());
+  ASSERT_TRUE(lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50005, 0, 0, 1 << 20}).ok());
+  uint64_t prio0_after = htb_class_bytes("dpl-a", "rail0", "1:10");
+  // param-sync (AF11, no skb_priority) on rail1 and logs (CS1, UDP) on rail1
+  ASSERT_TRUE(lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52005, 0, 0, 1 << 20}).ok());
+  EXPECT_EQ(lab::udp_send("dpl-a", "10.99.0.2", 54005, 0, 500, 1000), 500);
+  auto c = nft_counters("dpl_qos_test");
+  EXPECT_GE(c["ef4"], kBytes1M) << "control over IPv4 carries EF";
+  EXPECT_GE(c["ef6"], kBytes1M) << "control over IPv6 carries EF";
+  EXPECT_GE(c["af41"], kBytes1M) << "expert-dispatch carries AF41";
+  EXPECT_GE(c["af11"], kBytes1M) << "param-sync carries AF11 on rail1";
+  EXPECT_EQ(c["af11-rail0"], 0u);
+  EXPECT_GE(c["cs1"], 500u * 1000) << "logs carry CS1";
+  EXPECT_GE(prio0_after - prio0, 3 * kBytes1M)
+      << "the latency-sensitive classes went through HTB's priority leaf 1:10";
+  EXPECT_LT(htb_class_bytes("dpl-a", "rail0", "1:10") - prio0_after, 64u * 1024)
+      << "param-sync and logs did not";
 }
 
 TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
