@@ -301,6 +301,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   cfg.active_gen = next_gen;
   cfg.default_class = enc.default_class;
   cfg.flowlet_gap_ns = static_cast<uint64_t>(next.scheduler.flowlet_gap.count());
+  flowlet_gap_ns_ = cfg.flowlet_gap_ns;
   cfg.netns_cookie = netns_cookie_;
   DP_TRY(skel_->map("dp_config").update(&zero, &cfg));
   gen_ = next_gen;
@@ -595,6 +596,7 @@ void Daemon::tick() {
   }
   read_tcp();
   measure_paths();
+  adapt_flowlet_gap();
   auto t = SchedClock::now();
   for (auto& r : rails_) r.health.tick(t);
   check_evidence();
@@ -604,6 +606,30 @@ void Daemon::tick() {
   last_tick_ = now;
   ++ticks_;
   sd_notify(0, "WATCHDOG=1");
+}
+
+// Rails whose delays differ need a longer flowlet gap, or a re-placed
+// flowlet overtakes the one before it (dp-bench-reorder --background).
+void Daemon::adapt_flowlet_gap() {
+  std::vector<std::optional<double>> rtt;
+  for (const auto& m : measures_) {
+    auto p = m.has_sample() ? m.rtt_us() : std::nullopt;
+    rtt.push_back(p && p->samples >= 10 ? std::optional<double>(p->p50) : std::nullopt);
+  }
+  const auto& k = policy_.scheduler;
+  auto gap = static_cast<uint64_t>(
+      (k.adaptive_flowlet_gap ? effective_flowlet_gap(k.flowlet_gap, rtt) : k.flowlet_gap).count());
+  uint64_t cur = flowlet_gap_ns_;
+  if (gap == cur || (gap > cur ? gap - cur : cur - gap) < cur / 10) return;  // within 10%
+  uint32_t zero = 0;
+  dp_config cfg{};
+  BpfMap m = skel_->map("dp_config");
+  if (!m.lookup(&zero, &cfg)) return;
+  cfg.flowlet_gap_ns = gap;
+  if (!m.update(&zero, &cfg)) return;
+  spdlog::debug("flowlet gap {} -> {} (rails' median RTTs differ)", format_duration(Nanos(cur)),
+                format_duration(Nanos(gap)));
+  flowlet_gap_ns_ = gap;
 }
 
 void Daemon::read_tcp() {
@@ -763,6 +789,7 @@ json Daemon::status_json() const {
       {"paths_carrying", std::count_if(rails_.begin(), rails_.end(),
                                        [](const Rail& r) { return r.health.weight() > 0; })},
       {"all_paths_down", all_down_},
+      {"flowlet_gap_us", static_cast<double>(flowlet_gap_ns_) / 1000},
   };
 }
 

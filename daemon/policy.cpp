@@ -327,7 +327,7 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   const char* s = "[scheduler]";
   c.only_keys(*t,
               {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown",
-               "ewma_weight", "tick", "flowlet_gap"},
+               "ewma_weight", "tick", "flowlet_gap", "adaptive_flowlet_gap"},
               s);
   auto& k = p.scheduler;
   if (auto v = c.string(*t, "mode", s, false)) {
@@ -345,6 +345,12 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   if (auto v = c.duration(*t, "cooldown", s, nanoseconds(0))) k.cooldown = *v;
   if (auto v = c.duration(*t, "tick", s, std::chrono::milliseconds(1))) k.tick = *v;
   if (auto v = c.duration(*t, "flowlet_gap", s, nanoseconds(0))) k.flowlet_gap = *v;
+  if (const toml::node* n = t->get("adaptive_flowlet_gap")) {
+    if (auto b = n->as_boolean())
+      k.adaptive_flowlet_gap = b->get();
+    else
+      c.error(*n, "adaptive_flowlet_gap in [scheduler] must be true or false");
+  }
   if (k.dead_zone > k.latency_tolerance)
     c.error(where(*t, "dead_zone"),
             fmt::format("dead_zone {} is larger than latency_tolerance {}: no move could ever "

@@ -227,4 +227,18 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
   return out;
 }
 
+std::chrono::nanoseconds effective_flowlet_gap(
+    std::chrono::nanoseconds policy_gap, const std::vector<std::optional<double>>& rtt_p50_us) {
+  if (policy_gap.count() == 0) return policy_gap;
+  std::optional<double> lo, hi;
+  for (const auto& r : rtt_p50_us) {
+    if (!r) continue;
+    lo = lo ? std::min(*lo, *r) : *r;
+    hi = hi ? std::max(*hi, *r) : *r;
+  }
+  if (!lo || !hi) return policy_gap;
+  auto diff = std::chrono::nanoseconds(static_cast<int64_t>((*hi - *lo) * 1000));
+  return std::max(policy_gap, std::min(diff, kMaxFlowletGap));
+}
+
 }  // namespace dp

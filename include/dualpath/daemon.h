@@ -65,6 +65,7 @@ class Daemon {
   Result<void> set_class_rail(int class_index, int path_index, bool pinned);
   Result<void> write_shares(size_t class_index, const Shares& shares);
   void run_scheduler();
+  void adapt_flowlet_gap();
   // health and failover (failover.cpp)
   void setup_health(const Policy& next);
   Result<void> open_link_events();
@@ -106,6 +107,7 @@ class Daemon {
   std::vector<bool> rail_vanished_;     // interface gone: not a redirect target
   uint32_t gen_ = 0;
   uint32_t decision_version_ = 0;
+  uint64_t flowlet_gap_ns_ = 0;  // as written to dp_config (adapted to the rails' RTTs)
 
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point last_tick_;

@@ -83,6 +83,7 @@ struct SchedulerSettings {
   double ewma_weight = 0.2;
   std::chrono::nanoseconds tick = std::chrono::milliseconds(50);
   std::chrono::nanoseconds flowlet_gap = std::chrono::microseconds(500);
+  bool adaptive_flowlet_gap = true;  // raise the gap to the rails' RTT difference
 };
 
 struct HealthSettings {

@@ -2,7 +2,8 @@
 // param-sync (230 Mbit/s on the 250 Mbit rail1, above the 0.60 threshold)
 // onto rail0, so the class is split and its flow is re-placed at flowlet
 // boundaries. The kernel's reordering counters (nstat, both ends) are read
-// for the policy's flowlet gap (500 us) and for a 1 us gap, which re-places
+// for the policy's 500 us gap adapted to the rails' RTT difference (the
+// default), for a fixed 500 us gap, and for a fixed 1 us gap, which re-places
 // almost every packet (per-packet spraying), alternating in one run.
 //
 //   build/tests/bench/dp-bench-reorder [--rounds R] [--seconds S]
@@ -67,15 +68,18 @@ int main(int argc, char** argv) {
   struct Variant {
     const char* name;
     const char* gap;
+    bool adaptive;
     std::map<std::string, double> d;
     double flowlets = 0, replaced = 0, bytes = 0, rail0_share = 0;
   };
-  Variant vs[2] = {{"flowlet gap 500 us (policy)", "500us", {}},
-                   {"gap 1 us (per-packet)", "1us", {}}};
+  Variant vs[3] = {{"adaptive 500 us", "500us", true, {}},
+                   {"fixed 500 us", "500us", false, {}},
+                   {"fixed 1 us", "1us", false, {}}};
   for (int r = 0; r < rounds; ++r) {
     for (auto& v : vs) {
       static const std::regex gap("flowlet_gap = \"[^\"]*\"");
-      std::string g = std::string("flowlet_gap = \"") + v.gap + "\"";
+      std::string g = std::string("flowlet_gap = \"") + v.gap +
+                      "\"\nadaptive_flowlet_gap = " + (v.adaptive ? "true" : "false");
       write_file(g_policies + "/lab-a.toml", std::regex_replace(pa, gap, g));
       write_file(g_policies + "/lab-b.toml", std::regex_replace(pb, gap, g));
       for (const char* n : {"a", "b"}) dpctl(n, "policy reload");
@@ -121,19 +125,28 @@ int main(int argc, char** argv) {
       "scheduler; %d rounds x %d s per variant, alternating; counters summed%s\n\n",
       rounds, seconds,
       background ? ";\nrail0's queue kept full by unclassified iperf3 traffic" : "");
-  std::printf("%-34s %14s %14s\n", "counter", vs[0].name, vs[1].name);
-  auto line = [&](const char* k) {
-    std::printf("%-34s %14.0f %14.0f\n", k, vs[0].d[k], vs[1].d[k]);
+  auto row = [&](const char* what, auto get, const char* fmt) {
+    std::printf("%-30s", what);
+    for (auto& v : vs) std::printf(fmt, get(v));
+    std::printf("\n");
   };
-  for (const char* k : kSender) line(k);
-  for (const char* k : kReceiver) line(k);
-  std::printf("%-34s %14.0f %14.0f\n", "flowlets started (dualpath)", vs[0].flowlets,
-              vs[1].flowlets);
-  std::printf("%-34s %14.0f %14.0f\n", "flows re-placed (dualpath)", vs[0].replaced,
-              vs[1].replaced);
-  std::printf("%-34s %13.0f%% %13.0f%%\n", "share of bytes on rail0", 100 * vs[0].rail0_share,
-              100 * vs[1].rail0_share);
-  std::printf("%-34s %14.0f %14.0f\n", "MB delivered", vs[0].bytes / 1e6, vs[1].bytes / 1e6);
+  std::printf("%-30s", "counter");
+  for (auto& v : vs) std::printf(" %16s", v.name);
+  std::printf("\n");
+  for (const char* k : kSender)
+    row(
+        k, [&](Variant& v) { return v.d[k]; }, " %16.0f");
+  for (const char* k : kReceiver)
+    row(
+        k, [&](Variant& v) { return v.d[k]; }, " %16.0f");
+  row(
+      "flowlets started (dualpath)", [](Variant& v) { return v.flowlets; }, " %16.0f");
+  row(
+      "flows re-placed (dualpath)", [](Variant& v) { return v.replaced; }, " %16.0f");
+  row(
+      "share of bytes on rail0 (%)", [](Variant& v) { return 100 * v.rail0_share; }, " %16.0f");
+  row(
+      "MB delivered", [](Variant& v) { return v.bytes / 1e6; }, " %16.0f");
   std::printf("(sender counters from dpl-a, receiver counters from dpl-b)\n");
   return 0;
 }

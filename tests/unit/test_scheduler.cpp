@@ -166,3 +166,14 @@ TEST(Scheduler, NoDemandNoMoveAndOutputIsDeterministic) {
             std::string::npos)
       << b.events[0].reason;
 }
+
+TEST(FlowletGap, GrowsToTheRailsRttDifferenceWithinItsCap) {
+  using namespace std::chrono_literals;
+  using dp::effective_flowlet_gap;
+  EXPECT_EQ(effective_flowlet_gap(500us, {40.0, 60.0}), 500us) << "equal rails: the policy's gap";
+  EXPECT_EQ(effective_flowlet_gap(500us, {1800.0, 60.0}), 1740us) << "a standing queue on one";
+  EXPECT_EQ(effective_flowlet_gap(500us, {50000.0, 60.0}), dp::kMaxFlowletGap);
+  EXPECT_EQ(effective_flowlet_gap(500us, {1800.0, std::nullopt}), 500us)
+      << "one RTT is not a difference";
+  EXPECT_EQ(effective_flowlet_gap(0us, {1800.0, 60.0}), 0us) << "flowlets off stay off";
+}
