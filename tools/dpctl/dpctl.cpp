@@ -93,7 +93,9 @@ int cmd_status(const Globals& g) {
             << "datapath:   pinned in " << str((*d)["bpffs"]) << ", generation "
             << (*d)["generation"] << "\n"
             << "paths:      " << (*d)["paths"] << " (" << (*d)["paths_carrying"]
-            << " carrying traffic), classes: " << (*d)["classes"] << "\n";
+            << " carrying traffic), classes: " << (*d)["classes"] << "\n"
+            << "flowlets:   gap " << fmt::format("{:.0f} us", (*d)["flowlet_gap_us"].get<double>())
+            << "\n";
   if ((*d)["all_paths_down"].get<bool>())
     std::cout << "WARNING:    every path is down; the last decisions and routing are kept\n";
   return 0;
