@@ -36,6 +36,7 @@ constexpr size_t kMaxEvents = 1024;
 // did the same.
 constexpr uint64_t kMinRetrans = 20;
 constexpr double kRetransRatio = 0.10;
+constexpr double kBusy = 0.80;  // utilisation above which retransmits are congestion
 
 bool carrier_of(const std::string& ifname) {
   int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -262,6 +263,10 @@ void Daemon::check_evidence() {
     // A rail that just took over a failed rail's flows retransmits what the
     // failed rail lost: no evidence against it until that has settled.
     if (i < settle_until_.size() && now < settle_until_[i]) continue;
+    // A full rail drops and retransmits because it is full, not because it
+    // is failing; its flows are cwnd-limited and still deliver. (A blackholed
+    // rail's transmit rate collapses, and its utilisation with it.)
+    if (i < measures_.size() && measures_[i].utilisation() >= kBusy) continue;
     // evidence against one rail only, and never against the last good one
     bool others_clean = true, other_up = false;
     for (size_t j = 0; j < R; ++j) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -454,19 +455,39 @@ TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
 
   // 100 Mbit/s of RDMA: port_xmit_data counts 4-byte words. Written for 3 s so
   // that the daemon's 2 s window lies wholly inside the writes, however late the
-  // reload's first sample was taken on a loaded machine.
-  uint64_t words = 1'000'000;
+  // reload's first sample was taken on a loaded machine; and every 5 ms, ten
+  // times per 50 ms tick, so that a tick that sees one write more or fewer
+  // moves the EWMA rate by 2% (with a write per tick, a tick that saw none
+  // took 20% off it: 80 Mbit/s instead of 100).
+  // The writer goes on while the daemon is asked, so that the rate it reports
+  // is a rate of steady writes, not one decaying after they stopped.
   const std::string counter = root + "/mlx5_0/ports/1/counters/port_xmit_data";
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 1; i <= 60; ++i) {
-    words += 156'250;  // 625 kB per 50 ms, on an absolute schedule
-    write_file_atomic(counter, std::to_string(words) + "\n");
-    std::this_thread::sleep_until(start + i * std::chrono::milliseconds(50));
-  }
+  std::atomic<uint64_t> written{1'000'000};
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    uint64_t words = written;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 1; !stop; ++i) {
+      words += 15'625;  // 62.5 kB per 5 ms, on an absolute schedule
+      write_file_atomic(counter, std::to_string(words) + "\n");
+      written = words;
+      std::this_thread::sleep_until(start + i * std::chrono::milliseconds(5));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  uint64_t before_query = written;
   json m = path_measure("a", "rail1");
+  stop = true;
+  writer.join();
+  const uint64_t words = written;
   ASSERT_TRUE(m["rdma"].is_object()) << m.dump();
   EXPECT_EQ(m["rdma"]["devices"][0], "mlx5_0/1");
-  EXPECT_EQ(m["rdma"]["tx_bytes"].get<uint64_t>(), words * 4) << "4-byte words scaled to bytes";
+  // 4-byte words scaled to bytes: the daemon's last sample lies within the
+  // last tick (50 ms, 10 writes) before the query
+  uint64_t tx = m["rdma"]["tx_bytes"].get<uint64_t>();
+  EXPECT_EQ(tx % (15'625 * 4), (1'000'000 * 4) % (15'625 * 4)) << "a whole number of writes, x4";
+  EXPECT_LE(tx, words * 4);
+  EXPECT_GE(tx, (before_query - 20 * 15'625) * 4);
   EXPECT_NEAR(m["rdma"]["tx_bps"].get<double>(), 100e6, 15e6);
   EXPECT_NEAR(m["utilisation"].get<double>(), 0.4, 0.06)
       << "100 Mbit/s of RDMA on a 250 Mbit/s rail";
