@@ -16,11 +16,6 @@ constexpr int kScale = DP_SHARE_SCALE;
 // An elastic class comes back to its preferred rail only when the rail would
 // stay this far below the threshold with the class's whole demand on it.
 constexpr double kReturnMargin = 0.10;
-// ...and not before this many cooldowns after its last move: the demand and
-// utilisation estimates (EWMAs) need that long to settle after a spill, and
-// a class that returned on a half-settled estimate would spill again (the
-// spill -> return -> spill seen in the lab while a transfer ramps up).
-constexpr int kReturnCooldowns = 4;
 // Share changes smaller than this are not worth a move.
 constexpr int kMinChange = kScale / 50;
 
@@ -210,8 +205,7 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
       } else if (on_pref < 1 && up[pref]) {
         double back = demand * (1 - on_pref);
         double would_be = proj[pref] + back / cap[pref];
-        bool settled = !st.last_change || in.now - *st.last_change >= kReturnCooldowns * k.cooldown;
-        if (settled && would_be < thr - kReturnMargin) {
+        if (cooled && would_be < thr - kReturnMargin) {
           after = whole_on(R, pref);
           for (size_t r = 0; r < R; ++r)
             if (cap[r] > 0) proj[r] += demand * (after[r] - before[r]) / double(kScale) / cap[r];
