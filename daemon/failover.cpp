@@ -30,11 +30,12 @@ namespace dp {
 namespace {
 
 constexpr size_t kMaxEvents = 1024;
-// Data-path evidence: a rail is suspect when, within one tick, its flows
-// retransmitted more than kRetransRatio of the segments they sent, with an
-// RTO or at least kMinRetrans retransmissions, while no other rail's flows
-// did the same.
-constexpr uint64_t kMinRetrans = 20;
+// Data-path evidence: a rail is suspect when, within one tick, its flows had
+// an RTO and retransmitted more than kRetransRatio of the segments they sent,
+// while no other rail's flows did the same. An RTO is required: fast
+// retransmits alone are what a congested rail does (the lab's spill test
+// suspected a saturated rail0 on them), while a blackhole or heavy loss ends
+// in RTOs.
 constexpr double kRetransRatio = 0.10;
 constexpr double kBusy = 0.80;  // utilisation above which retransmits are congestion
 
@@ -253,7 +254,7 @@ void Daemon::check_evidence() {
   auto bad = [&](size_t i) {
     double ratio =
         static_cast<double>(retrans[i]) / static_cast<double>(std::max<uint64_t>(segs[i], 1));
-    return ratio > kRetransRatio && (rto[i] > 0 || retrans[i] >= kMinRetrans);
+    return ratio > kRetransRatio && rto[i] > 0;
   };
   auto now = SchedClock::now();
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
