@@ -313,20 +313,7 @@ void Daemon::health_changed() {
         // failback complete: the scheduler takes over from the former shares
         for (size_t c = 0; c < C && c < sched_.classes.size(); ++c) {
           auto& sh = sched_.classes[c].shares;
-          double f = former_[i][c];
-          if (f <= 0 || i >= sh.size()) continue;
-          double rest = 0;
-          for (size_t r = 0; r < sh.size(); ++r) rest += r == i ? 0 : sh[r];
-          std::vector<double> w(sh.size());
-          for (size_t r = 0; r < sh.size(); ++r)
-            w[r] = r == i ? f : rest > 0 ? (1 - f) * sh[r] / rest : 0;
-          if (rest == 0) w[i] = 1;
-          int total = 0;
-          for (size_t r = 0; r < sh.size(); ++r) {
-            sh[r] = static_cast<uint16_t>(std::lround(w[r] * DP_SHARE_SCALE));
-            total += sh[r];
-          }
-          sh[i] = static_cast<uint16_t>(sh[i] + DP_SHARE_SCALE - total);
+          if (former_[i][c] > 0 && i < sh.size()) sh = restore_share(sh, i, former_[i][c]);
         }
       }
       if (was_carrying && now_zero) {

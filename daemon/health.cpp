@@ -167,6 +167,24 @@ std::vector<HealthEvent> RailHealth::take_events() {
   return out;
 }
 
+namespace {
+
+// Fractions (summing to 1) to integer shares summing to the scale exactly.
+Shares to_shares(const std::vector<double>& w) {
+  Shares out(w.size(), 0);
+  int total = 0;
+  size_t biggest = 0;
+  for (size_t r = 0; r < w.size(); ++r) {
+    out[r] = static_cast<uint16_t>(std::lround(w[r] * DP_SHARE_SCALE));
+    total += out[r];
+    if (w[r] > w[biggest]) biggest = r;
+  }
+  if (!out.empty()) out[biggest] = static_cast<uint16_t>(out[biggest] + (DP_SHARE_SCALE - total));
+  return out;
+}
+
+}  // namespace
+
 std::optional<Shares> apply_health(const Shares& sched, const std::vector<double>& former,
                                    const std::vector<RailView>& rails, bool latency_sensitive) {
   const size_t R = rails.size();
@@ -218,17 +236,16 @@ std::optional<Shares> apply_health(const Shares& sched, const std::vector<double
       }
     }
   }
-  // to integer shares summing to the scale
-  Shares out(R, 0);
-  int total = 0;
-  size_t biggest = 0;
-  for (size_t r = 0; r < R; ++r) {
-    out[r] = static_cast<uint16_t>(std::lround(w[r] * DP_SHARE_SCALE));
-    total += out[r];
-    if (w[r] > w[biggest]) biggest = r;
-  }
-  out[biggest] = static_cast<uint16_t>(out[biggest] + (DP_SHARE_SCALE - total));
-  return out;
+  return to_shares(w);
+}
+
+Shares restore_share(const Shares& s, size_t rail, double former) {
+  double rest = 0;
+  for (size_t r = 0; r < s.size(); ++r) rest += r == rail ? 0 : s[r];
+  std::vector<double> w(s.size(), 0);
+  for (size_t r = 0; r < s.size(); ++r)
+    w[r] = r == rail ? (rest > 0 ? former : 1) : rest > 0 ? (1 - former) * s[r] / rest : 0;
+  return to_shares(w);
 }
 
 }  // namespace dp

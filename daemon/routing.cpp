@@ -86,9 +86,8 @@ std::string rule_key(int family, uint32_t prio, uint32_t mark, uint32_t table,
   return fmt::format("rule {} pref {} {} lookup {}", family == AF_INET ? "ipv4" : "ipv6", prio, sel,
                      table);
 }
-std::string prefix_str(const Prefix& p) { return fmt::format("{}/{}", p.addr.str(), p.len); }
 std::string rule_key(const WantedRule& w) {
-  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? prefix_str(*w.to) : "");
+  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? w.to->str() : "");
 }
 std::string rule_key(rtnl_rule* r) {
   std::string to;

@@ -109,4 +109,8 @@ struct RailView {
 std::optional<Shares> apply_health(const Shares& sched, const std::vector<double>& former,
                                    const std::vector<RailView>& rails, bool latency_sensitive);
 
+// A class's shares with `rail` given back its former fraction, the other
+// rails scaled to the rest in their proportions (failback complete).
+Shares restore_share(const Shares& s, size_t rail, double former);
+
 }  // namespace dp

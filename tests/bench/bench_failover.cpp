@@ -74,6 +74,20 @@ double first_after(const json& evs, int64_t t0, P pred) {
   return -1;
 }
 
+// Drops everything arriving on rail0 at both ends; returns when the second
+// end was cut (the fault's time), or clears it.
+int64_t blackhole_rail0(bool on) {
+  if (!on) {
+    attach_drop("dpl-a", "rail0", 0, true);
+    attach_drop("dpl-b", "rail0", 0, true);
+    return 0;
+  }
+  attach_drop("dpl-b", "rail0", 100000);
+  int64_t t0 = mono_ns();
+  attach_drop("dpl-a", "rail0", 100000);
+  return t0;
+}
+
 bool is_rail0_down(const json& e) {
   return e["kind"] == "health" && e["path"] == "rail0" &&
          e["reason"].get<std::string>().find("-> down") != std::string::npos;
@@ -155,29 +169,23 @@ int main(int argc, char** argv) {
           [&] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53060, 1000, 256, 2000); });
       std::this_thread::sleep_for(1000ms);
       since = last_event();
-      attach_drop("dpl-b", "rail0", 100000);
-      t0 = mono_ns();
-      attach_drop("dpl-a", "rail0", 100000);
+      t0 = blackhole_rail0(true);
       std::this_thread::sleep_for(2000ms);
       bh_decision.add(first_after(events_since(since), t0, ls_moved));
       auto r = stream.wait();
       rpc.join();
       if (!r.ok() || rtts.size() != 1000) ++lost;
       if (!rtts.empty()) bh_stall.add(*std::max_element(rtts.begin(), rtts.end()) / 1000.0);
-      attach_drop("dpl-a", "rail0", 0, true);
-      attach_drop("dpl-b", "rail0", 0, true);
+      blackhole_rail0(false);
     }
 
     // ---- idle blackhole: BFD alone
     if (!wait_up(30s)) ++failed_trials;
     since = last_event();
-    attach_drop("dpl-b", "rail0", 100000);
-    t0 = mono_ns();
-    attach_drop("dpl-a", "rail0", 100000);
+    t0 = blackhole_rail0(true);
     std::this_thread::sleep_for(2000ms);
     idle_down.add(first_after(events_since(since), t0, is_rail0_down));
-    attach_drop("dpl-a", "rail0", 0, true);
-    attach_drop("dpl-b", "rail0", 0, true);
+    blackhole_rail0(false);
     std::fprintf(stderr, "trial %d/%d done\n", t + 1, trials);
   }
   wait_up(30s);

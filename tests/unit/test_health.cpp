@@ -182,5 +182,11 @@ TEST(ApplyHealth, SharesAlwaysSumToTheScale) {
   }
 }
 
+TEST(ApplyHealth, FailbackRestoresTheFormerShareAndScalesTheRest) {
+  EXPECT_EQ(restore_share({0, 10000}, 0, 0.8), (Shares{8000, 2000}));
+  EXPECT_EQ(restore_share({0, 6000, 4000}, 0, 0.5), (Shares{5000, 3000, 2000}));
+  EXPECT_EQ(restore_share({0, 0}, 0, 0.3), (Shares{10000, 0})) << "nothing elsewhere: all back";
+}
+
 }  // namespace
 }  // namespace dp
