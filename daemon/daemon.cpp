@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -182,6 +183,7 @@ Result<void> Daemon::start() {
     netns_cookie_ = *cookie;
   else
     spdlog::warn("{}; sockops will count sockets of every namespace", cookie.error().what());
+  ifreq_fd_.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   links_ = std::make_unique<LinkStatsReader>();
   DP_TRY(start_metrics(p.metrics.listen));
   DP_TRY(apply_policy(p));
@@ -430,7 +432,27 @@ Result<void> Daemon::reload() {
     return DP_ERROR("applying policy {} failed: {}; the running policy {} stays", opts_.policy_file,
                     r.error().what(), old.hash);
   spdlog::info("policy reloaded: {} -> {}", old.hash, policy_.hash);
+  arm_tick();
   return {};
+}
+
+// At start, and after a reload that changed the policy's tick.
+void Daemon::arm_tick() {
+  if (tick_fd_ < 0 || policy_.scheduler.tick == armed_tick_) return;
+  auto tick_ns = policy_.scheduler.tick.count();
+  itimerspec its{};
+  its.it_interval.tv_sec = tick_ns / 1'000'000'000;
+  its.it_interval.tv_nsec = tick_ns % 1'000'000'000;
+  its.it_value = its.it_interval;
+  if (timerfd_settime(tick_fd_, 0, &its, nullptr) != 0) {
+    spdlog::error("setting the tick to {} failed: {}", format_duration(policy_.scheduler.tick),
+                  std::strerror(errno));
+    return;
+  }
+  if (armed_tick_.count())
+    spdlog::info("tick {} -> {}", format_duration(armed_tick_),
+                 format_duration(policy_.scheduler.tick));
+  armed_tick_ = policy_.scheduler.tick;
 }
 
 Result<void> Daemon::set_class_rail(int class_index, int path_index, bool pinned) {
@@ -552,7 +574,7 @@ void Daemon::check_interfaces() {
   BpfMap rails = skel_->map("dp_rails");
   for (size_t i = 0; i < policy_.paths.size(); ++i) {
     const auto& ps = policy_.paths[i];
-    bool present = if_nametoindex(ps.interface.c_str()) == rail_ifindex_[i];
+    bool present = ifindex_of(ps.interface) == rail_ifindex_[i];
     if (present || rail_vanished_[i]) continue;
     auto slot = static_cast<uint32_t>(rail_slot_[i]);
     dp_rail r = encode_rail(ps, rail_ifindex_[i], false);
@@ -562,6 +584,15 @@ void Daemon::check_interfaces() {
                   ps.interface, ps.name,
                   ok ? "; reload the policy once it is back" : ": " + ok.error().what());
   }
+}
+
+unsigned Daemon::ifindex_of(const std::string& ifname) const {
+  ifreq ifr{};
+  if (ifreq_fd_.get() < 0 || ifname.size() >= sizeof(ifr.ifr_name))
+    return if_nametoindex(ifname.c_str());
+  std::memcpy(ifr.ifr_name, ifname.data(), ifname.size());
+  if (::ioctl(ifreq_fd_.get(), SIOCGIFINDEX, &ifr) != 0) return 0;
+  return static_cast<unsigned>(ifr.ifr_ifindex);
 }
 
 void Daemon::tick() {
@@ -809,7 +840,7 @@ json Daemon::paths_json() const {
       sum.redirect_packets += x.redirect_packets;
       sum.redirect_bytes += x.redirect_bytes;
     }
-    int ifindex = static_cast<int>(if_nametoindex(ps.interface.c_str()));
+    int ifindex = static_cast<int>(ifindex_of(ps.interface));
     json tc = nullptr;
     if (ifindex) {
       auto st = Tc::status(ifindex, &owned);
@@ -1197,12 +1228,8 @@ int Daemon::run() {
   ::signal(SIGPIPE, SIG_IGN);
   Fd sfd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   Fd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-  auto tick_ns = policy_.scheduler.tick.count();
-  itimerspec its{};
-  its.it_interval.tv_sec = tick_ns / 1'000'000'000;
-  its.it_interval.tv_nsec = tick_ns % 1'000'000'000;
-  its.it_value = its.it_interval;
-  timerfd_settime(tfd.get(), 0, &its, nullptr);
+  tick_fd_ = tfd.get();
+  arm_tick();
   const Fd* lfd = &listen_fd_;
   Fd ep(epoll_create1(EPOLL_CLOEXEC));
   epoll_fd_ = ep.get();
@@ -1297,6 +1324,7 @@ int Daemon::run() {
   struct stat st {};
   if (::stat(opts_.socket_path.c_str(), &st) == 0 && st.st_ino == socket_ino_)
     ::unlink(opts_.socket_path.c_str());
+  tick_fd_ = -1;  // tfd closes with run()
   return exit_code;
 }
 

@@ -241,6 +241,17 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(0, d, kBytes, "param-sync after a good reload");
+  // a new tick takes effect at once (the timer is re-armed): at 1 s, a
+  // second and a half sees at most two ticks where 50 ms would give thirty
+  std::string slow = std::regex_replace(good, std::regex("tick = \"50ms\""), "tick = \"1s\"");
+  ASSERT_NE(slow, good);
+  write_file(file, slow);
+  lab::dpctl("a", "policy reload");
+  uint64_t t0 = lab::dpctl("a", "status")["ticks"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  uint64_t t1 = lab::dpctl("a", "status")["ticks"];
+  EXPECT_LE(t1 - t0, 2u) << "the tick stayed at 50 ms after a reload to 1 s";
+  EXPECT_GE(t1 - t0, 1u);
   // and back
   write_file(file, good);
   json back = lab::dpctl("a", "policy reload");
