@@ -252,6 +252,58 @@ TEST_F(Failover, ThirtyPercentLossMovesTheTrafficOff) {
   expect_failback();
 }
 
+// Both rails blackholed: nothing is left to fail over to. The daemon keeps
+// the last decisions and routing (dropping locally would lose more), says
+// so loudly, and the first rail that comes back carries the traffic at once,
+// without waiting out its hold-down; the other one then fails back as usual.
+TEST_F(Failover, BothRailsDownKeepTheLastDecisionsAndTheFirstBackCarriesAtOnce) {
+  struct Drops {  // detached whatever the test's outcome
+    ~Drops() {
+      for (const char* ns : {"dpl-a", "dpl-b"})
+        for (const char* dev : {"rail0", "rail1"}) attach_drop(ns, dev, 0, true);
+    }
+  } drops;
+  // expert-dispatch at 8 Mbit/s for 12 s: it must outlive the outage
+  Transfer t({"dpl-a", "dpl-b", "10.99.0.2", 50121, 0, 0, 12'000'000, 8e6});
+  std::this_thread::sleep_for(1500ms);
+  for (const char* ns : {"dpl-a", "dpl-b"})
+    for (const char* dev : {"rail0", "rail1"}) ASSERT_EQ(attach_drop(ns, dev, 100000), "");
+  std::this_thread::sleep_for(3000ms);  // > BFD detection (1.5 s) on both rails
+  EXPECT_EQ(health("a", "rail0"), "down");
+  EXPECT_EQ(health("a", "rail1"), "down");
+  json st = dpctl("a", "status");
+  EXPECT_EQ(st["all_paths_down"], true) << st.dump();
+  EXPECT_EQ(st["paths_carrying"], 0);
+  auto text = sh(dp_lab() + " dpctl a status");
+  EXPECT_NE(text.out.find("every path is down"), std::string::npos) << text.out;
+  std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
+  EXPECT_NE(metrics.find("dualpath_all_paths_down 1"), std::string::npos);
+  // the decision map still sends expert-dispatch somewhere: not all zero
+  json c = klass("a", "expert-dispatch");
+  ASSERT_TRUE(c.contains("shares")) << c.dump();
+  double total = 0;  // percent
+  for (auto& [rail, share] : c["shares"].items()) total += share.get<double>();
+  EXPECT_NEAR(total, 100, 0.1) << "the last decision was kept: " << c.dump();
+
+  // rail1 comes back first: used at once, though its hold-down has not run out
+  for (const char* ns : {"dpl-a", "dpl-b"}) ASSERT_EQ(attach_drop(ns, "rail1", 0, true), "");
+  auto end = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < end && dpctl("a", "status")["paths_carrying"] != 1)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(dpctl("a", "status")["paths_carrying"], 1);
+  EXPECT_EQ(dpctl("a", "status")["all_paths_down"], false);
+  EXPECT_GT(rail1_share(1000ms), 0.95) << "the transfer goes on over rail1";
+  auto r = t.wait();
+  EXPECT_TRUE(r.ok()) << "error \"" << r.error << "\", sent " << r.sent << " received "
+                      << r.received;
+  metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
+  EXPECT_NE(metrics.find("dualpath_all_paths_down 0"), std::string::npos);
+
+  // rail0 comes back: the usual hold-down and ramp
+  for (const char* ns : {"dpl-a", "dpl-b"}) ASSERT_EQ(attach_drop(ns, "rail0", 0, true), "");
+  expect_failback();
+}
+
 TEST_F(Failover, AFlappingRailGetsNoTrafficBackInsideItsHolddown) {
   Workload w(8s);
   std::this_thread::sleep_for(1000ms);
