@@ -817,8 +817,7 @@ json Daemon::status_json() const {
       {"paths", policy_.paths.size()},
       {"classes", policy_.classes.size()},
       {"ticks", ticks_},
-      {"paths_carrying", std::count_if(rails_.begin(), rails_.end(),
-                                       [](const Rail& r) { return r.health.weight() > 0; })},
+      {"paths_carrying", paths_carrying()},
       {"all_paths_down", all_down_},
       {"flowlet_gap_us", static_cast<double>(flowlet_gap_ns_) / 1000},
   };

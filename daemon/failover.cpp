@@ -379,6 +379,18 @@ void Daemon::health_changed() {
   }
 }
 
+// Rails that carry traffic: those with a weight, or, when none has one, those
+// that forward at all (a hold-down with no alternative; apply_health).
+size_t Daemon::paths_carrying() const {
+  size_t weighted = 0, alive = 0;
+  for (size_t i = 0; i < rails_.size(); ++i) {
+    bool gone = i < rail_vanished_.size() && rail_vanished_[i];
+    weighted += !gone && rails_[i].health.weight() > 0;
+    alive += !gone && rails_[i].health.alive();
+  }
+  return weighted ? weighted : alive;
+}
+
 // The scheduler's shares, reshaped by health, into the decision map; only
 // what changed is written.
 void Daemon::write_effective() {
