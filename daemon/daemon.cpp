@@ -1121,8 +1121,19 @@ json Daemon::handle(const json& req, bool privileged) {
   }
   if (cmd == "class.list") return reply_ok(classes_json());
   if (cmd == "flow.list") return flows_json(args);
-  if (cmd == "policy.show")
-    return reply_ok({{"file", policy_.file}, {"hash", policy_.hash}, {"node", policy_.node}});
+  if (cmd == "policy.show") {
+    // the file as it is on disk now: edited and not reloaded, it differs
+    std::error_code ec;
+    std::string file = std::filesystem::absolute(policy_.file, ec).string();
+    std::ifstream in(policy_.file, std::ios::binary);
+    std::stringstream disk;
+    if (in) disk << in.rdbuf();
+    return reply_ok({{"file", ec ? policy_.file : file},
+                     {"hash", policy_.hash},
+                     {"node", policy_.node},
+                     {"text", policy_.text},
+                     {"disk_hash", in ? json(content_hash(disk.str())) : json(nullptr)}});
+  }
 
   // Mutating commands.
   if (cmd == "events") return events_json(args);

@@ -707,6 +707,7 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   Policy p;
   p.file = name;
   p.hash = content_hash(text);
+  p.text = text;
   c.only_keys(root,
               {"node", "routing", "scheduler", "health", "measurement", "metrics", "path", "class"},
               "the top level");

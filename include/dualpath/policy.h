@@ -113,6 +113,7 @@ struct RoutingSettings {
 struct Policy {
   std::string file;
   std::string hash;  // content hash, 16 hex digits (FNV-1a 64 of the file's bytes)
+  std::string text;  // the file's bytes, as loaded (dpctl policy show/diff/apply)
   std::string node;  // instance name: pins live under <bpffs>/dualpath/<node>
   std::optional<std::string> default_class;
   RoutingSettings routing;

@@ -258,6 +258,67 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   EXPECT_EQ(back["hash"], hash);
 }
 
+// Policies live in git: diff a candidate against the running policy, apply
+// it (installed over the daemon's file, the old text kept as .prev), have a
+// refused one leave both files as they were, and roll back.
+TEST_F(Lab, PolicyDiffApplyAndRollback) {
+  const std::string file = g_policies + "/lab-a.toml", prev = file + ".prev";
+  const std::string good = read_file(file);
+  const std::string hash = lab::dpctl("a", "status")["policy"]["hash"];
+  std::string moved = good;
+  auto at = moved.find("name = \"param-sync\"");
+  ASSERT_NE(at, std::string::npos);
+  moved.replace(moved.find("prefer = \"rail1\"", at), 16, "prefer = \"rail0\"");
+  const std::string cand = g_policies + "/candidate.toml";
+  write_file(cand, moved);
+
+  auto diff = sh(lab::dp_lab() + " dpctl a -j policy diff " + cand);
+  EXPECT_EQ(diff.rc, 1) << "changes: exit 1, as diff(1)";
+  json d = json::parse(diff.out, nullptr, false);
+  ASSERT_TRUE(d.is_object()) << diff.out;
+  ASSERT_EQ(d["changes"].size(), 1u) << diff.out;
+  EXPECT_EQ(d["changes"][0]["where"], "class \"param-sync\".prefer");
+  EXPECT_EQ(d["changes"][0]["after"], "'rail0'");
+  EXPECT_GT(d["changes"][0]["line"].get<int>(), 0);
+  EXPECT_EQ(sh(lab::dp_lab() + " dpctl a policy diff " + file).rc, 0) << "no change: exit 0";
+
+  auto apply = sh(lab::dp_lab() + " dpctl a policy apply " + cand);
+  ASSERT_EQ(apply.rc, 0) << apply.out;
+  EXPECT_EQ(read_file(file), moved) << "installed over the daemon's file";
+  EXPECT_EQ(read_file(prev), good) << "the running text kept for rollback";
+  EXPECT_NE(lab::dpctl("a", "status")["policy"]["hash"], hash);
+  lab::TransferResult r;
+  auto dl = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52031, 0, 0, kBytes});
+  });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(0, dl, kBytes, "param-sync after policy apply");
+
+  // valid on paper, refused by the daemon: nothing changes, on disk either
+  std::string bad =
+      std::regex_replace(moved, std::regex("interface = \"rail1\""), "interface = \"rail9\"");
+  write_file(cand, bad);
+  json before = lab::dpctl("a", "status")["policy"];
+  auto refused = sh(lab::dp_lab() + " dpctl a policy apply " + cand);
+  EXPECT_NE(refused.rc, 0);
+  EXPECT_NE(refused.out.find("as they were"), std::string::npos) << refused.out;
+  EXPECT_EQ(read_file(file), moved);
+  EXPECT_EQ(read_file(prev), good);
+  EXPECT_EQ(lab::dpctl("a", "status")["policy"]["hash"], before["hash"]);
+
+  auto back = sh(lab::dp_lab() + " dpctl a policy rollback");
+  ASSERT_EQ(back.rc, 0) << back.out;
+  EXPECT_EQ(lab::dpctl("a", "status")["policy"]["hash"], hash);
+  EXPECT_EQ(read_file(file), good);
+  dl = rail_delta([&] {
+    r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52032, 0, 0, kBytes});
+  });
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_on(1, dl, kBytes, "param-sync after rollback");
+  std::filesystem::remove(prev);
+  std::filesystem::remove(cand);
+}
+
 TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   lab::dpctl("a", "class set expert-combine rail1");
   uint64_t counted_before = klass("a", "expert-combine")["tx_bytes"].get<uint64_t>();

@@ -7,27 +7,20 @@
 #include <iostream>
 #include <thread>
 
+#include "dpctl.h"
 #include "dualpath/control.h"
 #include "dualpath/policy.h"
 #include "dualpath/units.h"
 #include "dualpath/version.h"
 
-namespace {
-
-using dp::json;
-
-struct Globals {
-  bool json_out = false;
-  bool pretty = false;
-  std::string socket = dp::kDefaultSocket;
-};
+namespace dpctl {
 
 void print_json(const Globals& g, const json& j) {
   std::cout << (g.pretty ? j.dump(2) : j.dump()) << "\n";
 }
 
 // Errors: {"error": ...} on stdout under -j, a sentence on stderr otherwise.
-int fail(const Globals& g, const std::string& message, const json& extra = nullptr) {
+int fail(const Globals& g, const std::string& message, const json& extra) {
   if (g.json_out) {
     json j{{"error", message}};
     if (!extra.is_null()) j["details"] = extra;
@@ -36,25 +29,6 @@ int fail(const Globals& g, const std::string& message, const json& extra = nullp
     std::cerr << "dpctl: " << message << "\n";
   }
   return 1;
-}
-
-// Column-aligned table.
-void print_table(const std::vector<std::string>& head,
-                 const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> w(head.size());
-  for (size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
-  for (auto& r : rows)
-    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
-  auto line = [&](const std::vector<std::string>& r) {
-    std::string s;
-    for (size_t i = 0; i < r.size(); ++i) {
-      s += r[i];
-      if (i + 1 < r.size()) s += std::string(w[i] - r[i].size() + 2, ' ');
-    }
-    std::cout << s << "\n";
-  };
-  line(head);
-  for (auto& r : rows) line(r);
 }
 
 std::string str(const json& j) {
@@ -77,6 +51,31 @@ std::optional<json> request(const Globals& g, const std::string& cmd, json args,
   }
   *rc = 0;
   return (*r)["data"];
+}
+
+}  // namespace dpctl
+
+namespace {
+
+using namespace dpctl;
+
+// Column-aligned table.
+void print_table(const std::vector<std::string>& head,
+                 const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w(head.size());
+  for (size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
+  for (auto& r : rows)
+    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s;
+    for (size_t i = 0; i < r.size(); ++i) {
+      s += r[i];
+      if (i + 1 < r.size()) s += std::string(w[i] - r[i].size() + 2, ' ');
+    }
+    std::cout << s << "\n";
+  };
+  line(head);
+  for (auto& r : rows) line(r);
 }
 
 int cmd_status(const Globals& g) {
@@ -381,46 +380,6 @@ int cmd_class_unpin(const Globals& g, const std::string& cls) {
   return 0;
 }
 
-int cmd_policy_check(const Globals& g, const std::string& file) {
-  auto load = dp::load_policy_file(file);
-  if (!load.ok()) {
-    if (g.json_out) {
-      json errs = json::array();
-      for (auto& e : load.errors)
-        errs.push_back(
-            {{"file", e.file}, {"line", e.line}, {"column", e.column}, {"message", e.message}});
-      print_json(g, {{"valid", false}, {"file", file}, {"errors", errs}});
-    } else {
-      for (auto& e : load.errors) std::cerr << e.str() << "\n";
-      std::cerr << file << ": " << load.errors.size() << " error"
-                << (load.errors.size() == 1 ? "" : "s") << "\n";
-    }
-    return 1;
-  }
-  const auto& p = *load.policy;
-  if (g.json_out) {
-    print_json(g, {{"valid", true},
-                   {"file", file},
-                   {"node", p.node},
-                   {"hash", p.hash},
-                   {"paths", p.paths.size()},
-                   {"classes", p.classes.size()}});
-  } else {
-    std::cout << file << ": valid (node " << p.node << ", " << p.paths.size() << " paths, "
-              << p.classes.size() << " classes, hash " << p.hash << ")\n";
-  }
-  return 0;
-}
-
-int cmd_policy_reload(const Globals& g) {
-  int rc;
-  auto d = request(g, "policy.reload", json::object(), &rc);
-  if (!d) return rc;
-  if (g.json_out) return print_json(g, *d), 0;
-  std::cout << "policy reloaded (hash " << str((*d)["hash"]) << ")\n";
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -505,6 +464,18 @@ int main(int argc, char** argv) {
   check->callback([&] { action = [&] { return cmd_policy_check(g, policy_file); }; });
   pol->add_subcommand("reload", "make the daemon re-read its policy file (like SIGHUP)")
       ->callback([&] { action = [&] { return cmd_policy_reload(g); }; });
+  pol->add_subcommand("show", "the running policy's text, and whether the file on disk differs")
+      ->callback([&] { action = [&] { return cmd_policy_show(g); }; });
+  auto* diff = pol->add_subcommand(
+      "diff", "what FILE changes against the running policy (exit 0 none, 1 some, 2 trouble)");
+  diff->add_option("FILE", policy_file, "policy file")->required();
+  diff->callback([&] { action = [&] { return cmd_policy_diff(g, policy_file); }; });
+  auto* apply = pol->add_subcommand(
+      "apply", "check FILE, show its changes, install it as the daemon's policy and reload");
+  apply->add_option("FILE", policy_file, "policy file")->required();
+  apply->callback([&] { action = [&] { return cmd_policy_apply(g, policy_file); }; });
+  pol->add_subcommand("rollback", "apply the policy the last apply replaced (POLICY.prev)")
+      ->callback([&] { action = [&] { return cmd_policy_rollback(g); }; });
 
   try {
     app.parse(argc, argv);

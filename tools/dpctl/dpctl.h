@@ -1,0 +1,35 @@
+// What dpctl's command files share: the global options, JSON or text output,
+// errors, and requests to dualpathd.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "dualpath/control.h"
+
+namespace dpctl {
+
+using dp::json;
+
+struct Globals {
+  bool json_out = false;
+  bool pretty = false;
+  std::string socket = dp::kDefaultSocket;
+};
+
+void print_json(const Globals& g, const json& j);
+// Errors: {"error": ...} on stdout under -j, a sentence on stderr otherwise. Returns 1.
+int fail(const Globals& g, const std::string& message, const json& extra = nullptr);
+std::string str(const json& j);  // a string as is, null as "-", anything else as JSON
+// Sends a request; prints the error reply and returns nullopt on failure.
+std::optional<json> request(const Globals& g, const std::string& cmd, json args, int* rc);
+
+// policy.cpp: policy files, with or without a daemon
+int cmd_policy_check(const Globals& g, const std::string& file);
+int cmd_policy_reload(const Globals& g);
+int cmd_policy_show(const Globals& g);
+int cmd_policy_diff(const Globals& g, const std::string& file);
+int cmd_policy_apply(const Globals& g, const std::string& file);
+int cmd_policy_rollback(const Globals& g);
+
+}  // namespace dpctl
