@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <time.h>
 
@@ -158,6 +159,15 @@ Result<void> Daemon::start() {
   auto lfd = listen_unix(opts_.socket_path, 0660);
   if (!lfd) return lfd.error();
   listen_fd_ = std::move(*lfd);
+  if (!opts_.socket_group.empty()) {
+    const group* gr = ::getgrnam(opts_.socket_group.c_str());
+    if (!gr) return DP_ERROR("--socket-group {}: no such group", opts_.socket_group);
+    if (::chown(opts_.socket_path.c_str(), static_cast<uid_t>(-1), gr->gr_gid) != 0)
+      return DP_SYS_ERROR(errno, "giving {} to group {} failed", opts_.socket_path,
+                          opts_.socket_group);
+    spdlog::info("members of group {} may query {}; changes need root", opts_.socket_group,
+                 opts_.socket_path);
+  }
   struct stat st {};
   if (::stat(opts_.socket_path.c_str(), &st) == 0) socket_ino_ = st.st_ino;
   pin_dir_ = pin_dir(opts_.bpffs_root, p.node);

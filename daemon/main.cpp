@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--socket", opts.socket_path, "control socket path")->capture_default_str();
+  app.add_option("--socket-group", opts.socket_group,
+                 "group that may query the control socket (changes need root)");
   app.add_option("--bpffs", opts.bpffs_root, "bpffs root; pins go to ROOT/dualpath/NODE")
       ->capture_default_str();
   app.add_flag("--cleanup", cleanup,

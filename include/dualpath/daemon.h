@@ -33,6 +33,9 @@ struct DaemonOptions {
   std::string policy_file;
   std::string socket_path = kDefaultSocket;
   std::string bpffs_root = "/sys/fs/bpf";  // pins go to <bpffs_root>/dualpath/<node>
+  // Members of this group may query the control socket (mode 0660); only
+  // root may change anything. Empty: the socket keeps the daemon's group.
+  std::string socket_group;
 };
 
 // Per rail and class, summed over CPUs.

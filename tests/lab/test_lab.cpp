@@ -319,6 +319,31 @@ TEST_F(Lab, PolicyDiffApplyAndRollback) {
   std::filesystem::remove(cand);
 }
 
+// --socket-group: its members query, only root changes anything, and
+// anyone else cannot connect at all. Clients run as nobody (setpriv).
+TEST_F(Lab, SocketGroupMembersQueryAndOnlyRootChanges) {
+  must(lab::dp_lab() + " stop a");
+  must("DP_LAB_DAEMON_ARGS='--socket-group nogroup' " + lab::dp_lab() + " start a");
+  auto as = [](const std::string& group, const std::string& args) {
+    return sh("setpriv --reuid=nobody --regid=" + group +
+              " --clear-groups " DP_BUILD_DIR "/tools/dpctl/dpctl -j -s /run/dualpath/dpl-a.sock " +
+              args);
+  };
+  auto member = as("nogroup", "status");
+  EXPECT_EQ(member.rc, 0) << member.out;
+  EXPECT_NE(member.out.find("\"node\":\"dpl-a\""), std::string::npos) << member.out;
+  auto change = as("nogroup", "class set param-sync rail0");
+  EXPECT_NE(change.rc, 0);
+  EXPECT_NE(change.out.find("needs root"), std::string::npos) << change.out;
+  EXPECT_EQ(klass("a", "param-sync")["rail"], "rail1") << "nothing changed";
+  auto stranger = as("daemon", "status");
+  EXPECT_NE(stranger.rc, 0);
+  EXPECT_NE(stranger.out.find("Permission denied"), std::string::npos) << stranger.out;
+  // back to the lab's own daemon
+  must(lab::dp_lab() + " stop a");
+  must(lab::dp_lab() + " start a");
+}
+
 TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   lab::dpctl("a", "class set expert-combine rail1");
   uint64_t counted_before = klass("a", "expert-combine")["tx_bytes"].get<uint64_t>();
