@@ -420,6 +420,14 @@ void warn_ephemeral_overlap(const Policy& p) {
 }
 
 Result<void> Daemon::reload() {
+  auto r = reload_policy();
+  last_reload_ok_ = r.ok();
+  ++(r ? reloads_applied_ : reloads_refused_);
+  publish_metrics();  // a refusal shows at once, not a tick later
+  return r;
+}
+
+Result<void> Daemon::reload_policy() {
   auto load = load_policy_file(opts_.policy_file);
   if (!load.ok()) {
     for (auto& e : load.errors) spdlog::error("{}", e.str());
@@ -783,6 +791,9 @@ void Daemon::publish_metrics() {
   v.node = policy_.node;
   v.policy_file = policy_.file;
   v.policy_hash = policy_.hash;
+  v.reloads_applied = reloads_applied_;
+  v.reloads_refused = reloads_refused_;
+  v.last_reload_ok = last_reload_ok_;
   for (size_t i = 0; i < policy_.paths.size(); ++i) {
     auto slot = static_cast<size_t>(rail_slot_[i]);
     MetricsView::Path p;

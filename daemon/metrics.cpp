@@ -204,6 +204,15 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
       b.family("dualpath_all_paths_down",
                "1 when every path is down and the last decisions are kept", MetricType::Gauge);
   Builder::add(ad, {}, v.all_paths_down ? 1 : 0);
+  auto& rl = b.family("dualpath_policy_reloads_total",
+                      "policy reloads since the daemon started, by result (applied, refused)",
+                      MetricType::Counter);
+  Builder::add(rl, {L("result", "applied")}, static_cast<double>(v.reloads_applied));
+  Builder::add(rl, {L("result", "refused")}, static_cast<double>(v.reloads_refused));
+  auto& lr =
+      b.family("dualpath_policy_last_reload_successful",
+               "0 when the last reload was refused and an older policy runs", MetricType::Gauge);
+  Builder::add(lr, {}, v.last_reload_ok ? 1 : 0);
   auto& sw = b.family("dualpath_scheduler_switches_total",
                       "share changes the scheduler made, by class and reason "
                       "(latency, spill, return, rebalance, down, health)",

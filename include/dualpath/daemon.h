@@ -62,7 +62,8 @@ class Daemon {
 
  private:
   Result<void> apply_policy(const Policy& next);
-  Result<void> reload();
+  Result<void> reload();  // reload_policy(), counted for the metrics
+  Result<void> reload_policy();
   void arm_tick();
   void tick();
   void check_interfaces();
@@ -167,6 +168,8 @@ class Daemon {
   std::vector<SchedClock::time_point> settle_until_;  // per path: no evidence before
   std::unique_ptr<::nl_sock, void (*)(::nl_sock*)> link_events_{nullptr, nullptr};
   int epoll_fd_ = -1;
+  uint64_t reloads_applied_ = 0, reloads_refused_ = 0;
+  bool last_reload_ok_ = true;
   int tick_fd_ = -1;  // the timerfd of run(), re-armed by arm_tick()
   Nanos armed_tick_{0};
   std::map<int, size_t> bfd_fds_;  // receive fd -> path

@@ -35,6 +35,9 @@ struct MetricsView {
     std::string bfd;  // BFD session state, "" when off
   };
   bool all_paths_down = false;
+  // policy reloads (SIGHUP, dpctl policy reload/apply/rollback) since start
+  uint64_t reloads_applied = 0, reloads_refused = 0;
+  bool last_reload_ok = true;
   struct Class {
     std::string path, klass;  // klass "unclassified" for the unclassified slot
     dp_counters counters{};

@@ -218,6 +218,14 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   auto reload = sh(lab::dp_lab() + " dpctl a -j policy reload");
   EXPECT_NE(reload.rc, 0);
   EXPECT_NE(reload.out.find("the running policy"), std::string::npos) << reload.out;
+  // what an alert would see: the last reload failed, and refusals are counted
+  std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
+  EXPECT_NE(metrics.find("dualpath_policy_last_reload_successful 0"), std::string::npos);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      metrics, m, std::regex(R"re(dualpath_policy_reloads_total\{result="refused"\} (\d+))re")))
+      << metrics;
+  EXPECT_GE(std::stoi(m[1]), 2) << "SIGHUP and dpctl policy reload, both refused";
   // traffic is still steered by the old policy
   lab::TransferResult r;
   auto d = rail_delta([&] {

@@ -1,6 +1,9 @@
 // The metrics builder: names, types, and histogram and summary structure.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <cmath>
 
 #include "dualpath/metrics.h"
@@ -65,6 +68,19 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
   auto* info = find(fs, "dualpath_policy_info");
   ASSERT_TRUE(info);
   EXPECT_EQ(info->metric[0].label[2].value, "00112233aabbccdd");
+  // dualpathd(8) lists every family
+  std::ifstream man(std::string(DP_SOURCE_DIR) + "/docs/man/dualpathd.8.scd");
+  std::stringstream page;
+  page << man.rdbuf();
+  for (auto& f : fs)
+    EXPECT_NE(page.str().find("*" + f.name + "*"), std::string::npos)
+        << f.name << " is not in docs/man/dualpathd.8.scd, METRICS";
+  auto* rl = find(fs, "dualpath_policy_reloads_total");
+  ASSERT_TRUE(rl);
+  EXPECT_EQ(rl->metric.size(), 2u) << "applied and refused, zero included";
+  auto* lr = find(fs, "dualpath_policy_last_reload_successful");
+  ASSERT_TRUE(lr);
+  EXPECT_EQ(lr->metric[0].gauge.value, 1) << "no reload yet counts as success";
   auto* tx = find(fs, "dualpath_class_transmit_bytes_total");
   ASSERT_TRUE(tx);
   EXPECT_EQ(tx->metric[0].counter.value, 4242);
