@@ -829,7 +829,8 @@ json Daemon::status_json() const {
       {"node", policy_.node},
       {"version", kVersion},
       {"pid", ::getpid()},
-      {"policy", {{"file", policy_.file}, {"hash", policy_.hash}}},
+      {"policy",
+       {{"file", policy_.file}, {"hash", policy_.hash}, {"disk_hash", policy_disk_hash()}}},
       {"uptime_s",
        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
       {"adopted", adopted_},
@@ -1120,6 +1121,16 @@ json Daemon::flows_json(const json& args) const {
   return reply_ok({{"flows", out}, {"total", total}});
 }
 
+// The hash of the policy file as it is on disk now (null if unreadable):
+// edited and not reloaded, it differs from the running policy's.
+json Daemon::policy_disk_hash() const {
+  std::ifstream in(policy_.file, std::ios::binary);
+  if (!in) return nullptr;
+  std::stringstream disk;
+  disk << in.rdbuf();
+  return content_hash(disk.str());
+}
+
 json Daemon::handle(const json& req, bool privileged) {
   if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
     return reply_error("bad_request", "a request is a JSON object with a string \"cmd\"");
@@ -1143,17 +1154,13 @@ json Daemon::handle(const json& req, bool privileged) {
   if (cmd == "class.list") return reply_ok(classes_json());
   if (cmd == "flow.list") return flows_json(args);
   if (cmd == "policy.show") {
-    // the file as it is on disk now: edited and not reloaded, it differs
     std::error_code ec;
     std::string file = std::filesystem::absolute(policy_.file, ec).string();
-    std::ifstream in(policy_.file, std::ios::binary);
-    std::stringstream disk;
-    if (in) disk << in.rdbuf();
     return reply_ok({{"file", ec ? policy_.file : file},
                      {"hash", policy_.hash},
                      {"node", policy_.node},
                      {"text", policy_.text},
-                     {"disk_hash", in ? json(content_hash(disk.str())) : json(nullptr)}});
+                     {"disk_hash", policy_disk_hash()}});
   }
 
   // Mutating commands.

@@ -68,6 +68,7 @@ class Daemon {
   void tick();
   void check_interfaces();
   size_t paths_carrying() const;
+  json policy_disk_hash() const;
   // if_nametoindex() without its socket per call: a socket made and closed
   // every tick costs a veth rail ~10% of its TCP throughput (measured).
   unsigned ifindex_of(const std::string& ifname) const;

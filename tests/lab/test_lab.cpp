@@ -218,6 +218,12 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   auto reload = sh(lab::dp_lab() + " dpctl a -j policy reload");
   EXPECT_NE(reload.rc, 0);
   EXPECT_NE(reload.out.find("the running policy"), std::string::npos) << reload.out;
+  // status says the file on disk is not what runs
+  json pol = lab::dpctl("a", "status")["policy"];
+  EXPECT_EQ(pol["hash"], hash);
+  EXPECT_NE(pol["disk_hash"], hash);
+  EXPECT_NE(sh(lab::dp_lab() + " dpctl a status").out.find("has changed on disk and is not loaded"),
+            std::string::npos);
   // what an alert would see: the last reload failed, and refusals are counted
   std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
   EXPECT_NE(metrics.find("dualpath_policy_last_reload_successful 0"), std::string::npos);

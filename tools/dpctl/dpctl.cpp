@@ -95,6 +95,12 @@ int cmd_status(const Globals& g) {
             << " carrying traffic), classes: " << (*d)["classes"] << "\n"
             << "flowlets:   gap " << fmt::format("{:.0f} us", (*d)["flowlet_gap_us"].get<double>())
             << "\n";
+  const json& pol = (*d)["policy"];
+  if (pol.contains("disk_hash") && pol["disk_hash"] != pol["hash"])
+    std::cout << "NOTE:       " << str(pol["file"])
+              << (pol["disk_hash"].is_null() ? " cannot be read"
+                                             : " has changed on disk and is not loaded")
+              << " (dpctl policy diff " << str(pol["file"]) << ")\n";
   if ((*d)["all_paths_down"].get<bool>())
     std::cout << "WARNING:    every path is down; the last decisions and routing are kept\n";
   return 0;
