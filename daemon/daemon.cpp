@@ -454,6 +454,14 @@ Result<void> Daemon::reload_policy() {
   return {};
 }
 
+// How long a scrape waits for the daemon's next tick to publish: two ticks,
+// within [100 ms, 5 s].
+namespace {
+Nanos fresh_wait(Nanos tick) {
+  return std::clamp<Nanos>(2 * tick, std::chrono::milliseconds(100), std::chrono::seconds(5));
+}
+}  // namespace
+
 // At start, and after a reload that changed the policy's tick.
 void Daemon::arm_tick() {
   if (tick_fd_ < 0 || policy_.scheduler.tick == armed_tick_) return;
@@ -471,6 +479,7 @@ void Daemon::arm_tick() {
     spdlog::info("tick {} -> {}", format_duration(armed_tick_),
                  format_duration(policy_.scheduler.tick));
   armed_tick_ = policy_.scheduler.tick;
+  if (metrics_) metrics_->set_fresh_wait(fresh_wait(armed_tick_));
 }
 
 Result<void> Daemon::set_class_rail(int class_index, int path_index, bool pinned) {
@@ -651,7 +660,7 @@ void Daemon::tick() {
   check_evidence();
   run_scheduler();
   health_changed();  // writes the decisions, through the rails' health
-  publish_metrics();
+  if (metrics_ && metrics_->wanted()) publish_metrics();  // a scrape waits for it
   last_tick_ = now;
   ++ticks_;
   sd_notify(0, "WATCHDOG=1");
@@ -780,6 +789,7 @@ Result<void> Daemon::start_metrics(const std::string& listen) {
   if (!e) return e.error();
   metrics_ = std::move(*e);
   metrics_listen_ = listen;
+  metrics_->set_fresh_wait(fresh_wait(policy_.scheduler.tick));
   spdlog::info("metrics on http://{}/metrics", listen);
   return {};
 }

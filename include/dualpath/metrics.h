@@ -7,6 +7,7 @@
 #include <prometheus/metric_family.h>
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,12 +57,18 @@ std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);
 // The text exposition format of the families (what /metrics serves).
 std::string serialize_metrics(const std::vector<prometheus::MetricFamily>& families);
 
+// Serves the families the daemon publishes. Building them costs more than
+// the rest of a tick, and Prometheus scrapes every few seconds, so they are
+// built on demand: a scrape marks them wanted and waits (at most fresh_wait)
+// for the daemon's next tick to publish; the daemon builds only when wanted().
 class MetricsExporter {
  public:
   // listen: "127.0.0.1:9464" or "[::1]:9464".
   static Result<std::unique_ptr<MetricsExporter>> start(const std::string& listen);
   ~MetricsExporter();
   void publish(std::vector<prometheus::MetricFamily> families);
+  bool wanted() const;  // a scrape waits for a publish
+  void set_fresh_wait(std::chrono::nanoseconds d);
   int port() const;
 
  private:
