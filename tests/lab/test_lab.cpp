@@ -295,6 +295,14 @@ TEST_F(Lab, PolicyDiffApplyAndRollback) {
   EXPECT_EQ(d["changes"][0]["after"], "'rail0'");
   EXPECT_GT(d["changes"][0]["line"].get<int>(), 0);
   EXPECT_EQ(sh(lab::dp_lab() + " dpctl a policy diff " + file).rc, 0) << "no change: exit 0";
+  // two files: offline, no daemon asked (a review in git)
+  auto offline =
+      sh(DP_BUILD_DIR "/tools/dpctl/dpctl -s /nonexistent policy diff " + file + " " + cand);
+  EXPECT_EQ(offline.rc, 1) << offline.out;
+  EXPECT_NE(offline.out.find("~ class \"param-sync\".prefer: 'rail1' -> 'rail0'"),
+            std::string::npos)
+      << offline.out;
+  EXPECT_EQ(sh(DP_BUILD_DIR "/tools/dpctl/dpctl policy diff a b c").rc, 2) << "usage error: 2";
 
   auto apply = sh(lab::dp_lab() + " dpctl a policy apply " + cand);
   ASSERT_EQ(apply.rc, 0) << apply.out;

@@ -472,10 +472,13 @@ int main(int argc, char** argv) {
       ->callback([&] { action = [&] { return cmd_policy_reload(g); }; });
   pol->add_subcommand("show", "the running policy's text, and whether the file on disk differs")
       ->callback([&] { action = [&] { return cmd_policy_show(g); }; });
+  std::vector<std::string> diff_files;
   auto* diff = pol->add_subcommand(
-      "diff", "what FILE changes against the running policy (exit 0 none, 1 some, 2 trouble)");
-  diff->add_option("FILE", policy_file, "policy file")->required();
-  diff->callback([&] { action = [&] { return cmd_policy_diff(g, policy_file); }; });
+      "diff",
+      "what FILE changes against the running policy, or NEW against OLD offline "
+      "(exit 0 none, 1 some, 2 trouble)");
+  diff->add_option("[OLD] FILE", diff_files, "policy file(s)")->required()->expected(1, 2);
+  diff->callback([&] { action = [&] { return cmd_policy_diff(g, diff_files); }; });
   auto* apply = pol->add_subcommand(
       "apply", "check FILE, show its changes, install it as the daemon's policy and reload");
   apply->add_option("FILE", policy_file, "policy file")->required();
@@ -495,7 +498,8 @@ int main(int argc, char** argv) {
       std::cout << json{{"error", e.what()}}.dump() << "\n";
       return 2;
     }
-    return app.exit(e);
+    app.exit(e);
+    return 2;  // a usage error, as dpctl(8) says (CLI11's own codes vary)
   }
   if (g.pretty) g.json_out = true;
   return action ? action() : 2;

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dualpath/control.h"
 
@@ -28,7 +29,7 @@ std::optional<json> request(const Globals& g, const std::string& cmd, json args,
 int cmd_policy_check(const Globals& g, const std::string& file);
 int cmd_policy_reload(const Globals& g);
 int cmd_policy_show(const Globals& g);
-int cmd_policy_diff(const Globals& g, const std::string& file);
+int cmd_policy_diff(const Globals& g, const std::vector<std::string>& files);
 int cmd_policy_apply(const Globals& g, const std::string& file);
 int cmd_policy_rollback(const Globals& g);
 

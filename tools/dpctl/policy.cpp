@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <vector>
 
 #include "dpctl.h"
 #include "dualpath/policy.h"
@@ -81,23 +82,30 @@ int print_errors(const Globals& g, const std::string& file, const dp::PolicyLoad
   return 1;
 }
 
-json changes_json(const std::vector<dp::PolicyChange>& changes, const std::string& file) {
+// A change's line is in the new file, or in the old one for a removal.
+const std::string& file_of(const dp::PolicyChange& c, const std::string& old_file,
+                           const std::string& new_file) {
+  return c.kind == dp::PolicyChange::Kind::Removed ? old_file : new_file;
+}
+
+json changes_json(const std::vector<dp::PolicyChange>& changes, const std::string& old_file,
+                  const std::string& new_file) {
   json out = json::array();
   for (auto& c : changes)
     out.push_back({{"kind", dp::to_string(c.kind)},
                    {"where", c.where},
                    {"before", c.before ? json(*c.before) : json(nullptr)},
                    {"after", c.after ? json(*c.after) : json(nullptr)},
-                   {"file", c.kind == dp::PolicyChange::Kind::Removed ? "running" : file},
+                   {"file", file_of(c, old_file, new_file)},
                    {"line", c.line}});
   return out;
 }
 
-void print_changes(const std::vector<dp::PolicyChange>& changes, const std::string& file) {
+void print_changes(const std::vector<dp::PolicyChange>& changes, const std::string& old_file,
+                   const std::string& new_file) {
   for (auto& c : changes)
-    std::cout << "  " << c.str() << "   ("
-              << (c.kind == dp::PolicyChange::Kind::Removed ? std::string("running") : file) << ":"
-              << c.line << ")\n";
+    std::cout << "  " << c.str() << "   (" << file_of(c, old_file, new_file) << ":" << c.line
+              << ")\n";
 }
 
 struct Running {
@@ -142,7 +150,7 @@ int install(const Globals& g, const std::string& bytes, const std::string& label
     std::cout << verb << " " << label << " (hash " << load.policy->hash << ") over " << run->file
               << " (running, hash " << run->hash << "):\n";
     if (changes->empty()) std::cout << "  no change but in comments and layout\n";
-    print_changes(*changes, label);
+    print_changes(*changes, "running", label);
   }
   auto old_file = read_bytes(run->file), old_prev = read_bytes(prev);
   if (auto w = write_atomic(prev, run->text); !w) return fail(g, w.error().what());
@@ -167,7 +175,7 @@ int install(const Globals& g, const std::string& bytes, const std::string& label
                    {"from", run->hash},
                    {"to", now},
                    {"previous", prev},
-                   {"changes", changes_json(*changes, label)}});
+                   {"changes", changes_json(*changes, "running", label)}});
   } else {
     std::cout << "applied: policy " << run->hash << " -> " << now << "; the previous one is in "
               << prev << " (dpctl policy rollback)\n";
@@ -221,28 +229,50 @@ int cmd_policy_show(const Globals& g) {
   return 0;
 }
 
-// Exit status as diff(1): 0 no change, 1 changes, 2 trouble.
-int cmd_policy_diff(const Globals& g, const std::string& file) {
-  auto bytes = read_bytes(file);
-  if (!bytes) return fail(g, fmt::format("cannot read {}: {}", file, std::strerror(errno))), 2;
-  auto load = dp::parse_policy(*bytes, file);
-  if (!load.ok()) return print_errors(g, file, load), 2;
-  int rc = 0;
-  auto run = running(g, &rc);
-  if (!run) return 2;
-  auto changes = dp::diff_policies(run->text, run->file, *bytes, file);
-  if (!changes) return fail(g, changes.error().what()), 2;
-  if (g.json_out) {
-    print_json(g, {{"running", {{"file", run->file}, {"hash", run->hash}}},
-                   {"candidate", {{"file", file}, {"hash", load.policy->hash}}},
-                   {"changes", changes_json(*changes, file)}});
-  } else if (changes->empty()) {
-    std::cout << file << " (hash " << load.policy->hash << ") changes nothing against the running "
-              << "policy " << run->hash << "\n";
+// Exit status as diff(1): 0 no change, 1 changes, 2 trouble. One file: the
+// running policy against it. Two: OLD against NEW, offline (a review of a
+// policy change in git needs no daemon).
+int cmd_policy_diff(const Globals& g, const std::vector<std::string>& files) {
+  struct Side {
+    std::string file, hash, text;
+  };
+  auto load_side = [&](const std::string& file) -> std::optional<Side> {
+    auto bytes = read_bytes(file);
+    if (!bytes) {
+      fail(g, fmt::format("cannot read {}: {}", file, std::strerror(errno)));
+      return std::nullopt;
+    }
+    auto load = dp::parse_policy(*bytes, file);
+    if (!load.ok()) {
+      print_errors(g, file, load);
+      return std::nullopt;
+    }
+    return Side{file, load.policy->hash, *bytes};
+  };
+  std::optional<Side> from, to = load_side(files.back());
+  if (!to) return 2;
+  bool offline = files.size() == 2;
+  if (offline) {
+    from = load_side(files.front());
   } else {
-    std::cout << "running " << run->file << " (hash " << run->hash << ") -> " << file << " (hash "
-              << load.policy->hash << "):\n";
-    print_changes(*changes, file);
+    int rc = 0;
+    if (auto run = running(g, &rc)) from = Side{run->file, run->hash, run->text};
+  }
+  if (!from) return 2;
+  auto changes = dp::diff_policies(from->text, from->file, to->text, to->file);
+  if (!changes) return fail(g, changes.error().what()), 2;
+  const std::string old_label = offline ? from->file : "running";
+  if (g.json_out) {
+    print_json(g, {{offline ? "old" : "running", {{"file", from->file}, {"hash", from->hash}}},
+                   {offline ? "new" : "candidate", {{"file", to->file}, {"hash", to->hash}}},
+                   {"changes", changes_json(*changes, old_label, to->file)}});
+  } else if (changes->empty()) {
+    std::cout << to->file << " (hash " << to->hash << ") changes nothing against "
+              << (offline ? from->file : "the running policy") << " (hash " << from->hash << ")\n";
+  } else {
+    std::cout << (offline ? "" : "running ") << from->file << " (hash " << from->hash << ") -> "
+              << to->file << " (hash " << to->hash << "):\n";
+    print_changes(*changes, old_label, to->file);
   }
   return changes->empty() ? 0 : 1;
 }
