@@ -31,6 +31,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dualpath/encode.h"
+#include "dualpath/policy_diff.h"
 #include "dualpath/routing.h"
 #include "dualpath/units.h"
 #include "dualpath/version.h"
@@ -449,7 +450,17 @@ Result<void> Daemon::reload_policy() {
   if (!r)
     return DP_ERROR("applying policy {} failed: {}; the running policy {} stays", opts_.policy_file,
                     r.error().what(), old.hash);
-  spdlog::info("policy reloaded: {} -> {}", old.hash, policy_.hash);
+  // the journal says what each reload changed, as dpctl policy diff would
+  auto changes = diff_policies(old.text, "running", policy_.text, policy_.file);
+  size_t n = changes ? changes->size() : 0;
+  spdlog::info("policy reloaded: {} -> {}{}", old.hash, policy_.hash,
+               !changes ? ""
+               : n      ? fmt::format(", {} change{}:", n, n == 1 ? "" : "s")
+                        : " (comments and layout only)");
+  constexpr size_t kLogged = 20;
+  for (size_t i = 0; changes && i < n && i < kLogged; ++i)
+    spdlog::info("  {}", (*changes)[i].str());
+  if (n > kLogged) spdlog::info("  ... and {} more (dpctl policy diff)", n - kLogged);
   arm_tick();
   return {};
 }

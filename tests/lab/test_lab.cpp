@@ -250,6 +250,9 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_NE(lab::dpctl("a", "status")["policy"]["hash"], hash);
   EXPECT_EQ(klass("a", "param-sync")["rail"], "rail0");
+  log = read_file("/run/dualpath-lab/dpl-a.log");
+  EXPECT_NE(log.find("~ class \"param-sync\".prefer: 'rail1' -> 'rail0'"), std::string::npos)
+      << "the log says what the reload changed";
   d = rail_delta([&] {
     r = lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52003, 0, 0, kBytes});
   });
