@@ -421,9 +421,17 @@ void warn_ephemeral_overlap(const Policy& p) {
 }
 
 Result<void> Daemon::reload() {
+  std::string before = policy_.hash;
   auto r = reload_policy();
   last_reload_ok_ = r.ok();
   ++(r ? reloads_applied_ : reloads_refused_);
+  // in dpctl events beside the decisions it may cause
+  SchedulerEvent e;
+  e.t = SchedClock::now();
+  e.kind = "policy";
+  e.reason = r ? fmt::format("policy {} -> {} ({})", before, policy_.hash, reload_summary_)
+               : r.error().what();
+  log_event(std::move(e));
   publish_metrics();  // a refusal shows at once, not a tick later
   return r;
 }
@@ -453,6 +461,10 @@ Result<void> Daemon::reload_policy() {
   // the journal says what each reload changed, as dpctl policy diff would
   auto changes = diff_policies(old.text, "running", policy_.text, policy_.file);
   size_t n = changes ? changes->size() : 0;
+  reload_summary_ = !changes ? "changes unknown"
+                    : n == 0 ? "comments and layout only"
+                    : n == 1 ? (*changes)[0].str()
+                             : fmt::format("{} changes; first {}", n, (*changes)[0].str());
   spdlog::info("policy reloaded: {} -> {}{}", old.hash, policy_.hash,
                !changes ? ""
                : n      ? fmt::format(", {} change{}:", n, n == 1 ? "" : "s")

@@ -171,7 +171,8 @@ class Daemon {
   int epoll_fd_ = -1;
   uint64_t reloads_applied_ = 0, reloads_refused_ = 0;
   bool last_reload_ok_ = true;
-  int tick_fd_ = -1;  // the timerfd of run(), re-armed by arm_tick()
+  std::string reload_summary_;  // what the last applied reload changed, for events
+  int tick_fd_ = -1;            // the timerfd of run(), re-armed by arm_tick()
   Nanos armed_tick_{0};
   std::map<int, size_t> bfd_fds_;  // receive fd -> path
 

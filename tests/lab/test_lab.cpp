@@ -250,6 +250,12 @@ TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_NE(lab::dpctl("a", "status")["policy"]["hash"], hash);
   EXPECT_EQ(klass("a", "param-sync")["rail"], "rail0");
+  bool policy_event = false;  // dpctl events has the reload, beside the decisions
+  json events = lab::dpctl("a", "events");
+  for (auto& e : events["events"])
+    policy_event |= e["kind"] == "policy" &&
+                    e["reason"].get<std::string>().find("param-sync") != std::string::npos;
+  EXPECT_TRUE(policy_event) << events.dump();
   log = read_file("/run/dualpath-lab/dpl-a.log");
   EXPECT_NE(log.find("~ class \"param-sync\".prefer: 'rail1' -> 'rail0'"), std::string::npos)
       << "the log says what the reload changed";
