@@ -337,6 +337,17 @@ TEST_F(Lab, PolicyDiffApplyAndRollback) {
   EXPECT_EQ(read_file(prev), good);
   EXPECT_EQ(lab::dpctl("a", "status")["policy"]["hash"], before["hash"]);
 
+  // a policy file that is a link (into a git checkout, say) is not replaced
+  const std::string real = g_policies + "/real-lab-a.toml";
+  std::filesystem::rename(file, real);
+  std::filesystem::create_symlink(real, file);
+  auto linked = sh(lab::dp_lab() + " dpctl a policy apply " + cand);
+  EXPECT_NE(linked.rc, 0);
+  EXPECT_NE(linked.out.find("symbolic link"), std::string::npos) << linked.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(file));
+  std::filesystem::remove(file);
+  std::filesystem::rename(real, file);
+
   auto back = sh(lab::dp_lab() + " dpctl a policy rollback");
   ASSERT_EQ(back.rc, 0) << back.out;
   EXPECT_EQ(lab::dpctl("a", "status")["policy"]["hash"], hash);

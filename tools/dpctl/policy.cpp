@@ -136,6 +136,11 @@ int install(const Globals& g, const std::string& bytes, const std::string& label
   if (load.policy->node != run->node)
     return fail(g, fmt::format("{} is a policy for node \"{}\"; this daemon runs node \"{}\"",
                                label, load.policy->node, run->node));
+  std::error_code ec;
+  if (std::filesystem::is_symlink(run->file, ec))
+    return fail(g, fmt::format("{} is a symbolic link to {}: apply would replace the link. Update "
+                               "what it points to (git pull, say) and run dpctl policy reload",
+                               run->file, std::filesystem::read_symlink(run->file, ec).string()));
   auto changes = dp::diff_policies(run->text, run->file, bytes, label);
   if (!changes) return fail(g, changes.error().what());
   const std::string prev = run->file + ".prev";
