@@ -1,7 +1,7 @@
 // What changes between two policy files, key by key: the running policy and
 // a candidate (`dpctl policy diff FILE`, and `dpctl policy apply` before it
-// installs one). Pure: it compares the TOML documents, so it shows what the
-// operator wrote, including comments-free reformatting as no change at all.
+// installs one). Pure: it compares the TOML documents, not their text, so
+// comments and layout are no change at all.
 // [[path]] and [[class]] entries are matched by their name, so reordering
 // them is no change either and a renamed class is one removed and one added.
 #pragma once
