@@ -429,14 +429,15 @@ Result<void> Daemon::reload() {
   SchedulerEvent e;
   e.t = SchedClock::now();
   e.kind = "policy";
-  e.reason = r ? fmt::format("policy {} -> {} ({})", before, policy_.hash, reload_summary_)
-               : r.error().what();
+  e.reason = r ? fmt::format("policy {} -> {} ({})", before, policy_.hash, *r) : r.error().what();
   log_event(std::move(e));
   publish_metrics();  // a refusal shows at once, not a tick later
-  return r;
+  if (!r) return r.error();
+  return {};
 }
 
-Result<void> Daemon::reload_policy() {
+// Returns what the reload changed, in one line.
+Result<std::string> Daemon::reload_policy() {
   auto load = load_policy_file(opts_.policy_file);
   if (!load.ok()) {
     for (auto& e : load.errors) spdlog::error("{}", e.str());
@@ -461,10 +462,6 @@ Result<void> Daemon::reload_policy() {
   // the journal says what each reload changed, as dpctl policy diff would
   auto changes = diff_policies(old.text, "running", policy_.text, policy_.file);
   size_t n = changes ? changes->size() : 0;
-  reload_summary_ = !changes ? "changes unknown"
-                    : n == 0 ? "comments and layout only"
-                    : n == 1 ? (*changes)[0].str()
-                             : fmt::format("{} changes; first {}", n, (*changes)[0].str());
   spdlog::info("policy reloaded: {} -> {}{}", old.hash, policy_.hash,
                !changes ? ""
                : n      ? fmt::format(", {} change{}:", n, n == 1 ? "" : "s")
@@ -474,7 +471,10 @@ Result<void> Daemon::reload_policy() {
     spdlog::info("  {}", (*changes)[i].str());
   if (n > kLogged) spdlog::info("  ... and {} more (dpctl policy diff)", n - kLogged);
   arm_tick();
-  return {};
+  if (!changes) return std::string("changes unknown");
+  if (n == 0) return std::string("comments and layout only");
+  if (n == 1) return (*changes)[0].str();
+  return fmt::format("{} changes; first {}", n, (*changes)[0].str());
 }
 
 // How long a scrape waits for the daemon's next tick to publish: two ticks,

@@ -62,8 +62,8 @@ class Daemon {
 
  private:
   Result<void> apply_policy(const Policy& next);
-  Result<void> reload();  // reload_policy(), counted for the metrics
-  Result<void> reload_policy();
+  Result<void> reload();                // reload_policy(), counted for the metrics
+  Result<std::string> reload_policy();  // what changed, in one line
   void arm_tick();
   void tick();
   void check_interfaces();
@@ -171,8 +171,7 @@ class Daemon {
   int epoll_fd_ = -1;
   uint64_t reloads_applied_ = 0, reloads_refused_ = 0;
   bool last_reload_ok_ = true;
-  std::string reload_summary_;  // what the last applied reload changed, for events
-  int tick_fd_ = -1;            // the timerfd of run(), re-armed by arm_tick()
+  int tick_fd_ = -1;  // the timerfd of run(), re-armed by arm_tick()
   Nanos armed_tick_{0};
   std::map<int, size_t> bfd_fds_;  // receive fd -> path
 
