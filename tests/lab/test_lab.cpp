@@ -17,6 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,6 +26,7 @@
 #include <sstream>
 #include <thread>
 
+#include "golden.h"
 #include "lab_fixture.h"
 
 namespace fs = std::filesystem;
@@ -199,6 +202,60 @@ TEST_F(Lab, MalformedControlRequestsGetErrorRepliesAndTheDaemonServesOn) {
   EXPECT_EQ(big["error"]["code"], "bad_request");
   ::close(fd);
   EXPECT_EQ(lab::dpctl("a", "status")["node"], "dpl-a") << "the daemon keeps serving";
+}
+
+// Every control reply keeps its keys, types, names, error codes and
+// messages (tests/golden/; DP_GOLDEN_UPDATE=1 records them anew).
+TEST_F(Lab, ControlRepliesMatchTheGoldenFiles) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strcpy(a.sun_path, "/run/dualpath/dpl-a.sock");
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::pair<std::string, std::string> requests[] = {
+      {"status", R"({"cmd":"status"})"},
+      {"path.list", R"({"cmd":"path.list"})"},
+      {"path.show", R"({"cmd":"path.show","args":{"path":"rail1"}})"},
+      {"class.list", R"({"cmd":"class.list"})"},
+      {"flow.list", R"({"cmd":"flow.list","args":{"top":3}})"},
+      {"policy.show", R"({"cmd":"policy.show"})"},
+      {"class.set", R"({"cmd":"class.set","args":{"class":"control","path":"rail0"}})"},
+      {"class.unpin", R"({"cmd":"class.unpin","args":{"class":"control"}})"},
+      {"policy.reload", R"({"cmd":"policy.reload"})"},
+      {"events", R"({"cmd":"events","args":{"since":0}})"},
+      {"err.not_json", "nope"},
+      {"err.no_cmd", R"({"args":{}})"},
+      {"err.args", R"({"cmd":"status","args":[1]})"},
+      {"err.unknown", R"({"cmd":"path.frobnicate"})"},
+      {"err.path.show.missing", R"({"cmd":"path.show"})"},
+      {"err.path.show.unknown", R"({"cmd":"path.show","args":{"path":"rail9"}})"},
+      {"err.flow.top", R"({"cmd":"flow.list","args":{"top":0}})"},
+      {"err.flow.class", R"({"cmd":"flow.list","args":{"class":"nosuch"}})"},
+      {"err.flow.path", R"({"cmd":"flow.list","args":{"path":7}})"},
+      {"err.events.since", R"({"cmd":"events","args":{"since":"x"}})"},
+      {"err.class.set.missing", R"({"cmd":"class.set","args":{"class":"logs"}})"},
+      {"err.class.set.class", R"({"cmd":"class.set","args":{"class":"nosuch","path":"rail0"}})"},
+      {"err.class.set.path", R"({"cmd":"class.set","args":{"class":"logs","path":"rail9"}})"},
+      {"err.class.unpin.missing", R"({"cmd":"class.unpin"})"},
+      {"err.class.unpin.class", R"({"cmd":"class.unpin","args":{"class":"nosuch"}})"},
+      {"err.path.drain.missing", R"({"cmd":"path.drain"})"},
+      {"err.path.drain.unknown", R"({"cmd":"path.undrain","args":{"path":"rail9"}})"},
+  };
+  const std::string dir = DP_SOURCE_DIR "/tests/golden/";
+  const bool update = std::getenv("DP_GOLDEN_UPDATE") != nullptr;
+  for (const auto& [name, line] : requests) {
+    json reply = json::parse(raw_request(fd, line + "\n"), nullptr, false);
+    ASSERT_FALSE(reply.is_discarded()) << "no JSON reply to " << line;
+    json got = lab::reply_shape(reply);
+    if (update) {
+      write_file(dir + name + ".json", got.dump(2) + "\n");
+      continue;
+    }
+    json golden = json::parse(read_file(dir + name + ".json"), nullptr, false);
+    ASSERT_FALSE(golden.is_discarded()) << "no golden file " << dir << name << ".json";
+    for (auto& d : lab::shape_diff(golden, got, name)) ADD_FAILURE() << d;
+  }
+  ::close(fd);
 }
 
 TEST_F(Lab, ReloadRefusesABadPolicyAndKeepsTheRunningOne) {
