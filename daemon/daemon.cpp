@@ -1,4 +1,4 @@
-#include "dualpath/daemon.h"
+#include "daemon.h"
 
 #include <net/if.h>
 #include <poll.h>
@@ -30,10 +30,10 @@
 #include <netlink/socket.h>
 #include <spdlog/spdlog.h>
 
-#include "dualpath/encode.h"
-#include "dualpath/policy_diff.h"
-#include "dualpath/routing.h"
-#include "dualpath/units.h"
+#include "dualpath/core/encode.h"
+#include "dualpath/core/policy_diff.h"
+#include "dualpath/core/units.h"
+#include "dualpath/kernel/routing.h"
 #include "dualpath/version.h"
 
 namespace dp {
@@ -83,46 +83,6 @@ Result<void> write_marks(const BpfMap& m, uint32_t gen,
 }  // namespace
 
 void warn_ephemeral_overlap(const Policy& p);
-
-dp_counters sum_counters(const std::vector<dp_counters>& per_cpu) {
-  dp_counters s{};
-  for (auto& c : per_cpu) {
-    s.tx_bytes += c.tx_bytes;
-    s.tx_packets += c.tx_packets;
-    s.rx_bytes += c.rx_bytes;
-    s.rx_packets += c.rx_packets;
-    s.redirect_packets += c.redirect_packets;
-    s.redirect_bytes += c.redirect_bytes;
-    s.flows_placed += c.flows_placed;
-    s.flows_replaced += c.flows_replaced;
-    s.flowlets += c.flowlets;
-  }
-  return s;
-}
-
-TcpCounters sum_tcp(const std::vector<dp_tcp_stats>& per_cpu) {
-  TcpCounters t;
-  for (auto& c : per_cpu) {
-    TcpCounters one;
-    std::copy_n(c.rtt_hist, std::min<size_t>(DP_RTT_BUCKETS, kHistBuckets), one.rtt_us.begin());
-    one.rtt_samples = c.rtt_samples;
-    one.srtt_us_sum = c.srtt_us_sum;
-    one.segs_out = c.segs_out;
-    one.retrans_segs = c.retrans_segs;
-    one.rto_events = c.rto_events;
-    add_tcp(t, one);
-  }
-  return t;
-}
-
-void add_tcp(TcpCounters& into, const TcpCounters& c) {
-  for (size_t b = 0; b < kHistBuckets; ++b) into.rtt_us[b] += c.rtt_us[b];
-  into.rtt_samples += c.rtt_samples;
-  into.srtt_us_sum += c.srtt_us_sum;
-  into.segs_out += c.segs_out;
-  into.retrans_segs += c.retrans_segs;
-  into.rto_events += c.rto_events;
-}
 
 std::string Daemon::pin_dir(const std::string& bpffs_root, const std::string& node) {
   return (std::filesystem::path(bpffs_root) / "dualpath" / node).string();

@@ -18,9 +18,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "dualpath/daemon.h"
-#include "dualpath/routing.h"
-#include "dualpath/units.h"
+#include "daemon.h"
+#include "dualpath/core/encode.h"
+#include "dualpath/core/units.h"
+#include "dualpath/kernel/routing.h"
 
 #ifndef IFF_LOWER_UP
 #define IFF_LOWER_UP 0x10000  // <linux/if.h>, which clashes with <net/if.h>

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdarg>
 
-#include "dualpath/daemon.h"
+#include "daemon.h"
 #include "dualpath/version.h"
 
 namespace {

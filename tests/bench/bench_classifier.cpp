@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "../bpf/packet.h"
-#include "dualpath/datapath.h"
-#include "dualpath/encode.h"
+#include "dualpath/core/encode.h"
+#include "dualpath/kernel/datapath.h"
 
 namespace {
 

@@ -10,9 +10,8 @@
 #include <cstring>
 #include <tuple>
 
-#include "dualpath/daemon.h"
-#include "dualpath/datapath.h"
-#include "dualpath/encode.h"
+#include "dualpath/core/encode.h"
+#include "dualpath/kernel/datapath.h"
 #include "packet.h"
 
 using dptest::build_packet;

@@ -1,7 +1,7 @@
 // BFD codec and state machine against RFC 5880.
 #include <gtest/gtest.h>
 
-#include "dualpath/bfd.h"
+#include "dualpath/core/bfd.h"
 
 namespace dp::bfd {
 namespace {

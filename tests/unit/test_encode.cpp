@@ -2,7 +2,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
-#include "dualpath/encode.h"
+#include "dualpath/core/encode.h"
 
 namespace {
 

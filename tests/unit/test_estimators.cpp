@@ -3,7 +3,7 @@
 
 #include <random>
 
-#include "dualpath/estimators.h"
+#include "dualpath/core/estimators.h"
 
 using namespace std::chrono_literals;
 using dp::Clock;

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "dualpath/abi.h"
-#include "dualpath/health.h"
+#include "dualpath/core/health.h"
 
 namespace dp {
 namespace {

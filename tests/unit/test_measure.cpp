@@ -2,7 +2,7 @@
 // counters with the link's, from synthetic snapshots.
 #include <gtest/gtest.h>
 
-#include "dualpath/measure.h"
+#include "dualpath/core/measure.h"
 
 using namespace std::chrono_literals;
 using dp::Clock;

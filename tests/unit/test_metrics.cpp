@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "dualpath/metrics.h"
+#include "dualpath/core/metrics.h"
 
 using namespace std::chrono_literals;
 

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "dualpath/abi.h"
-#include "dualpath/policy.h"
+#include "dualpath/core/policy.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "dualpath/policy_diff.h"
+#include "dualpath/core/policy_diff.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "dualpath/rdma.h"
+#include "dualpath/kernel/rdma.h"
 
 namespace fs = std::filesystem;
 

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "dualpath/abi.h"
-#include "dualpath/scheduler.h"
+#include "dualpath/core/scheduler.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;

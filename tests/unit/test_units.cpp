@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "dualpath/units.h"
+#include "dualpath/core/units.h"
 
 using namespace std::chrono_literals;
 

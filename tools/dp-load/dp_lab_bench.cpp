@@ -23,8 +23,8 @@
 #include <sstream>
 #include <thread>
 
-#include "dualpath/measure.h"
-#include "dualpath/units.h"
+#include "dualpath/core/units.h"
+#include "dualpath/kernel/linkstats.h"
 #include "load_core.h"
 
 namespace fs = std::filesystem;

@@ -39,7 +39,7 @@
 #include <mutex>
 #include <thread>
 
-#include "dualpath/units.h"
+#include "dualpath/core/units.h"
 #include "dualpath/version.h"
 #include "load_core.h"
 

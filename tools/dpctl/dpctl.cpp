@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "dpctl.h"
-#include "dualpath/control.h"
-#include "dualpath/policy.h"
-#include "dualpath/units.h"
+#include "dualpath/client/control_socket.h"
+#include "dualpath/core/policy.h"
+#include "dualpath/core/units.h"
 #include "dualpath/version.h"
 
 namespace dpctl {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "dualpath/control.h"
+#include "dualpath/client/control_socket.h"
 
 namespace dpctl {
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "dpctl.h"
-#include "dualpath/policy.h"
-#include "dualpath/policy_diff.h"
+#include "dualpath/core/policy.h"
+#include "dualpath/core/policy_diff.h"
 
 namespace dpctl {
 

@@ -1,0 +1,742 @@
+#include "dualpath/core/policy.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <toml++/toml.h>
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "dualpath/abi.h"
+#include "dualpath/core/units.h"
+
+namespace dp {
+
+// ---------------------------------------------------------------- addresses
+
+std::optional<IpAddr> IpAddr::parse(const std::string& text) {
+  IpAddr a;
+  if (inet_pton(AF_INET, text.c_str(), a.bytes.data()) == 1) {
+    a.family = AF_INET;
+    return a;
+  }
+  if (inet_pton(AF_INET6, text.c_str(), a.bytes.data()) == 1) {
+    a.family = AF_INET6;
+    return a;
+  }
+  return std::nullopt;
+}
+
+std::string IpAddr::str() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (family == 0) return "";
+  inet_ntop(family, bytes.data(), buf, sizeof(buf));
+  return buf;
+}
+
+std::optional<Prefix> Prefix::parse(const std::string& text) {
+  if (text == "default") return Prefix{*IpAddr::parse("0.0.0.0"), 0};
+  if (text == "default6") return Prefix{*IpAddr::parse("::"), 0};
+  auto slash = text.find('/');
+  auto addr = IpAddr::parse(text.substr(0, slash));
+  if (!addr) return std::nullopt;
+  int max = addr->family == AF_INET ? 32 : 128;
+  int len = max;
+  if (slash != std::string::npos) {
+    std::string l = text.substr(slash + 1);
+    if (l.empty() || l.size() > 3 || !std::all_of(l.begin(), l.end(), ::isdigit))
+      return std::nullopt;
+    len = std::stoi(l);
+    if (len > max) return std::nullopt;
+  }
+  return Prefix{*addr, len};
+}
+
+std::string Prefix::str() const { return fmt::format("{}/{}", addr.str(), len); }
+
+const char* to_string(Proto p) { return p == Proto::Tcp ? "tcp" : "udp"; }
+const char* to_string(PortMatch m) {
+  switch (m) {
+    case PortMatch::Src:
+      return "src";
+    case PortMatch::Dst:
+      return "dst";
+    default:
+      return "any";
+  }
+}
+const char* to_string(ClassKind k) {
+  return k == ClassKind::LatencySensitive ? "latency_sensitive" : "elastic";
+}
+
+std::string PortRange::str() const {
+  if (lo == hi) return fmt::format("{}:{}", to_string(proto), lo);
+  return fmt::format("{}:{}-{}", to_string(proto), lo, hi);
+}
+
+const PathSpec* Policy::path(const std::string& name) const {
+  for (auto& p : paths)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+const ClassSpec* Policy::klass(const std::string& name) const {
+  for (auto& c : classes)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+int Policy::path_index(const std::string& name) const {
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (paths[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::string Diagnostic::str() const {
+  return fmt::format("{}:{}:{}: error: {}", file, line, column, message);
+}
+
+std::string content_hash(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+// ---------------------------------------------------------------- checker
+
+namespace {
+
+class Checker {
+ public:
+  explicit Checker(std::string file) : file_(std::move(file)) {}
+
+  void error(const toml::source_region& at, std::string msg) {
+    errors_.push_back({file_, static_cast<int>(at.begin.line), static_cast<int>(at.begin.column),
+                       std::move(msg)});
+  }
+  void error(const toml::node& at, std::string msg) { error(at.source(), std::move(msg)); }
+
+  std::vector<Diagnostic> take() { return std::move(errors_); }
+
+  // Refuses keys not in `allowed`, naming the section they are in.
+  void only_keys(const toml::table& t, std::initializer_list<std::string_view> allowed,
+                 std::string_view section) {
+    for (auto& [k, v] : t) {
+      if (std::find(allowed.begin(), allowed.end(), k.str()) != allowed.end()) continue;
+      std::string list;
+      for (auto a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
+      error(k.source().begin.line ? k.source() : v.source(),
+            fmt::format("unknown key \"{}\" in {} (allowed: {})", k.str(), section, list));
+    }
+  }
+
+  std::optional<std::string> string(const toml::table& t, std::string_view key,
+                                    std::string_view section, bool required) {
+    const toml::node* n = t.get(key);
+    if (!n) {
+      if (required) error(t, fmt::format("{} is missing the required key \"{}\"", section, key));
+      return std::nullopt;
+    }
+    if (auto s = n->as_string()) return s->get();
+    error(*n, fmt::format("\"{}\" in {} must be a string", key, section));
+    return std::nullopt;
+  }
+
+  std::optional<int64_t> integer(const toml::table& t, std::string_view key,
+                                 std::string_view section, bool required, int64_t lo, int64_t hi) {
+    const toml::node* n = t.get(key);
+    if (!n) {
+      if (required) error(t, fmt::format("{} is missing the required key \"{}\"", section, key));
+      return std::nullopt;
+    }
+    auto i = n->as_integer();
+    if (!i) {
+      error(*n, fmt::format("\"{}\" in {} must be an integer", key, section));
+      return std::nullopt;
+    }
+    if (i->get() < lo || i->get() > hi) {
+      error(*n, fmt::format("\"{}\" = {} in {} is out of range ({} to {})", key, i->get(), section,
+                            lo, hi));
+      return std::nullopt;
+    }
+    return i->get();
+  }
+
+  std::optional<double> fraction(const toml::table& t, std::string_view key,
+                                 std::string_view section, double lo, double hi) {
+    const toml::node* n = t.get(key);
+    if (!n) return std::nullopt;
+    std::optional<double> v;
+    if (auto f = n->as_floating_point()) v = f->get();
+    if (auto i = n->as_integer()) v = static_cast<double>(i->get());
+    if (!v) {
+      error(*n, fmt::format("\"{}\" in {} must be a number", key, section));
+      return std::nullopt;
+    }
+    if (*v <= lo || *v > hi) {
+      error(*n, fmt::format("\"{}\" = {} in {} must be above {} and at most {}", key, *v, section,
+                            lo, hi));
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  std::optional<std::chrono::nanoseconds> duration(const toml::table& t, std::string_view key,
+                                                   std::string_view section,
+                                                   std::chrono::nanoseconds min) {
+    auto s = string(t, key, section, false);
+    if (!s) return std::nullopt;
+    auto d = parse_duration(*s);
+    if (!d) {
+      error(*t.get(key), fmt::format("\"{}\" in {}: {}", key, section, d.error().message));
+      return std::nullopt;
+    }
+    if (*d < min) {
+      error(*t.get(key),
+            fmt::format("\"{}\" in {} must be at least {}", key, section, format_duration(min)));
+      return std::nullopt;
+    }
+    return *d;
+  }
+
+  std::optional<IpAddr> address(const toml::table& t, std::string_view key,
+                                std::string_view section, int family) {
+    auto s = string(t, key, section, false);
+    if (!s) return std::nullopt;
+    auto a = IpAddr::parse(*s);
+    if (!a || (family && a->family != family)) {
+      error(*t.get(key), fmt::format("\"{}\" in {} must be an {} address, not \"{}\"", key, section,
+                                     family == AF_INET    ? "IPv4"
+                                     : family == AF_INET6 ? "IPv6"
+                                                          : "IP",
+                                     *s));
+      return std::nullopt;
+    }
+    return a;
+  }
+
+ private:
+  std::string file_;
+  std::vector<Diagnostic> errors_;
+};
+
+// "EF", "CS0".."CS7", "AF11".."AF43" (RFC 2474, 2597, 3246), case-insensitive.
+std::optional<int> parse_dscp(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (s == "EF") return 46;
+  if (s.size() == 3 && s.rfind("CS", 0) == 0 && s[2] >= '0' && s[2] <= '7') return (s[2] - '0') * 8;
+  if (s.size() == 4 && s.rfind("AF", 0) == 0 && s[2] >= '1' && s[2] <= '4' && s[3] >= '1' &&
+      s[3] <= '3')
+    return (s[2] - '0') * 8 + (s[3] - '0') * 2;
+  return std::nullopt;
+}
+
+// A tc class id, "1:10" (hexadecimal, as tc writes them) -> 0x00010010.
+std::optional<int64_t> parse_tc_handle(const std::string& s) {
+  static const std::regex re("([0-9a-fA-F]{1,4}):([0-9a-fA-F]{1,4})");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return std::nullopt;
+  return std::stoll(m[1].str(), nullptr, 16) << 16 | std::stoll(m[2].str(), nullptr, 16);
+}
+
+bool valid_name(const std::string& s) {
+  static const std::regex re("[a-z0-9][a-z0-9_-]{0,30}");
+  return std::regex_match(s, re);
+}
+
+const toml::node& where(const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  return n ? *n : static_cast<const toml::node&>(t);
+}
+
+std::optional<PortRange> parse_port_range(Checker& c, const toml::node& n, std::string_view cls) {
+  auto s = n.as_string();
+  std::string section = fmt::format("class \"{}\"", cls);
+  if (!s) {
+    c.error(n, fmt::format("ports in {} must be strings like \"tcp:50000-50999\"", section));
+    return std::nullopt;
+  }
+  static const std::regex re("(tcp|udp):([0-9]{1,5})(-([0-9]{1,5}))?");
+  std::smatch m;
+  const std::string& text = s->get();
+  if (!std::regex_match(text, m, re)) {
+    c.error(n, fmt::format("port range \"{}\" in {} is malformed: write \"tcp:LO-HI\", "
+                           "\"udp:LO-HI\" or \"tcp:PORT\"",
+                           text, section));
+    return std::nullopt;
+  }
+  long lo = std::stol(m[2]);
+  long hi = m[4].matched ? std::stol(m[4]) : lo;
+  if (lo < 1 || lo > 65535 || hi < 1 || hi > 65535) {
+    c.error(n, fmt::format("port range \"{}\" in {} is out of range (ports are 1 to 65535)", text,
+                           section));
+    return std::nullopt;
+  }
+  if (hi < lo) {
+    c.error(n, fmt::format("port range \"{}\" in {} is reversed: {} is above {}", text, section, lo,
+                           hi));
+    return std::nullopt;
+  }
+  PortRange r;
+  r.proto = m[1] == "tcp" ? Proto::Tcp : Proto::Udp;
+  r.lo = static_cast<uint16_t>(lo);
+  r.hi = static_cast<uint16_t>(hi);
+  r.line = static_cast<int>(n.source().begin.line);
+  r.column = static_cast<int>(n.source().begin.column);
+  return r;
+}
+
+bool matches_overlap(PortMatch a, PortMatch b) {
+  return a == PortMatch::Any || b == PortMatch::Any || a == b;
+}
+
+void parse_node(Checker& c, const toml::table& root, Policy& p) {
+  auto* t = root.get_as<toml::table>("node");
+  if (!t) {
+    c.error(root.source(), "the policy has no [node] section (it needs at least name = \"...\")");
+    return;
+  }
+  c.only_keys(*t, {"name", "default_class"}, "[node]");
+  if (auto n = c.string(*t, "name", "[node]", true)) {
+    if (!valid_name(*n))
+      c.error(where(*t, "name"),
+              fmt::format("node name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *n));
+    else
+      p.node = *n;
+  }
+  p.default_class = c.string(*t, "default_class", "[node]", false);
+}
+
+void parse_routing(Checker& c, const toml::table& root, Policy& p) {
+  auto* t = root.get_as<toml::table>("routing");
+  if (!t) return;
+  c.only_keys(*t, {"rule_priority", "route_protocol"}, "[routing]");
+  if (auto v = c.integer(*t, "rule_priority", "[routing]", false, 1, 32000))
+    p.routing.rule_priority = static_cast<uint32_t>(*v);
+  if (auto v = c.integer(*t, "route_protocol", "[routing]", false, 5, 254))
+    p.routing.route_protocol = static_cast<uint8_t>(*v);
+}
+
+void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
+  auto* t = root.get_as<toml::table>("scheduler");
+  if (!t) return;
+  const char* s = "[scheduler]";
+  c.only_keys(*t,
+              {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown",
+               "ewma_weight", "tick", "flowlet_gap", "adaptive_flowlet_gap"},
+              s);
+  auto& k = p.scheduler;
+  if (auto v = c.string(*t, "mode", s, false)) {
+    if (*v == "adaptive" || *v == "static")
+      k.adaptive = *v == "adaptive";
+    else
+      c.error(where(*t, "mode"),
+              fmt::format("mode \"{}\" in [scheduler] must be \"adaptive\" or \"static\"", *v));
+  }
+  if (auto v = c.fraction(*t, "load_threshold", s, 0, 1)) k.load_threshold = *v;
+  if (auto v = c.fraction(*t, "ewma_weight", s, 0, 1)) k.ewma_weight = *v;
+  using std::chrono::nanoseconds;
+  if (auto v = c.duration(*t, "latency_tolerance", s, nanoseconds(0))) k.latency_tolerance = *v;
+  if (auto v = c.duration(*t, "dead_zone", s, nanoseconds(0))) k.dead_zone = *v;
+  if (auto v = c.duration(*t, "cooldown", s, nanoseconds(0))) k.cooldown = *v;
+  if (auto v = c.duration(*t, "tick", s, std::chrono::milliseconds(1))) k.tick = *v;
+  if (auto v = c.duration(*t, "flowlet_gap", s, nanoseconds(0))) k.flowlet_gap = *v;
+  if (const toml::node* n = t->get("adaptive_flowlet_gap")) {
+    if (auto b = n->as_boolean())
+      k.adaptive_flowlet_gap = b->get();
+    else
+      c.error(*n, "adaptive_flowlet_gap in [scheduler] must be true or false");
+  }
+  if (k.dead_zone > k.latency_tolerance)
+    c.error(where(*t, "dead_zone"),
+            fmt::format("dead_zone {} is larger than latency_tolerance {}: no move could ever "
+                        "happen",
+                        format_duration(k.dead_zone), format_duration(k.latency_tolerance)));
+}
+
+void parse_health(Checker& c, const toml::table& root, Policy& p) {
+  auto* t = root.get_as<toml::table>("health");
+  if (!t) return;
+  const char* s = "[health]";
+  c.only_keys(*t, {"bfd", "interval", "multiplier", "holddown", "ramp", "ramp_interval"}, s);
+  auto& h = p.health;
+  if (const toml::node* n = t->get("bfd")) {
+    if (auto b = n->as_boolean())
+      h.bfd = b->get();
+    else
+      c.error(*n, "bfd in [health] must be true or false");
+  }
+  if (auto v = c.duration(*t, "interval", s, std::chrono::milliseconds(10))) h.interval = *v;
+  if (auto v = c.integer(*t, "multiplier", s, false, 1, 255)) h.multiplier = static_cast<int>(*v);
+  if (auto v = c.duration(*t, "holddown", s, std::chrono::nanoseconds(0))) h.holddown = *v;
+  if (auto v = c.duration(*t, "ramp_interval", s, std::chrono::nanoseconds(0)))
+    h.ramp_interval = *v;
+  if (const toml::node* n = t->get("ramp")) {
+    auto* arr = n->as_array();
+    std::vector<int> ramp;
+    bool good = arr && !arr->empty();
+    if (arr) {
+      for (auto& e : *arr) {
+        auto i = e.as_integer();
+        if (!i || i->get() < 1 || i->get() > 100 || (!ramp.empty() && i->get() <= ramp.back())) {
+          good = false;
+          break;
+        }
+        ramp.push_back(static_cast<int>(i->get()));
+      }
+    }
+    if (!good || ramp.back() != 100)
+      c.error(*n,
+              "ramp in [health] must be increasing percentages ending at 100, e.g. "
+              "[10, 25, 50, 100]");
+    else
+      h.ramp = ramp;
+  }
+}
+
+void parse_measurement(Checker& c, const toml::table& root, Policy& p) {
+  if (auto* t = root.get_as<toml::table>("measurement")) {
+    const char* s = "[measurement]";
+    c.only_keys(*t, {"cgroup", "window", "rdma_sysfs"}, s);
+    if (auto v = c.string(*t, "cgroup", s, false)) {
+      if (!v->empty() && v->front() != '/')
+        c.error(where(*t, "cgroup"), "cgroup in [measurement] must be an absolute path");
+      else
+        p.measurement.cgroup = *v;
+    }
+    if (auto v = c.duration(*t, "window", s, std::chrono::milliseconds(100)))
+      p.measurement.window = *v;
+    if (auto v = c.string(*t, "rdma_sysfs", s, false)) {
+      if (v->empty() || v->front() != '/')
+        c.error(where(*t, "rdma_sysfs"), "rdma_sysfs in [measurement] must be an absolute path");
+      else
+        p.measurement.rdma_sysfs = *v;
+    }
+  }
+  if (auto* t = root.get_as<toml::table>("metrics")) {
+    c.only_keys(*t, {"listen"}, "[metrics]");
+    if (auto v = c.string(*t, "listen", "[metrics]", false)) {
+      static const std::regex re(R"((\[[0-9a-fA-F:.]+\]|[0-9.]+|localhost):[0-9]{1,5})");
+      if (!v->empty() && !std::regex_match(*v, re))
+        c.error(where(*t, "listen"),
+                fmt::format("listen \"{}\" in [metrics] must be ADDRESS:PORT, e.g. "
+                            "\"127.0.0.1:9464\" or \"[::1]:9464\", or \"\" to disable",
+                            *v));
+      else
+        p.metrics.listen = *v;
+    }
+  }
+}
+
+void parse_paths(Checker& c, const toml::table& root, Policy& p) {
+  const toml::node* n = root.get("path");
+  if (!n) {
+    c.error(root.source(), "the policy has no [[path]] sections: a node needs at least one rail");
+    return;
+  }
+  auto* arr = n->as_array();
+  if (!arr || !arr->is_array_of_tables()) {
+    c.error(*n, "\"path\" must be written as [[path]] sections");
+    return;
+  }
+  if (arr->size() > DP_MAX_RAILS)
+    c.error(*n,
+            fmt::format("{} paths are given; at most {} are supported", arr->size(), DP_MAX_RAILS));
+  std::set<std::string> names, ifaces;
+  std::set<uint32_t> tables, marks;
+  for (auto& e : *arr) {
+    auto& t = *e.as_table();
+    PathSpec ps;
+    std::string section = "[[path]]";
+    c.only_keys(t,
+                {"name", "interface", "gateway", "gateway6", "source", "source6", "capacity",
+                 "table", "fwmark", "routes", "bfd_peer"},
+                section);
+    if (auto v = c.string(t, "name", section, true)) {
+      ps.name = *v;
+      section = fmt::format("path \"{}\"", *v);
+      if (!valid_name(*v))
+        c.error(
+            where(t, "name"),
+            fmt::format("path name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *v));
+      else if (!names.insert(*v).second)
+        c.error(where(t, "name"), fmt::format("duplicate path name \"{}\"", *v));
+    }
+    if (auto v = c.string(t, "interface", section, true)) {
+      ps.interface = *v;
+      if (v->empty() || v->size() > 15 || v->find('/') != std::string::npos)
+        c.error(where(t, "interface"),
+                fmt::format("interface \"{}\" of {} is not a valid interface name", *v, section));
+      else if (!ifaces.insert(*v).second)
+        c.error(where(t, "interface"),
+                fmt::format("interface \"{}\" is used by more than one path", *v));
+    }
+    ps.gateway = c.address(t, "gateway", section, AF_INET);
+    ps.gateway6 = c.address(t, "gateway6", section, AF_INET6);
+    ps.source = c.address(t, "source", section, AF_INET);
+    ps.source6 = c.address(t, "source6", section, AF_INET6);
+    ps.bfd_peer = c.address(t, "bfd_peer", section, 0);
+    if (auto v = c.string(t, "capacity", section, true)) {
+      auto bw = parse_bandwidth(*v);
+      if (!bw)
+        c.error(where(t, "capacity"),
+                fmt::format("capacity of {}: {}", section, bw.error().message));
+      else
+        ps.capacity_bps = *bw;
+    }
+    if (auto v = c.integer(t, "table", section, true, 1, 0xFFFFFFFFll)) {
+      ps.table = static_cast<uint32_t>(*v);
+      if (ps.table >= 253 && ps.table <= 255)
+        c.error(where(t, "table"),
+                fmt::format("table {} of {} is one of the kernel's own (default 253, main 254, "
+                            "local 255): pick another",
+                            ps.table, section));
+      else if (!tables.insert(ps.table).second)
+        c.error(where(t, "table"),
+                fmt::format("routing table {} is used by more than one path", ps.table));
+    }
+    if (auto v = c.integer(t, "fwmark", section, true, 1, 0xFFFFFFFFll)) {
+      ps.fwmark = static_cast<uint32_t>(*v);
+      if (ps.fwmark & DP_MARK_REDIRECTED)
+        c.error(where(t, "fwmark"),
+                fmt::format("fwmark {:#x} of {} uses bit {:#x}, which dualpath reserves for "
+                            "redirected packets",
+                            ps.fwmark, section, DP_MARK_REDIRECTED));
+      else if (!marks.insert(ps.fwmark).second)
+        c.error(where(t, "fwmark"),
+                fmt::format("fwmark {:#x} is used by more than one path", ps.fwmark));
+    }
+    if (const toml::node* r = t.get("routes")) {
+      auto* ra = r->as_array();
+      if (!ra) {
+        c.error(*r, fmt::format("routes of {} must be an array of prefixes", section));
+      } else {
+        for (auto& re : *ra) {
+          auto s = re.as_string();
+          auto pf = s ? Prefix::parse(s->get()) : std::nullopt;
+          if (!pf) {
+            c.error(re, fmt::format("route \"{}\" of {} is not a prefix like \"10.0.0.0/8\", "
+                                    "\"fd00::/64\" or \"default\"",
+                                    s ? s->get() : "?", section));
+            continue;
+          }
+          ps.routes.push_back(*pf);
+        }
+      }
+    }
+    if (!t.get("gateway") && !t.get("gateway6"))
+      c.error(t, fmt::format("{} has neither gateway nor gateway6: traffic steered onto it needs "
+                             "a next hop",
+                             section));
+    p.paths.push_back(std::move(ps));
+  }
+}
+
+void parse_classes(Checker& c, const toml::table& root, Policy& p) {
+  const toml::node* n = root.get("class");
+  if (!n) {
+    c.error(root.source(), "the policy has no [[class]] sections");
+    return;
+  }
+  auto* arr = n->as_array();
+  if (!arr || !arr->is_array_of_tables()) {
+    c.error(*n, "\"class\" must be written as [[class]] sections");
+    return;
+  }
+  if (arr->size() > DP_MAX_CLASSES - 1)
+    c.error(*n, fmt::format("{} classes are given; at most {} are supported", arr->size(),
+                            DP_MAX_CLASSES - 1));
+  std::set<std::string> names;
+  std::map<uint32_t, std::string> marks;
+  for (auto& e : *arr) {
+    auto& t = *e.as_table();
+    ClassSpec cs;
+    std::string section = "[[class]]";
+    c.only_keys(t,
+                {"name", "kind", "priority", "prefer", "mark", "ports", "match", "pinned", "dscp",
+                 "skb_priority"},
+                section);
+    if (auto v = c.string(t, "name", section, true)) {
+      cs.name = *v;
+      section = fmt::format("class \"{}\"", *v);
+      if (!valid_name(*v))
+        c.error(
+            where(t, "name"),
+            fmt::format("class name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *v));
+      else if (!names.insert(*v).second)
+        c.error(where(t, "name"), fmt::format("duplicate class name \"{}\"", *v));
+    }
+    if (auto v = c.string(t, "kind", section, true)) {
+      if (*v == "latency_sensitive")
+        cs.kind = ClassKind::LatencySensitive;
+      else if (*v == "elastic")
+        cs.kind = ClassKind::Elastic;
+      else
+        c.error(where(t, "kind"),
+                fmt::format("kind \"{}\" of {} must be \"latency_sensitive\" or \"elastic\"", *v,
+                            section));
+    }
+    if (auto v = c.integer(t, "priority", section, false, 0, 7)) cs.priority = static_cast<int>(*v);
+    if (auto v = c.string(t, "prefer", section, true)) {
+      cs.prefer = *v;
+      if (!p.path(*v))
+        c.error(
+            where(t, "prefer"),
+            fmt::format("{} prefers path \"{}\", which the policy does not define", section, *v));
+    }
+    if (const toml::node* dn = t.get("dscp")) {
+      auto d = dn->as_integer()  ? std::optional<int>(static_cast<int>(dn->as_integer()->get()))
+               : dn->as_string() ? parse_dscp(dn->as_string()->get())
+                                 : std::nullopt;
+      if (!d || *d < 0 || *d > 63)
+        c.error(*dn, fmt::format("dscp of {} must be 0-63 or a name such as \"EF\", \"AF41\" or "
+                                 "\"CS1\"",
+                                 section));
+      else
+        cs.dscp = static_cast<uint8_t>(*d);
+    }
+    if (const toml::node* sn = t.get("skb_priority")) {
+      auto v = sn->as_integer()  ? std::optional<int64_t>(sn->as_integer()->get())
+               : sn->as_string() ? parse_tc_handle(sn->as_string()->get())
+                                 : std::nullopt;
+      if (!v || *v < 0 || *v > 0xFFFFFFFFll)
+        c.error(*sn, fmt::format("skb_priority of {} must be a number or a tc class id such as "
+                                 "\"1:10\"",
+                                 section));
+      else
+        cs.skb_priority = static_cast<uint32_t>(*v);
+    }
+    if (auto v = c.integer(t, "mark", section, false, 1, 0xFFFFFFFFll)) {
+      auto m = static_cast<uint32_t>(*v);
+      if (m & DP_MARK_REDIRECTED)
+        c.error(where(t, "mark"),
+                fmt::format("mark {:#x} of {} uses bit {:#x}, which dualpath reserves for "
+                            "redirected packets",
+                            m, section, DP_MARK_REDIRECTED));
+      else if (marks.count(m))
+        c.error(where(t, "mark"),
+                fmt::format("mark {:#x} of {} is already the mark of class \"{}\"", m, section,
+                            marks[m]));
+      else if (std::any_of(p.paths.begin(), p.paths.end(),
+                           [m](const PathSpec& ps) { return ps.fwmark == m; }))
+        c.error(where(t, "mark"),
+                fmt::format("mark {:#x} of {} is a path's fwmark; class marks and path fwmarks "
+                            "must differ",
+                            m, section));
+      else
+        marks[m] = cs.name;
+      cs.mark = m;
+    }
+    if (auto v = c.string(t, "match", section, false)) {
+      if (*v == "any")
+        cs.match = PortMatch::Any;
+      else if (*v == "src")
+        cs.match = PortMatch::Src;
+      else if (*v == "dst")
+        cs.match = PortMatch::Dst;
+      else
+        c.error(where(t, "match"),
+                fmt::format("match \"{}\" of {} must be \"any\", \"src\" or \"dst\"", *v, section));
+    }
+    if (const toml::node* pn = t.get("pinned")) {
+      if (auto b = pn->as_boolean())
+        cs.pinned = b->get();
+      else
+        c.error(*pn, fmt::format("pinned in {} must be true or false", section));
+    }
+    if (const toml::node* pn = t.get("ports")) {
+      auto* pa = pn->as_array();
+      if (!pa) {
+        c.error(*pn,
+                fmt::format("ports of {} must be an array like [\"tcp:50000-50999\"]", section));
+      } else {
+        for (auto& pe : *pa)
+          if (auto r = parse_port_range(c, pe, cs.name)) cs.ports.push_back(*r);
+      }
+    }
+    if (cs.ports.empty() && !cs.mark && !t.get("ports"))
+      c.error(
+          t, fmt::format("{} has neither ports nor mark: no traffic could ever match it", section));
+    p.classes.push_back(std::move(cs));
+  }
+
+  // Overlapping port ranges between classes (same protocol, intersecting direction).
+  for (size_t i = 0; i < p.classes.size(); ++i) {
+    for (size_t j = i + 1; j < p.classes.size(); ++j) {
+      auto& a = p.classes[i];
+      auto& b = p.classes[j];
+      if (!matches_overlap(a.match, b.match)) continue;
+      for (auto& rb : b.ports) {
+        for (auto& ra : a.ports) {
+          if (ra.proto != rb.proto || ra.hi < rb.lo || rb.hi < ra.lo) continue;
+          toml::source_region at;
+          at.begin.line = static_cast<toml::source_index>(rb.line);
+          at.begin.column = static_cast<toml::source_index>(rb.column);
+          c.error(at, fmt::format("port range {} of class \"{}\" overlaps {} of class \"{}\" "
+                                  "(line {})",
+                                  rb.str(), b.name, ra.str(), a.name, ra.line));
+        }
+      }
+    }
+  }
+
+  if (p.default_class && !p.klass(*p.default_class)) {
+    auto* t = root.get_as<toml::table>("node");
+    c.error(t ? where(*t, "default_class") : static_cast<const toml::node&>(root),
+            fmt::format("default_class \"{}\" is not a class of this policy", *p.default_class));
+  }
+}
+
+}  // namespace
+
+PolicyLoad parse_policy(const std::string& text, const std::string& name) {
+  PolicyLoad out;
+  Checker c(name);
+  toml::table root;
+  try {
+    root = toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    out.errors.push_back({name, static_cast<int>(e.source().begin.line),
+                          static_cast<int>(e.source().begin.column), std::string(e.description())});
+    return out;
+  }
+  Policy p;
+  p.file = name;
+  p.hash = content_hash(text);
+  p.text = text;
+  c.only_keys(root,
+              {"node", "routing", "scheduler", "health", "measurement", "metrics", "path", "class"},
+              "the top level");
+  parse_node(c, root, p);
+  parse_routing(c, root, p);
+  parse_scheduler(c, root, p);
+  parse_health(c, root, p);
+  parse_measurement(c, root, p);
+  parse_paths(c, root, p);
+  parse_classes(c, root, p);
+  out.errors = c.take();
+  std::stable_sort(out.errors.begin(), out.errors.end(), [](auto& a, auto& b) {
+    return a.line != b.line ? a.line < b.line : a.column < b.column;
+  });
+  if (out.errors.empty()) out.policy = std::move(p);
+  return out;
+}
+
+PolicyLoad load_policy_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    PolicyLoad out;
+    out.errors.push_back(
+        {path, 0, 0, fmt::format("cannot read the file: {}", std::strerror(errno))});
+    return out;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_policy(ss.str(), path);
+}
+
+}  // namespace dp

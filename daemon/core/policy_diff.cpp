@@ -1,0 +1,160 @@
+#include "dualpath/core/policy_diff.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace dp {
+
+namespace {
+
+// The arrays of tables whose entries are identified by their "name".
+bool named_array(const std::string& key) { return key == "path" || key == "class"; }
+
+int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+
+// A table's entries in the order the file has them (toml++ keeps them sorted).
+std::vector<std::pair<std::string, const toml::node*>> in_file_order(const toml::table& t) {
+  std::vector<std::pair<std::string, const toml::node*>> v;
+  for (auto& [k, n] : t) v.push_back({std::string(k.str()), &n});
+  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) {
+    auto pa = a.second->source().begin, pb = b.second->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  return v;
+}
+
+// One line of TOML for a value: tables inline, floats shortest.
+std::string render(const toml::node& n) {
+  if (auto* t = n.as_table()) {
+    std::string s = "{ ";
+    bool first = true;
+    for (auto& [k, v] : in_file_order(*t)) {
+      s += (first ? "" : ", ") + k + " = " + render(*v);
+      first = false;
+    }
+    return s + " }";
+  }
+  if (auto* a = n.as_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < a->size(); ++i) s += (i ? ", " : "") + render(*a->get(i));
+    return s + "]";
+  }
+  if (auto* f = n.as_floating_point()) return fmt::format("{}", f->get());
+  std::ostringstream out;
+  n.visit([&](const auto& v) {
+    if constexpr (!toml::is_table<decltype(v)> && !toml::is_array<decltype(v)>) out << v;
+  });
+  return out.str();
+}
+
+struct Differ {
+  std::vector<PolicyChange> out;
+
+  void node(const std::string& where, const toml::node* a, const toml::node* b) {
+    if (a && !b) {
+      out.push_back({PolicyChange::Kind::Removed, where, render(*a), std::nullopt, line_of(*a)});
+      return;
+    }
+    if (!a && b) {
+      out.push_back({PolicyChange::Kind::Added, where, std::nullopt, render(*b), line_of(*b)});
+      return;
+    }
+    if (a->is_table() && b->is_table()) return table(where, *a->as_table(), *b->as_table());
+    std::string ra = render(*a), rb = render(*b);
+    if (a->type() == b->type() && ra == rb) return;
+    out.push_back({PolicyChange::Kind::Changed, where, ra, rb, line_of(*b)});
+  }
+
+  static std::string join(const std::string& where, const std::string& key) {
+    return where.empty() ? key : where + "." + key;
+  }
+
+  // [[path]] / [[class]]: entries matched by name, in the new file's order,
+  // removed ones after
+  void named(const std::string& key, const toml::array& a, const toml::array& b) {
+    auto by_name = [](const toml::array& arr) {
+      std::vector<std::pair<std::string, const toml::table*>> v;
+      for (auto& e : arr)
+        if (auto* t = e.as_table()) v.push_back({(*t)["name"].value_or(std::string{}), t});
+      return v;
+    };
+    auto va = by_name(a), vb = by_name(b);
+    std::map<std::string, const toml::table*> ma(va.begin(), va.end());
+    std::map<std::string, const toml::table*> mb(vb.begin(), vb.end());
+    auto label = [&](const std::string& name) { return key + " \"" + name + "\""; };
+    for (auto& [name, t] : vb) {
+      auto it = ma.find(name);
+      node(label(name), it == ma.end() ? nullptr : it->second, t);
+    }
+    for (auto& [name, t] : va)
+      if (!mb.count(name)) node(label(name), t, nullptr);
+  }
+
+  // in the new file's order; what it no longer has right after the table's
+  // other entries
+  void table(const std::string& where, const toml::table& a, const toml::table& b) {
+    for (auto& [key, v] : in_file_order(b)) {
+      const toml::node* old = a.get(key);
+      if (where.empty() && named_array(key) && old && old->is_array() && v->is_array())
+        named(key, *old->as_array(), *v->as_array());
+      else
+        node(join(where, key), old, v);
+    }
+    for (auto& [key, v] : in_file_order(a))
+      if (!b.contains(key)) node(join(where, key), v, nullptr);
+  }
+};
+
+Result<toml::table> parse(const std::string& text, const std::string& name) {
+  try {
+    return toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    return DP_ERROR("{}:{}:{}: error: {}", name, e.source().begin.line, e.source().begin.column,
+                    e.description());
+  }
+}
+
+}  // namespace
+
+const char* to_string(PolicyChange::Kind k) {
+  switch (k) {
+    case PolicyChange::Kind::Added:
+      return "added";
+    case PolicyChange::Kind::Removed:
+      return "removed";
+    case PolicyChange::Kind::Changed:
+      return "changed";
+  }
+  return "?";
+}
+
+std::string PolicyChange::str() const {
+  switch (kind) {
+    case Kind::Added:
+      return "+ " + where + ": " + after.value_or("");
+    case Kind::Removed:
+      return "- " + where + ": " + before.value_or("");
+    case Kind::Changed:
+      return "~ " + where + ": " + before.value_or("") + " -> " + after.value_or("");
+  }
+  return where;
+}
+
+Result<std::vector<PolicyChange>> diff_policies(const std::string& before_text,
+                                                const std::string& before_name,
+                                                const std::string& after_text,
+                                                const std::string& after_name) {
+  auto a = parse(before_text, before_name);
+  if (!a) return a.error();
+  auto b = parse(after_text, after_name);
+  if (!b) return b.error();
+  Differ d;
+  d.table("", *a, *b);
+  return std::move(d.out);
+}
+
+}  // namespace dp

@@ -1,0 +1,41 @@
+#include <linux/if.h>
+#include <netlink/netlink.h>
+#include <netlink/route/link.h>
+
+#include "dualpath/kernel/linkstats.h"
+
+namespace dp {
+
+LinkStatsReader::LinkStatsReader() : sk_(nl_socket_alloc()) {
+  if (sk_ && nl_connect(sk_, NETLINK_ROUTE) != 0) {
+    nl_socket_free(sk_);
+    sk_ = nullptr;
+  }
+}
+
+LinkStatsReader::~LinkStatsReader() {
+  if (sk_) nl_socket_free(sk_);
+}
+
+Result<LinkStats> LinkStatsReader::read(int ifindex) {
+  if (!sk_) return DP_SYS_ERROR(ENOTCONN, "no rtnetlink socket for link statistics");
+  rtnl_link* link = nullptr;
+  int err = rtnl_link_get_kernel(sk_, ifindex, nullptr, &link);
+  if (err < 0)
+    return make_error(0, fmt::format("reading the statistics of ifindex {} failed: {}", ifindex,
+                                     nl_geterror(err)));
+  LinkStats s;
+  s.tx_bytes = rtnl_link_get_stat(link, RTNL_LINK_TX_BYTES);
+  s.rx_bytes = rtnl_link_get_stat(link, RTNL_LINK_RX_BYTES);
+  s.tx_packets = rtnl_link_get_stat(link, RTNL_LINK_TX_PACKETS);
+  s.rx_packets = rtnl_link_get_stat(link, RTNL_LINK_RX_PACKETS);
+  s.tx_dropped = rtnl_link_get_stat(link, RTNL_LINK_TX_DROPPED);
+  s.rx_dropped = rtnl_link_get_stat(link, RTNL_LINK_RX_DROPPED);
+  s.tx_errors = rtnl_link_get_stat(link, RTNL_LINK_TX_ERRORS);
+  s.rx_errors = rtnl_link_get_stat(link, RTNL_LINK_RX_ERRORS);
+  s.oper_up = rtnl_link_get_operstate(link) == IF_OPER_UP;
+  rtnl_link_put(link);
+  return s;
+}
+
+}  // namespace dp

@@ -1,0 +1,342 @@
+#include "dualpath/kernel/routing.h"
+
+#include <linux/fib_rules.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netlink/netlink.h>
+#include <netlink/route/route.h>
+#include <netlink/route/rule.h>
+
+#include <memory>
+#include <set>
+
+namespace dp {
+namespace {
+
+constexpr uint32_t kRuleRange = 100;
+// Failover rules ("to <a failed path's route> lookup <survivor's table>") use
+// the upper half of the range; the fwmark rules the lower.
+constexpr uint32_t kFailoverRuleOffset = 50;
+
+struct NlSock {
+  nl_sock* sk = nullptr;
+  NlSock() : sk(nl_socket_alloc()) {}
+  ~NlSock() {
+    if (sk) nl_socket_free(sk);
+  }
+  NlSock(const NlSock&) = delete;
+  NlSock& operator=(const NlSock&) = delete;
+};
+
+template <class T, void (*F)(T*)>
+struct Deleter {
+  void operator()(T* p) const {
+    if (p) F(p);
+  }
+};
+using CachePtr = std::unique_ptr<nl_cache, Deleter<nl_cache, nl_cache_free>>;
+using AddrPtr = std::unique_ptr<nl_addr, Deleter<nl_addr, nl_addr_put>>;
+using RulePtr = std::unique_ptr<rtnl_rule, Deleter<rtnl_rule, rtnl_rule_put>>;
+using RoutePtr = std::unique_ptr<rtnl_route, Deleter<rtnl_route, rtnl_route_put>>;
+
+Result<void> nl_err(int err, std::string what) {
+  if (err >= 0) return {};
+  return make_error(0, fmt::format("{}: {}", what, nl_geterror(err)));
+}
+
+Result<void> connect(NlSock& s) {
+  if (!s.sk) return DP_SYS_ERROR(ENOMEM, "allocating a netlink socket failed");
+  return nl_err(nl_connect(s.sk, NETLINK_ROUTE), "connecting to rtnetlink failed");
+}
+
+AddrPtr make_addr(const IpAddr& a, int prefixlen) {
+  nl_addr* n = nl_addr_build(a.family, a.bytes.data(), a.family == AF_INET ? 4 : 16);
+  if (n) nl_addr_set_prefixlen(n, prefixlen);
+  return AddrPtr(n);
+}
+
+std::string addr_str(nl_addr* a) {
+  if (!a) return "";
+  char buf[128];
+  return nl_addr2str(a, buf, sizeof(buf));
+}
+
+bool rule_is_ours(rtnl_rule* r, const Policy& p) {
+  uint8_t proto = 0;
+  uint32_t prio = rtnl_rule_get_prio(r);
+  return rtnl_rule_get_protocol(r, &proto) == 0 && proto == p.routing.route_protocol &&
+         prio >= p.routing.rule_priority && prio < p.routing.rule_priority + kRuleRange;
+}
+
+bool route_is_ours(rtnl_route* r, const Policy& p) {
+  return rtnl_route_get_protocol(r) == p.routing.route_protocol;
+}
+
+// Identity strings, to compare what exists with what is wanted.
+struct WantedRule {
+  int family;
+  uint32_t prio, mark, table;
+  std::optional<Prefix> to;  // failover: traffic to a failed path's routes
+};
+
+std::string rule_key(int family, uint32_t prio, uint32_t mark, uint32_t table,
+                     const std::string& to = "") {
+  std::string sel = to.empty() ? fmt::format("fwmark {:#x}", mark) : "to " + to;
+  return fmt::format("rule {} pref {} {} lookup {}", family == AF_INET ? "ipv4" : "ipv6", prio, sel,
+                     table);
+}
+std::string rule_key(const WantedRule& w) {
+  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? w.to->str() : "");
+}
+std::string rule_key(rtnl_rule* r) {
+  std::string to;
+  if (nl_addr* d = rtnl_rule_get_dst(r)) {
+    char buf[128];
+    nl_addr2str(d, buf, sizeof(buf));
+    to = buf;
+    if (to.find('/') == std::string::npos) to += fmt::format("/{}", nl_addr_get_prefixlen(d));
+  }
+  return rule_key(rtnl_rule_get_family(r), rtnl_rule_get_prio(r),
+                  to.empty() ? rtnl_rule_get_mark(r) : 0, rtnl_rule_get_table(r), to);
+}
+
+std::string route_key(uint32_t table, const std::string& dst, const std::string& gw, int ifindex,
+                      const std::string& src) {
+  char ifname[IF_NAMESIZE] = "?";
+  if_indextoname(static_cast<unsigned>(ifindex), ifname);
+  std::string s = fmt::format("route {} table {}", dst, table);
+  if (!gw.empty()) s += " via " + gw;
+  s += fmt::format(" dev {}", ifname);
+  if (!src.empty()) s += " src " + src;
+  return s;
+}
+std::string route_key(rtnl_route* r) {
+  std::string gw;
+  int ifindex = 0;
+  if (rtnl_route_get_nnexthops(r) > 0) {
+    rtnl_nexthop* nh = rtnl_route_nexthop_n(r, 0);
+    gw = addr_str(rtnl_route_nh_get_gateway(nh));
+    ifindex = rtnl_route_nh_get_ifindex(nh);
+  }
+  std::string dst = addr_str(rtnl_route_get_dst(r));
+  if (dst == "none") dst = rtnl_route_get_family(r) == AF_INET ? "0.0.0.0/0" : "::/0";
+  std::string src = addr_str(rtnl_route_get_pref_src(r));
+  if (src == "none") src.clear();
+  if (gw == "none") gw.clear();
+  return route_key(rtnl_route_get_table(r), dst, gw, ifindex, src);
+}
+
+struct WantedRoute {
+  const PathSpec* path;
+  Prefix dst;
+  int ifindex;
+  std::optional<IpAddr> gw, src;
+  std::string key;
+};
+
+// A failed path's table is not looked up (its rule points at the survivor's
+// table), and its routes may not even be addable (interface down): skipped
+// until it is restored.
+Result<std::vector<WantedRoute>> wanted_routes(const Policy& p, const std::vector<bool>& failed) {
+  std::vector<WantedRoute> out;
+  bool survivor = false;
+  for (size_t i = 0; i < p.paths.size(); ++i)
+    survivor = survivor || i >= failed.size() || !failed[i];
+  for (size_t pi = 0; pi < p.paths.size(); ++pi) {
+    const auto& ps = p.paths[pi];
+    if (survivor && pi < failed.size() && failed[pi]) continue;
+    int ifindex = static_cast<int>(if_nametoindex(ps.interface.c_str()));
+    if (!ifindex && !ps.routes.empty())
+      return DP_SYS_ERROR(ENODEV, "interface {} of path {} does not exist", ps.interface, ps.name);
+    for (auto& r : ps.routes) {
+      WantedRoute w{&ps, r, ifindex, {}, {}, {}};
+      bool v4 = r.addr.family == AF_INET;
+      w.gw = v4 ? ps.gateway : ps.gateway6;
+      w.src = v4 ? ps.source : ps.source6;
+      std::string dst = r.str();
+      if (r.len == 0)
+        dst = v4 ? "0.0.0.0/0" : "::/0";
+      else if ((v4 && r.len == 32) || (!v4 && r.len == 128))
+        dst = r.addr.str();
+      w.key = route_key(ps.table, dst, w.gw ? w.gw->str() : "", ifindex, w.src ? w.src->str() : "");
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+std::vector<WantedRule> wanted_rules(const Policy& p, const std::vector<bool>& failed) {
+  std::vector<WantedRule> out;
+  // the first path that has not failed carries what the failed ones carried
+  size_t survivor = p.paths.size();
+  for (size_t i = 0; i < p.paths.size() && survivor == p.paths.size(); ++i)
+    if (i >= failed.size() || !failed[i]) survivor = i;
+  auto is_failed = [&](size_t i) {
+    return survivor < p.paths.size() && i < failed.size() && failed[i];
+  };
+  uint32_t next_to = p.routing.rule_priority + kFailoverRuleOffset;
+  for (size_t i = 0; i < p.paths.size(); ++i) {
+    uint32_t table = is_failed(i) ? p.paths[survivor].table : p.paths[i].table;
+    for (int fam : {AF_INET, AF_INET6})
+      out.push_back(
+          {fam, p.routing.rule_priority + static_cast<uint32_t>(i), p.paths[i].fwmark, table, {}});
+    if (!is_failed(i)) continue;
+    for (const auto& r : p.paths[i].routes)
+      if (next_to < p.routing.rule_priority + kRuleRange)
+        out.push_back({r.addr.family, next_to++, 0, p.paths[survivor].table, r});
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& failed) {
+  NlSock s;
+  DP_TRY(connect(s));
+  RoutingChange ch;
+
+  // ---- rules
+  std::set<std::string> want;
+  auto rules = wanted_rules(p, failed);
+  for (auto& w : rules) want.insert(rule_key(w));
+  nl_cache* raw = nullptr;
+  DP_TRY(nl_err(rtnl_rule_alloc_cache(s.sk, AF_UNSPEC, &raw), "listing ip rules failed"));
+  CachePtr rc(raw);
+  std::set<std::string> have;
+  for (auto* o = nl_cache_get_first(rc.get()); o; o = nl_cache_get_next(o)) {
+    auto* r = reinterpret_cast<rtnl_rule*>(o);
+    if (!rule_is_ours(r, p)) continue;
+    std::string k = rule_key(r);
+    if (want.count(k) && !have.count(k)) {
+      have.insert(k);
+      ++ch.unchanged;
+      continue;
+    }
+    DP_TRY(nl_err(rtnl_rule_delete(s.sk, r, 0), "removing stale rule \"" + k + "\" failed"));
+    ++ch.removed;
+  }
+  for (auto& w : rules) {
+    std::string k = rule_key(w);
+    if (have.count(k)) continue;
+    RulePtr r(rtnl_rule_alloc());
+    rtnl_rule_set_family(r.get(), w.family);
+    rtnl_rule_set_prio(r.get(), w.prio);
+    AddrPtr to;
+    if (w.to) {
+      to = make_addr(w.to->addr, w.to->len);
+      rtnl_rule_set_dst(r.get(), to.get());
+    } else {
+      rtnl_rule_set_mark(r.get(), w.mark);
+      rtnl_rule_set_mask(r.get(), 0xffffffff);
+    }
+    rtnl_rule_set_table(r.get(), w.table);
+    rtnl_rule_set_action(r.get(), FR_ACT_TO_TBL);
+    rtnl_rule_set_protocol(r.get(), p.routing.route_protocol);
+    DP_TRY(nl_err(rtnl_rule_add(s.sk, r.get(), NLM_F_CREATE | NLM_F_EXCL),
+                  "adding \"" + k + "\" failed"));
+    ++ch.added;
+  }
+
+  // ---- routes
+  auto routes = wanted_routes(p, failed);
+  if (!routes) return routes.error();
+  std::set<std::string> want_routes;
+  for (auto& w : *routes) want_routes.insert(w.key);
+  raw = nullptr;
+  DP_TRY(nl_err(rtnl_route_alloc_cache(s.sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
+  CachePtr cache(raw);
+  std::set<std::string> have_routes;
+  for (auto* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
+    auto* r = reinterpret_cast<rtnl_route*>(o);
+    if (!route_is_ours(r, p)) continue;
+    std::string k = route_key(r);
+    if (want_routes.count(k) && !have_routes.count(k)) {
+      have_routes.insert(k);
+      ++ch.unchanged;
+      continue;
+    }
+    DP_TRY(nl_err(rtnl_route_delete(s.sk, r, 0), "removing stale \"" + k + "\" failed"));
+    ++ch.removed;
+  }
+  for (auto& w : *routes) {
+    if (have_routes.count(w.key)) continue;
+    RoutePtr r(rtnl_route_alloc());
+    rtnl_route_set_family(r.get(), static_cast<uint8_t>(w.dst.addr.family));
+    rtnl_route_set_table(r.get(), w.path->table);
+    rtnl_route_set_protocol(r.get(), p.routing.route_protocol);
+    AddrPtr dst = make_addr(w.dst.addr, w.dst.len);
+    rtnl_route_set_dst(r.get(), dst.get());
+    AddrPtr src;
+    if (w.src) {
+      src = make_addr(*w.src, w.src->family == AF_INET ? 32 : 128);
+      rtnl_route_set_pref_src(r.get(), src.get());
+    }
+    rtnl_route_set_scope(r.get(), w.gw ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
+    rtnl_nexthop* nh = rtnl_route_nh_alloc();
+    rtnl_route_nh_set_ifindex(nh, w.ifindex);
+    AddrPtr gw;
+    if (w.gw) {
+      gw = make_addr(*w.gw, w.gw->family == AF_INET ? 32 : 128);
+      rtnl_route_nh_set_gateway(nh, gw.get());
+    }
+    rtnl_route_add_nexthop(r.get(), nh);  // the route owns nh now
+    int err = rtnl_route_add(s.sk, r.get(), NLM_F_CREATE | NLM_F_EXCL);
+    if (err == -NLE_EXIST)
+      return DP_ERROR(
+          "adding \"{}\" failed: a route to {} that is not dualpath's already exists "
+          "in table {}; remove it or choose another table",
+          w.key, w.dst.str(), w.path->table);
+    DP_TRY(nl_err(err, "adding \"" + w.key + "\" failed"));
+    ++ch.added;
+  }
+  return ch;
+}
+
+Result<RoutingChange> Routing::remove(const Policy& p) {
+  NlSock s;
+  DP_TRY(connect(s));
+  RoutingChange ch;
+  nl_cache* raw = nullptr;
+  DP_TRY(nl_err(rtnl_route_alloc_cache(s.sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
+  CachePtr cache(raw);
+  for (auto* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
+    auto* r = reinterpret_cast<rtnl_route*>(o);
+    if (!route_is_ours(r, p)) continue;
+    DP_TRY(nl_err(rtnl_route_delete(s.sk, r, 0), "removing \"" + route_key(r) + "\" failed"));
+    ++ch.removed;
+  }
+  raw = nullptr;
+  DP_TRY(nl_err(rtnl_rule_alloc_cache(s.sk, AF_UNSPEC, &raw), "listing ip rules failed"));
+  CachePtr rc(raw);
+  for (auto* o = nl_cache_get_first(rc.get()); o; o = nl_cache_get_next(o)) {
+    auto* r = reinterpret_cast<rtnl_rule*>(o);
+    if (!rule_is_ours(r, p)) continue;
+    DP_TRY(nl_err(rtnl_rule_delete(s.sk, r, 0), "removing \"" + rule_key(r) + "\" failed"));
+    ++ch.removed;
+  }
+  return ch;
+}
+
+Result<std::vector<RoutingObject>> Routing::owned(const Policy& p) {
+  NlSock s;
+  DP_TRY(connect(s));
+  std::vector<RoutingObject> out;
+  nl_cache* raw = nullptr;
+  DP_TRY(nl_err(rtnl_rule_alloc_cache(s.sk, AF_UNSPEC, &raw), "listing ip rules failed"));
+  CachePtr rc(raw);
+  for (auto* o = nl_cache_get_first(rc.get()); o; o = nl_cache_get_next(o)) {
+    auto* r = reinterpret_cast<rtnl_rule*>(o);
+    if (rule_is_ours(r, p)) out.push_back({"rule", rule_key(r)});
+  }
+  raw = nullptr;
+  DP_TRY(nl_err(rtnl_route_alloc_cache(s.sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
+  CachePtr cache(raw);
+  for (auto* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
+    auto* r = reinterpret_cast<rtnl_route*>(o);
+    if (route_is_ours(r, p)) out.push_back({"route", route_key(r)});
+  }
+  return out;
+}
+
+}  // namespace dp

@@ -1,0 +1,140 @@
+// BFD (RFC 5880) asynchronous mode: the control packet codec and one
+// session's state machine. Pure: time is passed in, packets go in and out as
+// values; the daemon owns the sockets (RFC 5881 single hop, UDP 3784, TTL 255).
+// Not implemented: demand mode, echo mode, authentication (a packet with the A
+// bit is discarded, as RFC 5880 6.8.6 requires of a session without it).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dualpath/core/result.h"
+
+namespace dp::bfd {
+
+using Clock = std::chrono::steady_clock;
+using Time = Clock::time_point;
+using Micros = std::chrono::microseconds;
+
+constexpr uint16_t kPort = 3784;  // RFC 5881 single-hop control
+constexpr uint16_t kSourcePortMin = 49152;
+constexpr uint8_t kTtl = 255;
+constexpr size_t kMinLength = 24;
+constexpr size_t kMinLengthAuth = 26;
+// RFC 5880 6.8.3: while not Up, the desired transmit interval is at least 1 s.
+constexpr Micros kSlowTx = std::chrono::seconds(1);
+
+enum class State : uint8_t { AdminDown = 0, Down = 1, Init = 2, Up = 3 };
+enum class Diag : uint8_t {
+  None = 0,
+  TimeExpired = 1,
+  EchoFailed = 2,
+  NeighborDown = 3,
+  ForwardingReset = 4,
+  PathDown = 5,
+  ConcatPathDown = 6,
+  AdminDown = 7,
+  ReverseConcatPathDown = 8,
+};
+
+const char* to_string(State s);
+const char* to_string(Diag d);
+
+struct Packet {
+  uint8_t version = 1;
+  Diag diag = Diag::None;
+  State state = State::Down;
+  bool poll = false, final = false, cpi = false, auth = false, demand = false, multipoint = false;
+  uint8_t detect_mult = 3;
+  uint8_t length = kMinLength;
+  uint32_t my_disc = 0, your_disc = 0;
+  uint32_t desired_min_tx_us = 0, required_min_rx_us = 0, required_min_echo_rx_us = 0;
+};
+
+std::array<uint8_t, kMinLength> encode(const Packet& p);
+// Decodes and applies every rule of RFC 5880 6.8.6 that needs no session
+// (version, length, detect mult, multipoint, my discriminator, your
+// discriminator zero outside Down/AdminDown, authentication, P and F together).
+// The error names the rule.
+Result<Packet> decode(std::span<const uint8_t> bytes);
+
+struct Config {
+  Micros desired_min_tx = std::chrono::milliseconds(500);
+  Micros required_min_rx = std::chrono::milliseconds(500);
+  uint8_t detect_mult = 3;
+};
+
+struct Transition {
+  Time t;
+  State from, to;
+  Diag diag;
+};
+
+class Session {
+ public:
+  // `local_disc` must be nonzero and unique on this system; `seed` drives the
+  // transmit jitter (RFC 5880 6.8.7).
+  Session(Config cfg, uint32_t local_disc, Time now, uint32_t seed = 1);
+
+  // A packet that passed decode() and the transport checks (TTL 255, right
+  // interface). Returns why it was discarded, if it was.
+  std::optional<std::string> receive(const Packet& p, Time now);
+  // The packet to send now, if one is due (periodic, or the Final answer to
+  // a Poll); call at or after next_wakeup().
+  std::optional<Packet> transmit(Time now);
+  // Runs the detection timer.
+  void expire(Time now);
+  Time next_wakeup() const;
+
+  void set_admin_down(bool down, Time now);
+  // New timers; while Up they are negotiated with a Poll Sequence.
+  void set_config(Config cfg, Time now);
+
+  State state() const { return state_; }
+  Diag diag() const { return diag_; }
+  State remote_state() const { return remote_state_; }
+  uint32_t local_disc() const { return local_disc_; }
+  uint32_t remote_disc() const { return remote_disc_; }
+  bool poll_active() const { return poll_; }
+  Micros tx_interval() const;     // before jitter
+  Micros detection_time() const;  // 0 until the remote's timers are known
+  Time last_rx() const { return last_rx_; }
+  uint64_t rx_packets() const { return rx_; }
+  uint64_t tx_packets() const { return tx_; }
+  const Config& config() const { return cfg_; }
+  // Transitions since the last call, oldest first.
+  std::vector<Transition> take_transitions();
+
+ private:
+  void go(State to, Diag d, Time now);
+  Micros desired_tx() const;  // as advertised now
+  Packet build() const;
+  void schedule_tx(Time now);
+  void rearm_detection(Time now);
+
+  Config cfg_;
+  Config active_;  // what the remote has acknowledged (differs during a Poll)
+  uint32_t local_disc_;
+  uint32_t remote_disc_ = 0;
+  State state_ = State::Down;
+  State remote_state_ = State::Down;
+  Diag diag_ = Diag::None;
+  Micros remote_min_rx_{1};  // RFC 5880 6.8.1: initialised to 1
+  Micros remote_desired_tx_{0};
+  uint8_t remote_detect_mult_ = 0;
+  bool poll_ = false;
+  bool send_final_ = false;
+  Time next_tx_;
+  std::optional<Time> detect_deadline_;
+  Time last_rx_{};
+  uint64_t rx_ = 0, tx_ = 0;
+  uint32_t rng_;
+  std::vector<Transition> transitions_;
+};
+
+}  // namespace dp::bfd

@@ -1,0 +1,57 @@
+// Pure translation of a policy into the contents of the datapath's maps, and
+// the stable slot assignment of classes and rails. No kernel access: this is
+// what the unit tests check byte for byte.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dualpath/abi.h"
+#include "dualpath/core/measure.h"
+#include "dualpath/core/policy.h"
+#include "dualpath/core/result.h"
+
+namespace dp {
+
+// Assigns each wanted name a slot in [0, capacity): a name that already has a
+// slot keeps it, new names take the lowest free slot. `reserved` slots are
+// never given out. Fails if there are not enough slots.
+Result<std::vector<int>> assign_slots(const std::vector<std::string>& existing,
+                                      const std::vector<std::string>& wanted, size_t capacity,
+                                      const std::vector<int>& reserved = {});
+
+struct EncodedPolicy {
+  std::vector<dp_port_entry> ports;  // DP_PORT_SPACE entries
+  std::vector<std::pair<uint32_t, uint8_t>> marks;
+  uint32_t default_class = DP_CLASS_NONE;
+  std::vector<int> class_slot;  // per policy class
+  std::vector<int> rail_slot;   // per policy path
+};
+
+EncodedPolicy encode_policy(const Policy& p, const std::vector<int>& class_slot,
+                            const std::vector<int>& rail_slot);
+
+// The whole class on one rail.
+dp_decision decision_all_on(int rail_slot, bool pinned, uint32_t version);
+// The rail slot holding the whole share, if one does.
+std::optional<int> decision_single_rail(const dp_decision& d);
+
+dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled);
+
+// What the egress program stamps on a class's packets (flags 0: nothing).
+dp_class_qos encode_qos(const ClassSpec& c);
+
+dp_slot_name encode_name(const std::string& name);
+std::string decode_name(const dp_slot_name& n);
+
+// "non_ip", "fragment", ... for enum dp_exception
+const char* exception_name(int reason);
+
+// Per-CPU values of the datapath's counter maps, summed.
+dp_counters sum_counters(const std::vector<dp_counters>& per_cpu);
+TcpCounters sum_tcp(const std::vector<dp_tcp_stats>& per_cpu);
+void add_tcp(TcpCounters& into, const TcpCounters& c);
+
+}  // namespace dp

@@ -1,0 +1,56 @@
+// Prometheus metrics. build_metrics() is pure: it turns a view of the
+// daemon's state into metric families named by Prometheus conventions
+// (base units, _total for counters, labels path and class). The exporter
+// serves the newest families over HTTP with prometheus-cpp.
+#pragma once
+
+#include <prometheus/metric_family.h>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dualpath/abi.h"
+#include "dualpath/core/measure.h"
+#include "dualpath/core/result.h"
+
+namespace dp {
+
+struct MetricsView {
+  std::string version, node, policy_file, policy_hash;
+  struct Path {
+    std::string name;
+    uint64_t capacity_bps = 0;
+    const PathMeasure* measure = nullptr;  // null until the first sample
+    std::array<uint64_t, DP_EXC_MAX> exceptions{};
+    std::string health;  // RailState name ("" = unknown)
+    double weight = 1;   // share of its traffic the path may carry
+    uint64_t failures = 0;
+    std::string bfd;  // BFD session state, "" when off
+  };
+  bool all_paths_down = false;
+  // policy reloads (SIGHUP, dpctl policy reload/apply/rollback) since start
+  uint64_t reloads_applied = 0, reloads_refused = 0;
+  bool last_reload_ok = true;
+  struct Class {
+    std::string path, klass;  // klass "unclassified" for the unclassified slot
+    dp_counters counters{};
+    TcpCounters tcp;
+  };
+  std::vector<Path> paths;
+  std::vector<Class> classes;
+  struct Switch {
+    std::string klass, kind;
+    uint64_t count = 0;
+  };
+  std::vector<Switch> switches;  // scheduler moves by class and reason
+};
+
+std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);
+// The text exposition format of the families (what /metrics serves).
+std::string serialize_metrics(const std::vector<prometheus::MetricFamily>& families);
+
+}  // namespace dp

@@ -1,0 +1,43 @@
+// BFD transport, RFC 5881 single hop: per rail, a receive socket on UDP 3784
+// and a transmit socket from a port in 49152-65535, both bound to the rail's
+// interface; packets go out with TTL (hop limit) 255 and one that arrives with
+// any other is discarded. The transmit socket carries DP_MARK_REDIRECTED so
+// dualpath's own egress program never steers BFD off its rail.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dualpath/core/bfd.h"
+#include "dualpath/core/policy.h"
+#include "dualpath/core/result.h"
+
+namespace dp {
+
+class BfdEndpoint {
+ public:
+  static Result<std::unique_ptr<BfdEndpoint>> open(const std::string& ifname, const IpAddr& peer);
+  ~BfdEndpoint();
+  BfdEndpoint(const BfdEndpoint&) = delete;
+  BfdEndpoint& operator=(const BfdEndpoint&) = delete;
+
+  int rx_fd() const { return rx_; }
+  const IpAddr& peer() const { return peer_; }
+  const std::string& ifname() const { return ifname_; }
+  Result<void> send(const bfd::Packet& p);
+
+  struct Received {
+    Result<bfd::Packet> packet;  // or why it was discarded
+  };
+  // Every datagram waiting on the receive socket (non-blocking).
+  std::vector<Received> receive();
+
+ private:
+  BfdEndpoint() = default;
+  int rx_ = -1, tx_ = -1;
+  IpAddr peer_;
+  std::string ifname_;
+};
+
+}  // namespace dp

@@ -1,0 +1,41 @@
+// Policy routing with libnl-route-3: per path an `ip rule fwmark M lookup T`
+// and the path's routes in table T. Everything dualpath creates carries the
+// policy's route protocol number, and its rules sit in the policy's rule
+// priority range; only objects with both marks of ownership are changed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dualpath/core/policy.h"
+#include "dualpath/core/result.h"
+
+namespace dp {
+
+struct RoutingObject {
+  std::string kind;  // "rule" or "route"
+  std::string text;  // as `ip` would print it, roughly
+};
+
+struct RoutingChange {
+  int added = 0;
+  int removed = 0;
+  int unchanged = 0;
+};
+
+class Routing {
+ public:
+  // Makes the kernel's rules and routes that dualpath owns equal to what the
+  // policy asks: adds the missing, removes stale ones of ours, leaves the
+  // rest. Applying twice changes nothing the second time. `failed` (per
+  // path) redirects a failed path's fwmark rule to the first surviving
+  // path's table and adds "to <each of its routes> lookup <that table>".
+  static Result<RoutingChange> apply(const Policy& p, const std::vector<bool>& failed = {});
+  // Removes every rule and route dualpath owns according to the policy's
+  // ownership marks (rule priority range and route protocol).
+  static Result<RoutingChange> remove(const Policy& p);
+  // What dualpath owns right now.
+  static Result<std::vector<RoutingObject>> owned(const Policy& p);
+};
+
+}  // namespace dp
