@@ -87,6 +87,12 @@ const ClassSpec* Policy::klass(const std::string& name) const {
     if (c.name == name) return &c;
   return nullptr;
 }
+int Policy::class_index(const std::string& name) const {
+  for (size_t i = 0; i < classes.size(); ++i)
+    if (classes[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
 int Policy::path_index(const std::string& name) const {
   for (size_t i = 0; i < paths.size(); ++i)
     if (paths[i].name == name) return static_cast<int>(i);

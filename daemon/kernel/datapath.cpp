@@ -1,288 +1,359 @@
 #include "dualpath/kernel/datapath.h"
 
-#include <linux/magic.h>
-#include <linux/pkt_sched.h>
-#include <netlink/netlink.h>
-#include <netlink/route/classifier.h>
-#include <sys/mount.h>
-#include <sys/stat.h>
-#include <sys/vfs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-#include <sys/socket.h>
-
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
-#include "dp_tc.skel.h"
+#include <spdlog/spdlog.h>
+
+#include "dualpath/kernel/routing.h"
 
 namespace dp {
 
-// ---------------------------------------------------------------- BpfMap
-
-Result<void> BpfMap::update(const void* key, const void* value, uint64_t flags) const {
-  if (bpf_map_update_elem(fd_, key, value, flags) != 0)
-    return DP_SYS_ERROR(errno, "update of map {} failed", name_);
-  return {};
-}
-
-Result<void> BpfMap::lookup(const void* key, void* value) const {
-  if (bpf_map_lookup_elem(fd_, key, value) != 0)
-    return DP_SYS_ERROR(errno, "lookup in map {} failed", name_);
-  return {};
-}
-
-Result<void> BpfMap::remove(const void* key) const {
-  if (bpf_map_delete_elem(fd_, key) != 0 && errno != ENOENT)
-    return DP_SYS_ERROR(errno, "delete from map {} failed", name_);
-  return {};
-}
-
-// ---------------------------------------------------------------- skeleton
-
-Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root) {
-  LIBBPF_OPTS(bpf_object_open_opts, opts);
-  if (!pin_root.empty()) opts.pin_root_path = pin_root.c_str();
-  dp_tc* s = dp_tc__open_opts(&opts);
-  if (!s) return DP_SYS_ERROR(errno, "opening the dualpath BPF object failed");
-  std::unique_ptr<DpSkeleton> owner(new DpSkeleton(s));
-  if (pin_root.empty()) {
-    bpf_map* m = nullptr;
-    bpf_object__for_each_map(m, s->obj) {
-      if (bpf_map__set_pin_path(m, nullptr) != 0)
-        return DP_SYS_ERROR(errno, "clearing the pin path of map {} failed", bpf_map__name(m));
-    }
-  }
-  int err = dp_tc__load(s);
-  if (err != 0) {
-    if (err == -EINVAL && !pin_root.empty())
-      return DP_SYS_ERROR(err,
-                          "loading the BPF programs failed; if the libbpf log above says a pinned "
-                          "map in {} is incompatible, it was made by another dualpath version: "
-                          "run `dualpathd --cleanup --policy FILE` first",
-                          pin_root);
-    return DP_SYS_ERROR(err, "loading the BPF programs failed (the verifier log is above)");
-  }
-  return owner;
-}
-
-DpSkeleton::~DpSkeleton() { dp_tc__destroy(skel_); }
-
-int DpSkeleton::egress_fd() const { return bpf_program__fd(skel_->progs.dp_egress); }
-int DpSkeleton::ingress_fd() const { return bpf_program__fd(skel_->progs.dp_ingress); }
-int DpSkeleton::empty_fd() const { return bpf_program__fd(skel_->progs.dp_empty); }
-bpf_program* DpSkeleton::sockops_prog() const { return skel_->progs.dp_sockops; }
-
-BpfMap DpSkeleton::map(const char* name) const {
-  bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
-  return BpfMap(m ? bpf_map__fd(m) : -1, name);
-}
-
-Result<void> DpSkeleton::set_rail_ifindex(uint32_t ifindex, std::optional<uint32_t> slot) const {
-  BpfMap hash = map("dp_ifindex");
-  if (ifindex < DP_IFINDEX_DIRECT) {
-    uint32_t v = slot ? *slot + 1 : 0;
-    DP_TRY(map("dp_rail_by_ifindex").update(&ifindex, &v));
-  }
-  if (!slot) return hash.remove(&ifindex);
-  dp_ifindex_val v{*slot};
-  return hash.update(&ifindex, &v);
-}
-
-// ---------------------------------------------------------------- sockops
-
-Result<std::string> cgroup2_root() {
-  std::ifstream mounts("/proc/self/mounts");
-  std::string dev, dir, type;
-  std::string rest;
-  while (mounts >> dev >> dir >> type && std::getline(mounts, rest))
-    if (type == "cgroup2") return dir;
-  return DP_SYS_ERROR(ENOENT, "no cgroup v2 hierarchy is mounted (sockops needs one)");
-}
-
-Result<uint64_t> netns_cookie() {
-  Fd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  uint64_t cookie = 0;
-  socklen_t len = sizeof(cookie);
-  if (!s.valid() || getsockopt(s.get(), SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0)
-    return DP_SYS_ERROR(errno, "reading this network namespace's cookie failed");
-  return cookie;
-}
-
-Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
-                            const std::string& pin_dir) {
-  std::string pin = (std::filesystem::path(pin_dir) / "link_sockops").string();
-  struct stat cg {};
-  if (::stat(cgroup.c_str(), &cg) != 0)
-    return DP_SYS_ERROR(errno, "cgroup {} for sockops is not accessible", cgroup);
-  if (std::filesystem::exists(pin)) {
-    Fd link(bpf_obj_get(pin.c_str()));
-    bpf_link_info info{};
-    uint32_t len = sizeof(info);
-    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 &&
-        info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cg.st_ino) {
-      // adopt: same cgroup, swap the program in place
-      if (bpf_link_update(link.get(), bpf_program__fd(prog), nullptr) != 0)
-        return DP_SYS_ERROR(errno, "updating the sockops link at {} failed", pin);
-      return {};
-    }
-    ::unlink(pin.c_str());  // another cgroup (policy changed): re-attach below
-  }
-  Fd cgfd(::open(cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!cgfd.valid()) return DP_SYS_ERROR(errno, "opening cgroup {} failed", cgroup);
-  bpf_link* link = bpf_program__attach_cgroup(prog, cgfd.get());
-  if (!link) return DP_SYS_ERROR(errno, "attaching sockops to cgroup {} failed", cgroup);
-  int err = bpf_link__pin(link, pin.c_str());
-  bpf_link__disconnect(link);  // the pin holds the attachment now
-  bpf_link__destroy(link);
-  if (err != 0) return DP_SYS_ERROR(err, "pinning the sockops link at {} failed", pin);
-  return {};
-}
-
-// ---------------------------------------------------------------- bpffs
-
-Result<void> ensure_bpffs(const std::string& dir) {
-  struct statfs st {};
-  if (statfs("/sys/fs/bpf", &st) != 0 || st.f_type != BPF_FS_MAGIC) {
-    ::mkdir("/sys/fs/bpf", 0700);
-    if (::mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") != 0)
-      return DP_SYS_ERROR(errno, "/sys/fs/bpf is not a BPF filesystem and mounting one failed");
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return DP_SYS_ERROR(ec.value(), "creating pin directory {} failed", dir);
-  if (statfs(dir.c_str(), &st) != 0 || st.f_type != BPF_FS_MAGIC)
-    return DP_ERROR("pin directory {} is not on a BPF filesystem", dir);
-  return {};
-}
-
-Result<void> remove_pin_dir(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::exists(dir, ec)) return {};
-  std::filesystem::remove_all(dir, ec);
-  if (ec) return DP_SYS_ERROR(ec.value(), "removing pin directory {} failed", dir);
-  // remove the parent "dualpath" directory when no other instance uses it
-  auto parent = std::filesystem::path(dir).parent_path();
-  if (parent.filename() == "dualpath" && std::filesystem::is_empty(parent, ec))
-    std::filesystem::remove(parent, ec);
-  return {};
-}
-
-bool is_our_prog(uint32_t prog_id) {
-  Fd fd(bpf_prog_get_fd_by_id(prog_id));
-  if (!fd.valid()) return false;
-  bpf_prog_info info{};
-  uint32_t len = sizeof(info);
-  if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0) return false;
-  return std::strcmp(info.name, "dp_egress") == 0 || std::strcmp(info.name, "dp_ingress") == 0;
-}
-
-// ---------------------------------------------------------------- tc
-
 namespace {
 
-const char* dir_name(bpf_tc_attach_point p) { return p == BPF_TC_EGRESS ? "egress" : "ingress"; }
-
-// 0 if absent, else the prog id at our handle/priority.
-uint32_t query(int ifindex, bpf_tc_attach_point point) {
-  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = point);
-  LIBBPF_OPTS(bpf_tc_opts, q, .handle = kTcHandle, .priority = kTcPriority);
-  if (bpf_tc_query(&hook, &q) != 0) return 0;
-  return q.prog_id;
+std::vector<std::string> read_names(const BpfMap& m, size_t n) {
+  std::vector<std::string> out(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    dp_slot_name v{};
+    if (m.lookup(&i, &v)) out[i] = decode_name(v);
+  }
+  return out;
 }
 
-// Number of tc filters on the clsact ingress + egress of ifindex, -1 on error.
-int count_filters(int ifindex) {
-  nl_sock* sk = nl_socket_alloc();
-  if (!sk) return -1;
-  int total = 0;
-  if (nl_connect(sk, NETLINK_ROUTE) != 0) {
-    nl_socket_free(sk);
-    return -1;
+Result<void> write_ports(const BpfMap& m, uint32_t gen, const std::vector<dp_port_entry>& ports) {
+  std::vector<uint32_t> keys(DP_PORT_SPACE);
+  for (uint32_t i = 0; i < DP_PORT_SPACE; ++i) keys[i] = gen * DP_PORT_SPACE + i;
+  uint32_t count = DP_PORT_SPACE;
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  if (bpf_map_update_batch(m.fd(), keys.data(), ports.data(), &count, &opts) == 0) return {};
+  for (uint32_t i = 0; i < DP_PORT_SPACE; ++i) DP_TRY(m.update(&keys[i], &ports[i]));
+  return {};
+}
+
+// Every key of a hash map.
+template <class K>
+std::vector<K> keys_of(const BpfMap& m) {
+  std::vector<K> out;
+  K k{}, next{};
+  void* prev = nullptr;
+  while (bpf_map_get_next_key(m.fd(), prev, &next) == 0) {
+    out.push_back(next);
+    k = next;
+    prev = &k;
   }
-  for (uint32_t minor : {TC_H_MIN_INGRESS, TC_H_MIN_EGRESS}) {
-    nl_cache* cache = nullptr;
-    if (rtnl_cls_alloc_cache(sk, ifindex, TC_H_MAKE(TC_H_CLSACT, minor), &cache) != 0) {
-      total = -1;
-      break;
-    }
-    total += nl_cache_nitems(cache);
-    nl_cache_free(cache);
+  return out;
+}
+
+Result<void> write_marks(const BpfMap& m, uint32_t gen,
+                         const std::vector<std::pair<uint32_t, uint8_t>>& marks) {
+  for (auto& s : keys_of<dp_mark_key>(m))
+    if (s.gen == gen) DP_TRY(m.remove(&s));
+  for (auto& [mark, cls] : marks) {
+    dp_mark_key mk{gen, mark};
+    dp_mark_val mv{cls, {}};
+    DP_TRY(m.update(&mk, &mv));
   }
-  nl_socket_free(sk);
-  return total;
+  return {};
+}
+
+bool contains(const std::vector<int>& v, uint32_t x) {
+  return std::find(v.begin(), v.end(), static_cast<int>(x)) != v.end();
 }
 
 }  // namespace
 
-Result<void> Tc::attach(int ifindex, const std::string& ifname, int egress_fd, int ingress_fd,
-                        const BpfMap& owned) {
-  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
-              .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
-  int err = bpf_tc_hook_create(&hook);
-  if (err == 0) {
-    uint32_t key = static_cast<uint32_t>(ifindex), val = DP_OWN_CLSACT;
-    DP_TRY(owned.update(&key, &val));
-  } else if (err != -EEXIST) {
-    return DP_SYS_ERROR(err, "creating the clsact qdisc on {} failed", ifname);
-  }
-  for (auto [point, fd] :
-       {std::pair{BPF_TC_EGRESS, egress_fd}, std::pair{BPF_TC_INGRESS, ingress_fd}}) {
-    uint32_t existing = query(ifindex, point);
-    if (existing && !is_our_prog(existing))
-      return DP_ERROR(
-          "a tc {} filter that is not dualpath's (prog id {}) occupies handle {:#x} priority "
-          "{:#x} on {}; refusing to replace it",
-          dir_name(point), existing, kTcHandle, kTcPriority, ifname);
-    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = point);
-    LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
-                .priority = kTcPriority);
-    err = bpf_tc_attach(&h, &o);
-    if (err != 0)
-      return DP_SYS_ERROR(err, "attaching the tc {} program on {} failed", dir_name(point), ifname);
-  }
-  return {};
+std::string Datapath::pin_dir(const std::string& bpffs_root, const std::string& node) {
+  return (std::filesystem::path(bpffs_root) / "dualpath" / node).string();
 }
 
-Result<void> Tc::detach(int ifindex, const std::string& ifname, const BpfMap* owned) {
-  for (auto point : {BPF_TC_EGRESS, BPF_TC_INGRESS}) {
-    uint32_t existing = query(ifindex, point);
-    if (!existing || !is_our_prog(existing)) continue;
-    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = point);
-    LIBBPF_OPTS(bpf_tc_opts, o, .handle = kTcHandle, .priority = kTcPriority);
-    int err = bpf_tc_detach(&h, &o);
-    if (err != 0 && err != -ENOENT)
-      return DP_SYS_ERROR(err, "detaching the tc {} program from {} failed", dir_name(point),
-                          ifname);
+Result<std::unique_ptr<Datapath>> Datapath::open(const std::string& dir) {
+  std::unique_ptr<Datapath> d(new Datapath);
+  d->pin_dir_ = dir;
+  DP_TRY(ensure_bpffs(dir));
+  d->adopted_ = std::filesystem::exists(std::filesystem::path(dir) / "dp_config");
+  spdlog::info("{} the datapath pinned in {}", d->adopted_ ? "adopting" : "loading", dir);
+  auto skel = DpSkeleton::load(dir);
+  if (!skel) return skel.error();
+  d->skel_ = std::move(*skel);
+  // Pin the programs beside the maps (for bpftool and for operators to see).
+  for (auto [prog, name] : {std::pair{d->skel_->egress_fd(), "prog_egress"},
+                            std::pair{d->skel_->ingress_fd(), "prog_ingress"}}) {
+    auto path = std::filesystem::path(dir) / name;
+    ::unlink(path.c_str());
+    if (bpf_obj_pin(prog, path.c_str()) != 0)
+      return DP_SYS_ERROR(errno, "pinning program at {} failed", path.string());
   }
-  if (!owned) return {};
-  uint32_t key = static_cast<uint32_t>(ifindex), val = 0;
-  if (!owned->lookup(&key, &val) || !(val & DP_OWN_CLSACT)) return {};
-  if (count_filters(ifindex) == 0) {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
-                .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
-    int err = bpf_tc_hook_destroy(&hook);
-    if (err != 0 && err != -ENOENT && err != -EINVAL)
-      return DP_SYS_ERROR(err, "removing the clsact qdisc dualpath created on {} failed", ifname);
-  }
-  // Once we have detached, the qdisc is no longer ours to manage: if others
-  // attached filters to it meanwhile, it stays, and it is theirs.
-  DP_TRY(owned->remove(&key));
-  return {};
+  uint32_t zero = 0;
+  dp_config cfg{};
+  if (d->skel_->config().lookup(&zero, &cfg)) d->gen_ = cfg.active_gen & 1;
+  auto cookie = netns_cookie();
+  if (cookie)
+    d->netns_cookie_ = *cookie;
+  else
+    spdlog::warn("{}; sockops will count sockets of every namespace", cookie.error().what());
+  d->ifreq_fd_.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  return d;
 }
 
-Result<TcStatus> Tc::status(int ifindex, const BpfMap* owned) {
-  TcStatus s;
-  s.egress_prog_id = query(ifindex, BPF_TC_EGRESS);
-  s.ingress_prog_id = query(ifindex, BPF_TC_INGRESS);
-  s.clsact = count_filters(ifindex) >= 0;
-  if (owned) {
-    uint32_t key = static_cast<uint32_t>(ifindex), val = 0;
-    s.clsact_owned = owned->lookup(&key, &val) && (val & DP_OWN_CLSACT);
+Result<Datapath::Staged> Datapath::stage(const Policy& next, bool running) {
+  Staged s;
+  for (auto& ps : next.paths) {
+    unsigned idx = if_nametoindex(ps.interface.c_str());
+    if (!idx)
+      return DP_SYS_ERROR(ENODEV, "interface {} of path {} does not exist", ps.interface, ps.name);
+    s.ifindex.push_back(idx);
   }
+  std::vector<std::string> wanted_classes, wanted_rails;
+  for (auto& c : next.classes) wanted_classes.push_back(c.name);
+  for (auto& ps : next.paths) wanted_rails.push_back(ps.name);
+  s.existing_classes = read_names(skel_->class_names(), DP_MAX_CLASSES);
+  auto existing_rails = read_names(skel_->rail_names(), DP_MAX_RAILS);
+  auto cslots =
+      assign_slots(s.existing_classes, wanted_classes, DP_MAX_CLASSES, {DP_CLASS_UNCLASSIFIED});
+  if (!cslots) return cslots.error();
+  auto rslots = assign_slots(existing_rails, wanted_rails, DP_MAX_RAILS);
+  if (!rslots) return rslots.error();
+  s.class_slot = *cslots;
+  s.rail_slot = *rslots;
+  s.enc = encode_policy(next, s.class_slot, s.rail_slot);
+  s.gen = running ? gen_ ^ 1u : gen_;
+  DP_TRY(write_ports(skel_->ports(), s.gen, s.enc.ports));
+  DP_TRY(write_marks(skel_->marks(), s.gen, s.enc.marks));
   return s;
+}
+
+Result<void> Datapath::attach(const Policy& next, const Staged& s) {
+  BpfMap owned = skel_->owned();
+  for (size_t i = 0; i < next.paths.size(); ++i)
+    DP_TRY(Tc::attach(static_cast<int>(s.ifindex[i]), next.paths[i].interface, skel_->egress_fd(),
+                      skel_->ingress_fd(), owned));
+  // TCP measurement: sockops on the policy's cgroup (or the cgroup v2 root).
+  std::string cgroup = next.measurement.cgroup;
+  if (cgroup.empty()) {
+    auto root = cgroup2_root();
+    if (root)
+      cgroup = *root;
+    else
+      spdlog::warn("{}: TCP RTT, retransmits and RTOs are not measured", root.error().what());
+  }
+  if (!cgroup.empty()) {
+    DP_TRY(attach_sockops(skel_->sockops_prog(), cgroup, pin_dir_));
+    if (cgroup != sockops_cgroup_) spdlog::info("sockops attached to cgroup {}", cgroup);
+  }
+  sockops_cgroup_ = cgroup;
+  return {};
+}
+
+Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {
+  BpfMap decisions = skel_->decisions(), class_names = skel_->class_names();
+  BpfMap rail_names = skel_->rail_names(), rails = skel_->rails(), qos = skel_->class_qos();
+  for (size_t i = 0; i < next.paths.size(); ++i) {
+    auto slot = static_cast<uint32_t>(s.rail_slot[i]);
+    dp_rail r = encode_rail(next.paths[i], s.ifindex[i], true);
+    dp_slot_name n = encode_name(next.paths[i].name);
+    DP_TRY(rails.update(&slot, &r));
+    DP_TRY(rail_names.update(&slot, &n));
+    DP_TRY(skel_->set_rail_ifindex(s.ifindex[i], slot));
+  }
+  for (size_t i = 0; i < next.classes.size(); ++i) {
+    const auto& cs = next.classes[i];
+    auto slot = static_cast<uint32_t>(s.class_slot[i]);
+    dp_decision cur{};
+    bool known = s.existing_classes[slot] == cs.name && decisions.lookup(&slot, &cur);
+    auto pinned_rail = decision_single_rail(cur);
+    bool keep = known && (cur.flags & kOperatorPinned) && pinned_rail &&
+                contains(s.rail_slot, static_cast<uint32_t>(*pinned_rail));
+    if (!keep) {
+      int prefer = s.rail_slot[static_cast<size_t>(next.path_index(cs.prefer))];
+      dp_decision d = decision_all_on(prefer, cs.pinned, ++decision_version_);
+      DP_TRY(decisions.update(&slot, &d));
+    }
+    dp_slot_name n = encode_name(cs.name);
+    DP_TRY(class_names.update(&slot, &n));
+    dp_class_qos q = encode_qos(cs);
+    DP_TRY(qos.update(&slot, &q));
+  }
+  uint32_t zero = 0;
+  dp_config cfg{};
+  cfg.active_gen = s.gen;
+  cfg.default_class = s.enc.default_class;
+  cfg.flowlet_gap_ns = static_cast<uint64_t>(next.scheduler.flowlet_gap.count());
+  cfg.netns_cookie = netns_cookie_;
+  DP_TRY(skel_->config().update(&zero, &cfg));
+  flowlet_gap_ns_ = cfg.flowlet_gap_ns;
+  gen_ = s.gen;
+
+  // What the new policy no longer names.
+  for (uint32_t slot = 0; slot < DP_MAX_CLASSES; ++slot) {
+    if (contains(s.class_slot, slot)) continue;
+    dp_slot_name empty{};
+    dp_decision none{};
+    dp_class_qos no_qos{};
+    (void)class_names.update(&slot, &empty);
+    (void)decisions.update(&slot, &none);
+    (void)qos.update(&slot, &no_qos);
+  }
+  for (uint32_t slot = 0; slot < DP_MAX_RAILS; ++slot) {
+    if (contains(s.rail_slot, slot)) continue;
+    dp_slot_name empty{};
+    dp_rail none{};
+    (void)rail_names.update(&slot, &empty);
+    (void)rails.update(&slot, &none);
+  }
+  BpfMap owned = skel_->owned();
+  for (uint32_t idx : keys_of<uint32_t>(skel_->ifindex())) {
+    if (std::find(s.ifindex.begin(), s.ifindex.end(), idx) != s.ifindex.end()) continue;
+    char name[IF_NAMESIZE] = "?";
+    if_indextoname(idx, name);
+    auto r = Tc::detach(static_cast<int>(idx), name, &owned);
+    if (!r) spdlog::warn("{}", r.error().str());
+    (void)skel_->set_rail_ifindex(idx, std::nullopt);
+  }
+
+  class_slot_ = s.class_slot;
+  rail_slot_ = s.rail_slot;
+  rail_ifindex_ = s.ifindex;
+  vanished_.assign(s.ifindex.size(), false);
+
+  std::vector<OperatorPin> pins;
+  for (size_t i = 0; i < next.classes.size(); ++i) {
+    auto d = decision(i);
+    if (!d || !(d->flags & kOperatorPinned)) continue;
+    OperatorPin pin{i, std::nullopt};
+    if (auto r = decision_single_rail(*d))
+      for (size_t p = 0; p < rail_slot_.size(); ++p)
+        if (rail_slot_[p] == *r) pin.path = p;
+    pins.push_back(pin);
+  }
+  return pins;
+}
+
+Result<void> Datapath::write_decision(size_t klass, const Shares& shares, uint32_t flags) {
+  auto slot = static_cast<uint32_t>(class_slot_.at(klass));
+  dp_decision d{};
+  for (size_t i = 0; i < shares.size() && i < rail_slot_.size(); ++i)
+    d.share[static_cast<size_t>(rail_slot_[i])] = shares[i];
+  d.flags = flags;
+  d.version = ++decision_version_;
+  return skel_->decisions().update(&slot, &d);
+}
+
+Result<dp_decision> Datapath::decision(size_t klass) const {
+  auto slot = static_cast<uint32_t>(class_slot_.at(klass));
+  dp_decision d{};
+  DP_TRY(skel_->decisions().lookup(&slot, &d));
+  return d;
+}
+
+Result<void> Datapath::clear_operator_pin(size_t klass) {
+  auto slot = static_cast<uint32_t>(class_slot_.at(klass));
+  BpfMap decisions = skel_->decisions();
+  dp_decision d{};
+  DP_TRY(decisions.lookup(&slot, &d));
+  d.flags &= ~kOperatorPinned;
+  d.version = ++decision_version_;
+  return decisions.update(&slot, &d);
+}
+
+Result<void> Datapath::set_flowlet_gap(uint64_t ns) {
+  uint32_t zero = 0;
+  dp_config cfg{};
+  BpfMap m = skel_->config();
+  DP_TRY(m.lookup(&zero, &cfg));
+  cfg.flowlet_gap_ns = ns;
+  DP_TRY(m.update(&zero, &cfg));
+  flowlet_gap_ns_ = ns;
+  return {};
+}
+
+bool Datapath::check_present(size_t path, const PathSpec& ps) {
+  if (path >= vanished_.size() || vanished_[path]) return false;
+  if (ifindex_of(ps.interface) == rail_ifindex_[path]) return false;
+  auto slot = static_cast<uint32_t>(rail_slot_[path]);
+  dp_rail r = encode_rail(ps, rail_ifindex_[path], false);
+  auto ok = skel_->rails().update(&slot, &r);
+  vanished_[path] = ok.ok();
+  spdlog::error("interface {} of path {} is gone: the path is no longer a redirect target{}",
+                ps.interface, ps.name,
+                ok ? "; reload the policy once it is back" : ": " + ok.error().what());
+  return vanished_[path];
+}
+
+void Datapath::read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const {
+  BpfMap cm = skel_->counters(), em = skel_->exceptions(), tm = skel_->tcp();
+  for (uint32_t r = 0; r < DP_MAX_RAILS; ++r) {
+    for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
+      uint32_t key = r * DP_MAX_CLASSES + c;
+      if (auto v = cm.lookup_percpu<dp_counters>(&key)) counters[r][c] = sum_counters(*v);
+    }
+    for (uint32_t e = 0; e < DP_EXC_MAX; ++e) {
+      uint32_t key = r * DP_EXC_MAX + e;
+      auto v = em.lookup_percpu<uint64_t>(&key);
+      if (!v) continue;
+      uint64_t sum = 0;
+      for (auto x : *v) sum += x;
+      exceptions[r][e] = sum;
+    }
+  }
+  for (uint32_t r = 0; r < DP_MAX_RAILS; ++r)
+    for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
+      uint32_t key = r * DP_MAX_CLASSES + c;
+      if (auto v = tm.lookup_percpu<dp_tcp_stats>(&key)) tcp[r][c] = sum_tcp(*v);
+    }
+}
+
+std::vector<FlowRow> Datapath::flows(size_t* total) const {
+  BpfMap flows = skel_->flows();
+  std::vector<FlowRow> rows;
+  *total = 0;
+  for (auto& k : keys_of<dp_flow_key>(flows)) {
+    FlowRow r{k, {}};
+    if (!flows.lookup(&k, &r.flow)) continue;
+    ++*total;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::optional<TcView> Datapath::tc(int ifindex) const {
+  BpfMap owned = skel_->owned();
+  auto st = Tc::status(ifindex, &owned);
+  if (!st) return std::nullopt;
+  return TcView{st->egress_prog_id, st->ingress_prog_id, st->clsact_owned};
+}
+
+unsigned Datapath::ifindex_of(const std::string& ifname) const {
+  ifreq ifr{};
+  if (ifreq_fd_.get() < 0 || ifname.size() >= sizeof(ifr.ifr_name))
+    return if_nametoindex(ifname.c_str());
+  std::memcpy(ifr.ifr_name, ifname.data(), ifname.size());
+  if (::ioctl(ifreq_fd_.get(), SIOCGIFINDEX, &ifr) != 0) return 0;
+  return static_cast<unsigned>(ifr.ifr_ifindex);
+}
+
+Result<void> Datapath::cleanup(const Policy& p, const std::string& bpffs_root) {
+  std::string dir = pin_dir(bpffs_root, p.node);
+  std::optional<BpfMap> owned;
+  Fd owned_fd(bpf_obj_get((std::filesystem::path(dir) / "dp_owned").c_str()));
+  if (owned_fd.valid()) owned.emplace(owned_fd.get(), "dp_owned");
+  for (auto& ps : p.paths) {
+    unsigned idx = if_nametoindex(ps.interface.c_str());
+    if (!idx) continue;
+    DP_TRY(Tc::detach(static_cast<int>(idx), ps.interface, owned ? &*owned : nullptr));
+  }
+  auto routed = Routing::remove(p);
+  if (!routed) return routed.error();
+  spdlog::info("removed {} rules and routes of node {}", routed->removed, p.node);
+  DP_TRY(remove_pin_dir(dir));
+  return {};
 }
 
 }  // namespace dp

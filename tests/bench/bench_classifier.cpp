@@ -17,7 +17,7 @@
 
 #include "../bpf/packet.h"
 #include "dualpath/core/encode.h"
-#include "dualpath/kernel/datapath.h"
+#include "dualpath/kernel/attach.h"
 
 namespace {
 
@@ -76,18 +76,18 @@ int main(int argc, char** argv) {
   const dp::Policy& p = *load.policy;
   auto enc = dp::encode_policy(p, {0, 1, 2, 3, 4}, {0, 1});
   for (uint32_t port = 0; port < DP_PORT_SPACE; ++port)
-    (void)s.map("dp_ports").update(&port, &enc.ports[port]);
+    (void)s.ports().update(&port, &enc.ports[port]);
   for (auto& [mark, cls] : enc.marks) {
     dp_mark_key k{0, mark};
     dp_mark_val v{cls, {}};
-    (void)s.map("dp_marks").update(&k, &v);
+    (void)s.marks().update(&k, &v);
   }
   uint32_t zero = 0, lo = 1;
   dp_config cfg{0, DP_CLASS_NONE, 500'000, 0};  // the default 500 us flowlet gap
-  (void)s.map("dp_config").update(&zero, &cfg);
+  (void)s.config().update(&zero, &cfg);
   for (uint32_t r = 0; r < 2; ++r) {
     dp_rail rail = dp::encode_rail(p.paths[r], r == 0 ? 1 : 4242, true);
-    (void)s.map("dp_rails").update(&r, &rail);
+    (void)s.rails().update(&r, &rail);
   }
   (void)s.set_rail_ifindex(lo, 0);
   for (uint32_t c = 0; c < p.classes.size(); ++c) {
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       d.share[0] = DP_SHARE_SCALE / 2;
       d.share[1] = DP_SHARE_SCALE / 2;
     }
-    (void)s.map("dp_decisions").update(&c, &d);
+    (void)s.decisions().update(&c, &d);
   }
 
   const Case cases[] = {

@@ -11,7 +11,7 @@
 #include <tuple>
 
 #include "dualpath/core/encode.h"
-#include "dualpath/kernel/datapath.h"
+#include "dualpath/kernel/attach.h"
 #include "packet.h"
 
 using dptest::build_packet;
@@ -45,7 +45,7 @@ class Classifier : public ::testing::Test {
     for (auto& [mark, cls] : enc.marks) {
       dp_mark_key k{0, mark};
       dp_mark_val v{cls, {}};
-      ASSERT_TRUE(map("dp_marks").update(&k, &v));
+      ASSERT_TRUE(skel_->marks().update(&k, &v));
     }
     set_config(0, DP_CLASS_NONE);
     set_rail(0, kLoIfindex, true, true, true);
@@ -56,36 +56,34 @@ class Classifier : public ::testing::Test {
       set_decision(c, policy_.path_index(policy_.classes[c].prefer));
   }
 
-  dp::BpfMap map(const char* n) { return skel_->map(n); }
-
   void write_ports(uint32_t gen, const dp::EncodedPolicy& enc) {
     for (uint32_t p = 0; p < DP_PORT_SPACE; ++p) {
       uint32_t key = gen * DP_PORT_SPACE + p;
-      ASSERT_TRUE(map("dp_ports").update(&key, &enc.ports[p]));
+      ASSERT_TRUE(skel_->ports().update(&key, &enc.ports[p]));
     }
   }
   void set_config(uint32_t gen, uint32_t default_class, uint64_t flowlet_gap_ns = 0) {
     uint32_t zero = 0;
     dp_config c{gen, default_class, flowlet_gap_ns, 0};
-    ASSERT_TRUE(map("dp_config").update(&zero, &c));
+    ASSERT_TRUE(skel_->config().update(&zero, &c));
   }
   void set_rail(uint32_t slot, uint32_t ifindex, bool enabled, bool gw4, bool gw6) {
     dp::PathSpec ps = policy_.paths[slot];
     if (!gw4) ps.gateway.reset();
     if (!gw6) ps.gateway6.reset();
     dp_rail r = dp::encode_rail(ps, ifindex, enabled);
-    ASSERT_TRUE(map("dp_rails").update(&slot, &r));
+    ASSERT_TRUE(skel_->rails().update(&slot, &r));
   }
   void set_shares(uint32_t cls, uint16_t rail0, uint16_t rail1) {
     dp_decision d{};
     d.share[0] = rail0;
     d.share[1] = rail1;
     d.version = ++version_;
-    ASSERT_TRUE(map("dp_decisions").update(&cls, &d));
+    ASSERT_TRUE(skel_->decisions().update(&cls, &d));
   }
   void set_decision(uint32_t cls, int rail) {
     dp_decision d = dp::decision_all_on(rail, false, ++version_);
-    ASSERT_TRUE(map("dp_decisions").update(&cls, &d));
+    ASSERT_TRUE(skel_->decisions().update(&cls, &d));
   }
 
   RunResult run(int prog_fd, const PacketSpec& s, uint32_t mark = 0) {
@@ -106,13 +104,13 @@ class Classifier : public ::testing::Test {
 
   dp_counters counters(uint32_t rail, uint32_t cls) {
     uint32_t key = rail * DP_MAX_CLASSES + cls;
-    auto v = map("dp_counters").lookup_percpu<dp_counters>(&key);
+    auto v = skel_->counters().lookup_percpu<dp_counters>(&key);
     EXPECT_TRUE(v);
     return v ? dp::sum_counters(*v) : dp_counters{};
   }
   uint64_t exception(uint32_t rail, int reason) {
     uint32_t key = rail * DP_EXC_MAX + static_cast<uint32_t>(reason);
-    auto v = map("dp_exceptions").lookup_percpu<uint64_t>(&key);
+    auto v = skel_->exceptions().lookup_percpu<uint64_t>(&key);
     uint64_t s = 0;
     if (v)
       for (auto x : *v) s += x;
@@ -254,7 +252,7 @@ TEST_F(Classifier, FlowTableRemembersClassAndRail) {
   ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);
   auto key = dptest::flow_key_of(s);
   dp_flow f{};
-  ASSERT_TRUE(map("dp_flows").lookup(key.bytes, &f));
+  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
   EXPECT_EQ(f.cls, kParamSync);
   EXPECT_EQ(f.rail, 1);
   EXPECT_EQ(f.packets, 2u);
@@ -268,7 +266,7 @@ TEST_F(Classifier, DecisionChangeMovesAnExistingFlow) {
   EXPECT_EQ(egress(s).ret, DP_PASS) << "the flow follows its class to rail0";
   auto key = dptest::flow_key_of(s);
   dp_flow f{};
-  ASSERT_TRUE(map("dp_flows").lookup(key.bytes, &f));
+  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
   EXPECT_EQ(f.rail, 0);
   EXPECT_EQ(f.replacements, 1u);
   EXPECT_EQ(counters(0, kParamSync).flows_replaced, 1u);
@@ -307,14 +305,14 @@ TEST_F(Classifier, RailIfindexIsDirectBelowTheLimitAndHashedAbove) {
   ASSERT_TRUE(skel_->set_rail_ifindex(DP_IFINDEX_DIRECT + 5, 1));
   uint32_t direct = 0, idx = 7, big = DP_IFINDEX_DIRECT + 5;
   dp_ifindex_val hv{};
-  ASSERT_TRUE(map("dp_rail_by_ifindex").lookup(&idx, &direct));
+  ASSERT_TRUE(skel_->rail_by_ifindex().lookup(&idx, &direct));
   EXPECT_EQ(direct, 2u) << "slot + 1";
-  EXPECT_TRUE(map("dp_ifindex").lookup(&big, &hv));
+  EXPECT_TRUE(skel_->ifindex().lookup(&big, &hv));
   EXPECT_EQ(hv.rail, 1u);
   ASSERT_TRUE(skel_->set_rail_ifindex(7, std::nullopt));
-  ASSERT_TRUE(map("dp_rail_by_ifindex").lookup(&idx, &direct));
+  ASSERT_TRUE(skel_->rail_by_ifindex().lookup(&idx, &direct));
   EXPECT_EQ(direct, 0u);
-  EXPECT_FALSE(map("dp_ifindex").lookup(&idx, &hv));
+  EXPECT_FALSE(skel_->ifindex().lookup(&idx, &hv));
 }
 
 // ---------------------------------------------------------------- flowlets
@@ -359,7 +357,7 @@ TEST_F(Classifier, ANewFlowletAfterTheGapFollowsTheShares) {
   // deterministic per (flow, flowlet number): a second table gives the same answer
   auto key = dptest::flow_key_of(tcp4(sport(0), 52001));
   dp_flow f{};
-  ASSERT_TRUE(map("dp_flows").lookup(key.bytes, &f));
+  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
   EXPECT_EQ(f.flowlet, 2u);
 }
 
@@ -423,7 +421,7 @@ TEST_F(Classifier, IngressCountsReceivedBytesPerClass) {
 TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   uint32_t slot = kControl;
   dp_class_qos q{0x10010, 46, DP_QOS_F_PRIORITY | DP_QOS_F_DSCP, {}};
-  ASSERT_TRUE(map("dp_class_qos").update(&slot, &q));
+  ASSERT_TRUE(skel_->class_qos().update(&slot, &q));
   constexpr size_t kL3 = 14;
   for (int fam : {4, 6}) {
     PacketSpec s = tcp4(40000, 53001);

@@ -33,6 +33,10 @@ struct EncodedPolicy {
 EncodedPolicy encode_policy(const Policy& p, const std::vector<int>& class_slot,
                             const std::vector<int>& rail_slot);
 
+// dp_decision.flags: pinned by dpctl class set (beside DP_DECISION_F_PINNED).
+// The datapath ignores it; a restarted daemon reads it back.
+inline constexpr uint32_t kOperatorPinned = 1u << 16;
+
 // The whole class on one rail.
 dp_decision decision_all_on(int rail_slot, bool pinned, uint32_t version);
 // The rail slot holding the whole share, if one does.

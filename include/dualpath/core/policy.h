@@ -126,7 +126,8 @@ struct Policy {
 
   const PathSpec* path(const std::string& name) const;
   const ClassSpec* klass(const std::string& name) const;
-  int path_index(const std::string& name) const;  // -1 if none
+  int path_index(const std::string& name) const;   // -1 if none
+  int class_index(const std::string& name) const;  // -1 if none
 };
 
 struct Diagnostic {

@@ -1,0 +1,260 @@
+// The control socket's commands: one table of (name, mutates, handler). A
+// query gathers plain data from the components and renders it with
+// core/views.h; a change goes through the Datapath (decisions) and the
+// Controller (its state), then settles.
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon.h"
+#include "dualpath/core/encode.h"
+#include "dualpath/core/views.h"
+#include "dualpath/version.h"
+
+namespace dp {
+
+void Daemon::add_commands() {
+  auto ok = [](auto fn) { return [fn](const json&) { return reply_ok(fn()); }; };
+  // queries: anyone who can connect
+  commands_.add({"status", false, ok([this] { return status_json(); })});
+  commands_.add({"path.list", false, ok([this] { return paths_json(); })});
+  commands_.add({"path.show", false, [this](const json& args) {
+                   auto name = string_arg(args, "path");
+                   if (!name) return reply_error("bad_request", "path.show needs \"path\"");
+                   for (auto& p : paths_json())
+                     if (p["name"] == *name) return reply_ok(p);
+                   return reply_error("not_found", fmt::format("no path named \"{}\"", *name));
+                 }});
+  commands_.add({"class.list", false, ok([this] { return classes_json(); })});
+  commands_.add({"flow.list", false, [this](const json& args) { return flows_json(args); }});
+  commands_.add({"policy.show", false, ok([this] {
+                   std::error_code ec;
+                   std::string file = std::filesystem::absolute(policy_.file, ec).string();
+                   return json{{"file", ec ? policy_.file : file},
+                               {"hash", policy_.hash},
+                               {"node", policy_.node},
+                               {"text", policy_.text},
+                               {"disk_hash", policy_disk_hash()}};
+                 })});
+  commands_.add({"events", false, [this](const json& args) {
+                   uint64_t since = 0;
+                   if (args.contains("since")) {
+                     if (!args["since"].is_number_unsigned())
+                       return reply_error("bad_request", "\"since\" must be an event number");
+                     since = args["since"].get<uint64_t>();
+                   }
+                   return reply_ok(events_.render(policy_, since));
+                 }});
+  // changes: root only
+  commands_.add({"path.drain", true, [this](const json& args) { return drain(args, true); }});
+  commands_.add({"path.undrain", true, [this](const json& args) { return drain(args, false); }});
+  commands_.add({"class.set", true, [this](const json& args) { return class_set(args); }});
+  commands_.add({"class.unpin", true, [this](const json& args) { return class_unpin(args); }});
+  commands_.add({"policy.reload", true, [this](const json&) {
+                   auto r = reload();
+                   if (!r) return reply_error("invalid", r.error().what());
+                   return reply_ok({{"hash", policy_.hash}});
+                 }});
+}
+
+// ---------------------------------------------------------------- queries
+
+json Daemon::status_json() const {
+  return json{
+      {"node", policy_.node},
+      {"version", kVersion},
+      {"pid", ::getpid()},
+      {"policy",
+       {{"file", policy_.file}, {"hash", policy_.hash}, {"disk_hash", policy_disk_hash()}}},
+      {"uptime_s",
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
+      {"adopted", datapath_->adopted()},
+      {"bpffs", datapath_->pin_dir()},
+      {"generation", datapath_->generation()},
+      {"paths", policy_.paths.size()},
+      {"classes", policy_.classes.size()},
+      {"ticks", ticks_},
+      {"paths_carrying", controller_.paths_carrying()},
+      {"all_paths_down", controller_.all_down()},
+      {"flowlet_gap_us", static_cast<double>(datapath_->flowlet_gap_ns()) / 1000},
+  };
+}
+
+json Daemon::health_json(size_t path) const {
+  auto bfd = rails_.bfd(path);
+  return render_health(controller_.health(path), bfd ? &*bfd : nullptr, SchedClock::now());
+}
+
+json Daemon::paths_json() const {
+  json out = json::array();
+  const auto& counters = measurements_.counters();
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+    const auto& ps = policy_.paths[i];
+    size_t slot = datapath_->rail_slot(i);
+    PathView v;
+    v.spec = &ps;
+    v.slot = static_cast<int>(slot);
+    for (size_t c = 0; c < DP_MAX_CLASSES; ++c) {
+      const auto& x = counters[slot][c];
+      v.sum.tx_bytes += x.tx_bytes;
+      v.sum.tx_packets += x.tx_packets;
+      v.sum.rx_bytes += x.rx_bytes;
+      v.sum.rx_packets += x.rx_packets;
+      v.sum.redirect_packets += x.redirect_packets;
+      v.sum.redirect_bytes += x.redirect_bytes;
+    }
+    v.ifindex = static_cast<int>(datapath_->ifindex_of(ps.interface));
+    if (v.ifindex) v.tc = datapath_->tc(v.ifindex);
+    v.exceptions = measurements_.exceptions()[slot];
+    v.measure = measurements_.measure(i);
+    v.rdma_devices = measurements_.rdma_devices(i);
+    v.datapath_tx_bps = measurements_.datapath_tx_bps(slot);
+    v.present = datapath_->present(i);
+    v.health = health_json(i);
+    out.push_back(render_path(v, Clock::now()));
+  }
+  return out;
+}
+
+json Daemon::classes_json() const {
+  json out = json::array();
+  for (size_t i = 0; i < policy_.classes.size(); ++i) {
+    ClassView v;
+    v.spec = &policy_.classes[i];
+    v.slot = static_cast<uint32_t>(datapath_->class_slot(i));
+    if (auto d = datapath_->decision(i)) v.decision = *d;
+    for (size_t p = 0; p < policy_.paths.size(); ++p) {
+      size_t rs = datapath_->rail_slot(p);
+      v.paths.push_back({policy_.paths[p].name, rs, measurements_.counters()[rs][v.slot],
+                         measurements_.tcp()[rs][v.slot]});
+    }
+    out.push_back(render_class(v));
+  }
+  return out;
+}
+
+json Daemon::flows_json(const json& args) const {
+  size_t top = 20;
+  if (args.contains("top")) {
+    if (!args["top"].is_number_unsigned() || args["top"].get<uint64_t>() == 0)
+      return reply_error("bad_request", "\"top\" must be a positive integer");
+    top = args["top"].get<size_t>();
+  }
+  std::optional<std::string> want_class, want_path;
+  for (auto [name, dst] : {std::pair{"class", &want_class}, std::pair{"path", &want_path}}) {
+    if (!args.contains(name)) continue;
+    if (!args[name].is_string())
+      return reply_error("bad_request", fmt::format("\"{}\" must be a string", name));
+    *dst = args[name].get<std::string>();
+  }
+  if (want_class && !policy_.klass(*want_class))
+    return reply_error("not_found", fmt::format("no class named \"{}\"", *want_class));
+  if (want_path && !policy_.path(*want_path))
+    return reply_error("not_found", fmt::format("no path named \"{}\"", *want_path));
+  std::array<std::string, DP_MAX_CLASSES> cname;
+  std::array<std::string, DP_MAX_RAILS> rname;
+  for (size_t i = 0; i < policy_.classes.size(); ++i)
+    cname[datapath_->class_slot(i)] = policy_.classes[i].name;
+  for (size_t i = 0; i < policy_.paths.size(); ++i)
+    rname[datapath_->rail_slot(i)] = policy_.paths[i].name;
+
+  size_t total = 0;
+  std::vector<FlowRow> rows;
+  for (auto& r : datapath_->flows(&total)) {
+    if (r.flow.cls >= DP_MAX_CLASSES || r.flow.rail >= DP_MAX_RAILS) continue;
+    if (want_class && cname[r.flow.cls] != *want_class) continue;
+    if (want_path && rname[r.flow.rail] != *want_path) continue;
+    rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const FlowRow& a, const FlowRow& b) { return a.flow.bytes > b.flow.bytes; });
+  if (rows.size() > top) rows.resize(top);
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
+  uint64_t now_ns =
+      static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+  return reply_ok(render_flows(rows, total, cname, rname, now_ns));
+}
+
+// The hash of the policy file as it is on disk now (null if unreadable):
+// edited and not reloaded, it differs from the running policy's.
+json Daemon::policy_disk_hash() const {
+  std::ifstream in(policy_.file, std::ios::binary);
+  if (!in) return nullptr;
+  std::stringstream disk;
+  disk << in.rdbuf();
+  return content_hash(disk.str());
+}
+
+// ---------------------------------------------------------------- changes
+
+// The whole class on one path: the decision first, then the controller's
+// state; a pin onto a rail without a weight is moved off it again (settle).
+Result<void> Daemon::place(size_t klass, size_t path, bool operator_pin) {
+  auto w = controller_.place(klass, path, operator_pin);
+  DP_TRY(datapath_->write_decision(w.klass, w.shares, w.flags));
+  controller_.placed(klass, path, operator_pin);
+  settle();
+  return {};
+}
+
+json Daemon::class_set(const json& args) {
+  auto cls = string_arg(args, "class");
+  auto path = string_arg(args, "path");
+  if (!cls || !path) return reply_error("bad_request", "class.set needs \"class\" and \"path\"");
+  int ci = policy_.class_index(*cls);
+  if (ci < 0) return reply_error("not_found", fmt::format("no class named \"{}\"", *cls));
+  int pi = policy_.path_index(*path);
+  if (pi < 0) return reply_error("not_found", fmt::format("no path named \"{}\"", *path));
+  auto r = place(static_cast<size_t>(ci), static_cast<size_t>(pi), true);
+  if (!r) return reply_error("failed", r.error().what());
+  spdlog::info("class {} pinned to path {} by operator", *cls, *path);
+  return reply_ok({{"class", *cls}, {"path", *path}, {"pinned", true}});
+}
+
+json Daemon::class_unpin(const json& args) {
+  auto cls = string_arg(args, "class");
+  if (!cls) return reply_error("bad_request", "class.unpin needs \"class\"");
+  int i = policy_.class_index(*cls);
+  if (i < 0) return reply_error("not_found", fmt::format("no class named \"{}\"", *cls));
+  auto ci = static_cast<size_t>(i);
+  if (policy_.classes[ci].pinned)
+    return reply_error(
+        "invalid", fmt::format("{} is pinned by the policy ({}); edit the policy to unpin it", *cls,
+                               policy_.file));
+  if (auto r = datapath_->clear_operator_pin(ci); !r)
+    return reply_error("failed", r.error().what());
+  controller_.unpinned(ci);
+  if (!policy_.scheduler.adaptive) {
+    // static mode has no scheduler to take it back: the policy's rail
+    auto prefer = static_cast<size_t>(policy_.path_index(policy_.classes[ci].prefer));
+    if (auto r = place(ci, prefer, false); !r) return reply_error("failed", r.error().what());
+  }
+  spdlog::info(
+      "class {} unpinned by operator: {}", *cls,
+      policy_.scheduler.adaptive ? "the scheduler decides again" : "back on its preferred rail");
+  return reply_ok({{"class", *cls}, {"pinned", false}});
+}
+
+json Daemon::drain(const json& args, bool on) {
+  const char* cmd = on ? "path.drain" : "path.undrain";
+  auto path = string_arg(args, "path");
+  if (!path) return reply_error("bad_request", fmt::format("{} needs \"path\"", cmd));
+  int i = policy_.path_index(*path);
+  if (i < 0) return reply_error("not_found", fmt::format("no path named \"{}\"", *path));
+  auto idx = static_cast<size_t>(i);
+  if (auto r = controller_.drain(idx, on, SchedClock::now()); !r)
+    return reply_error("invalid", r.error().what());
+  spdlog::info("path {} {} by operator", *path, on ? "drained" : "undrained");
+  settle();
+  return reply_ok({{"path", *path}, {"health", health_json(idx)}});
+}
+
+}  // namespace dp

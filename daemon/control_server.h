@@ -1,0 +1,77 @@
+// The control socket's server side: the listening socket, its clients, the
+// framing of requests (one JSON object per line) and the sending of replies.
+// What a request does is the CommandTable's: each command is a name, whether
+// it changes anything (then only root may run it) and a handler, so
+// privileges are a property of the command, not a list kept by hand.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dualpath/core/protocol.h"
+#include "dualpath/core/result.h"
+#include "event_loop.h"
+
+namespace dp {
+
+struct Command {
+  std::string name;
+  bool mutates = false;                           // only root (uid 0 by SO_PEERCRED) may run it
+  std::function<json(const json& args)> handler;  // returns a whole reply
+};
+
+class CommandTable {
+ public:
+  void add(Command c);
+  // One request, as the socket delivers it: errors for a request that is not
+  // an object with a string "cmd" and object "args", an unknown command, or a
+  // mutating command from an unprivileged peer.
+  json dispatch(const json& request, bool privileged) const;
+  const std::vector<Command>& commands() const { return commands_; }
+
+ private:
+  std::vector<Command> commands_;
+};
+
+// A string argument, if present and a string.
+std::optional<std::string> string_arg(const json& args, const char* name);
+
+class ControlServer {
+ public:
+  // Claims the socket: fails if another daemon serves it. Members of `group`
+  // (if not empty) may connect; the socket is 0660.
+  static Result<std::unique_ptr<ControlServer>> listen(const std::string& path,
+                                                       const std::string& group);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Serves `table` from `loop` until close().
+  void serve(EventLoop& loop, const CommandTable& table);
+  // Stops serving; unlinks the socket only if it is still ours.
+  void close();
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Client {
+    Fd fd;
+    std::string in;
+    bool privileged = false;
+  };
+  ControlServer() = default;
+  void accept_clients();
+  void on_readable(int fd);
+
+  std::string path_;
+  Fd listen_fd_;
+  ino_t ino_ = 0;  // unlink the socket at exit only if it is still ours
+  EventLoop* loop_ = nullptr;
+  const CommandTable* table_ = nullptr;
+  std::map<int, Client> clients_;
+};
+
+}  // namespace dp

@@ -1,0 +1,362 @@
+#include "dualpath/core/controller.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "dualpath/abi.h"
+#include "dualpath/core/encode.h"
+#include "dualpath/core/units.h"
+
+namespace dp {
+
+namespace {
+
+// Data-path evidence: a rail is suspect when, within one tick, its flows had
+// an RTO and retransmitted more than kRetransRatio of the segments they sent,
+// while no other rail's flows did the same. An RTO is required: fast
+// retransmits alone are what a congested rail does (the lab's spill test
+// suspected a saturated rail0 on them), while a blackhole or heavy loss ends
+// in RTOs.
+constexpr double kRetransRatio = 0.10;
+constexpr double kBusy = 0.80;  // utilisation above which retransmits are congestion
+
+Shares all_on(size_t paths, size_t path) {
+  Shares s(paths, 0);
+  s.at(path) = DP_SHARE_SCALE;
+  return s;
+}
+
+}  // namespace
+
+std::string rail_key(const Policy& p, size_t path) {
+  const auto& ps = p.paths.at(path);
+  auto peer = p.health.bfd ? ps.bfd_address() : std::nullopt;
+  return ps.name + "|" + ps.interface + "|" + (peer ? peer->str() : "");
+}
+
+void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier,
+                            const std::vector<bool>& route_around, const std::vector<Pin>& pins,
+                            Time now) {
+  const size_t P = next.paths.size(), C = next.classes.size();
+  sched_ = initial_state(next);
+  op_pinned_.assign(C, false);
+  demand_.assign(C, RateEstimator(next.scheduler.ewma_weight));
+  for (const auto& pin : pins) {
+    op_pinned_.at(pin.klass) = true;  // an operator's pin survives the reload or restart
+    if (pin.path) sched_.classes.at(pin.klass).shares = all_on(P, *pin.path);
+  }
+  std::vector<Rail> old;
+  old.swap(rails_);
+  for (size_t i = 0; i < P; ++i) {
+    std::string key = rail_key(next, i);
+    auto it = std::find_if(old.begin(), old.end(), [&](const Rail& r) { return r.key == key; });
+    if (it != old.end()) {
+      rails_.push_back(std::move(*it));
+      old.erase(it);
+      rails_.back().health.set_settings(next.health);
+    } else {
+      Rail r{RailHealth(next.health, now), key, true, {}, {}, false, {}};
+      r.health.carrier(i < carrier.size() ? carrier[i] : true, now);
+      (void)r.health.take_events();
+      rails_.push_back(std::move(r));
+    }
+    Rail& r = rails_.back();
+    r.present = true;
+    r.former.assign(C, 0);
+    r.routed_around = i < route_around.size() && route_around[i];
+  }
+  written_.assign(C, Shares{});
+  policy_ = next;
+}
+
+std::vector<bool> Controller::routed_around_for(const Policy& next) const {
+  std::vector<bool> out(next.paths.size(), false);
+  for (size_t i = 0; i < next.paths.size(); ++i) {
+    int was = policy_.path_index(next.paths[i].name);
+    if (was >= 0 && static_cast<size_t>(was) < rails_.size())
+      out[i] = rails_[static_cast<size_t>(was)].routed_around;
+  }
+  return out;
+}
+
+void Controller::carrier(size_t path, bool up, Time now) {
+  if (path < rails_.size()) rails_[path].health.carrier(up, now);
+}
+
+void Controller::bfd(size_t path, bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now) {
+  if (path < rails_.size()) rails_[path].health.bfd(s, diag, peer_admin_down, now);
+}
+
+void Controller::vanished(size_t path) {
+  if (path < rails_.size()) rails_[path].present = false;
+}
+
+Plan Controller::tick(const TickInput& in) {
+  for (auto& r : rails_) r.health.tick(in.now);
+  check_evidence(in);
+  Plan plan;
+  run_scheduler(in, plan);
+  Plan settled = settle(in.now);
+  plan.events.insert(plan.events.end(), settled.events.begin(), settled.events.end());
+  plan.writes = std::move(settled.writes);
+  plan.route_around = std::move(settled.route_around);
+  return plan;
+}
+
+Plan Controller::settle(Time now) {
+  Plan plan;
+  health_events(plan);
+  effective(plan);
+  routing(plan, now);
+  return plan;
+}
+
+// A burst of retransmits or RTOs on one rail's flows while the others' are
+// clean: suspect the rail before BFD can tell.
+void Controller::check_evidence(const TickInput& in) {
+  const size_t R = rails_.size();
+  if (in.rails.size() != R) return;
+  std::vector<uint64_t> rto(R), retrans(R), segs(R);
+  for (size_t i = 0; i < R; ++i) {
+    const TcpCounters& now = in.rails[i].tcp;
+    auto& prev = rails_[i].tcp_prev;
+    rto[i] = now.rto_events - std::min(prev.rto_events, now.rto_events);
+    retrans[i] = now.retrans_segs - std::min(prev.retrans_segs, now.retrans_segs);
+    segs[i] = now.segs_out - std::min(prev.segs_out, now.segs_out);
+    prev = now;
+  }
+  // An RTO counts when it is a large part of what the rail sent in the tick
+  // (a blackhole: flows send almost nothing but their retransmissions), not
+  // the odd tail-loss RTO of a busy rail with 1% loss.
+  auto bad = [&](size_t i) {
+    double ratio =
+        static_cast<double>(retrans[i]) / static_cast<double>(std::max<uint64_t>(segs[i], 1));
+    return ratio > kRetransRatio && rto[i] > 0;
+  };
+  auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
+                                                                     policy_.health.multiplier);
+  for (size_t i = 0; i < R; ++i) {
+    if (!bad(i)) continue;
+    // A rail that just took over a failed rail's flows retransmits what the
+    // failed rail lost: no evidence against it until that has settled.
+    if (in.now < rails_[i].settle_until) continue;
+    // A full rail drops and retransmits because it is full, not because it
+    // is failing; its flows are cwnd-limited and still deliver. (A blackholed
+    // rail's transmit rate collapses, and its utilisation with it.)
+    if (in.rails[i].utilisation >= kBusy) continue;
+    // evidence against one rail only, and never against the last good one
+    bool others_clean = true, other_up = false;
+    for (size_t j = 0; j < R; ++j) {
+      if (j == i) continue;
+      if (bad(j)) others_clean = false;
+      if (rails_[j].health.state() == RailState::Up && rails_[j].present) other_up = true;
+    }
+    if (!others_clean || !other_up) continue;
+    auto st = rails_[i].health.state();
+    if (st != RailState::Up && st != RailState::Ramping) continue;
+    rails_[i].health.evidence(
+        fmt::format("data-path evidence: {} RTO{} and {} of {} segments retransmitted in {}",
+                    rto[i], rto[i] == 1 ? "" : "s", retrans[i], segs[i],
+                    format_duration(policy_.scheduler.tick)),
+        detect, in.now);
+  }
+}
+
+void Controller::run_scheduler(const TickInput& in, Plan& plan) {
+  if (!policy_.scheduler.adaptive) return;  // static: the policy's rails, never moved
+  SchedulerInput si;
+  si.now = in.now;
+  for (size_t i = 0; i < rails_.size() && i < in.rails.size(); ++i) {
+    RailInput r;
+    // a rail that is failed, held down, ramping or drained is not the
+    // scheduler's to use: health gives it its traffic back (effective())
+    r.healthy = rails_[i].present && rails_[i].health.weight() == 1;
+    r.utilisation = in.rails[i].utilisation;
+    r.rtt_us = in.rails[i].ls_rtt_p50_us;
+    si.rails.push_back(r);
+  }
+  for (size_t c = 0; c < demand_.size(); ++c) {
+    demand_[c].update(c < in.class_tx_bytes.size() ? in.class_tx_bytes[c] : 0, in.now);
+    si.demand_bps.push_back(demand_[c].rate() * 8);
+  }
+  si.operator_pinned = op_pinned_;
+  auto res = schedule(policy_, si, sched_);
+  for (auto& e : res.events) {
+    spdlog::info("scheduler: {} ({} -> {})", e.reason, format_shares(policy_, e.before),
+                 format_shares(policy_, e.after));
+    plan.events.push_back(e);
+  }
+  sched_ = res.state;  // written by effective(), through the rails' health
+}
+
+void Controller::health_events(Plan& plan) {
+  const size_t R = rails_.size(), C = policy_.classes.size();
+  for (size_t i = 0; i < R; ++i) {
+    for (auto& ev : rails_[i].health.take_events()) {
+      const auto& name = policy_.paths[i].name;
+      auto level = ev.to == RailState::Down ? spdlog::level::warn : spdlog::level::info;
+      spdlog::log(level, "path {}: {} -> {}: {}", name, to_string(ev.from), to_string(ev.to),
+                  ev.reason);
+      bool was_carrying = ev.from == RailState::Up || ev.from == RailState::Suspect;
+      bool now_zero =
+          ev.to == RailState::Down || ev.to == RailState::Holddown || ev.to == RailState::Drained;
+      auto& former = rails_[i].former;
+      if (was_carrying && now_zero)
+        for (size_t c = 0; c < C && c < sched_.classes.size(); ++c)
+          former[c] = i < sched_.classes[c].shares.size()
+                          ? sched_.classes[c].shares[i] / double(DP_SHARE_SCALE)
+                          : 0;
+      if (ev.from == RailState::Ramping && ev.to == RailState::Up) {
+        // failback complete: the scheduler takes over from the former shares
+        for (size_t c = 0; c < C && c < sched_.classes.size(); ++c) {
+          auto& sh = sched_.classes[c].shares;
+          if (former[c] > 0 && i < sh.size()) sh = restore_share(sh, i, former[c]);
+        }
+      }
+      if (was_carrying && now_zero) {
+        auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(
+                                 policy_.health.interval * policy_.health.multiplier);
+        for (size_t j = 0; j < R; ++j)
+          if (j != i) rails_[j].settle_until = std::max(rails_[j].settle_until, settle);
+      }
+      SchedulerEvent e;
+      e.t = ev.t;
+      e.path = name;
+      e.kind = "health";
+      e.reason =
+          fmt::format("{} {} -> {}: {}", name, to_string(ev.from), to_string(ev.to), ev.reason);
+      plan.events.push_back(std::move(e));
+    }
+  }
+}
+
+uint32_t Controller::flags(size_t klass) const {
+  uint32_t f = policy_.classes[klass].pinned ? DP_DECISION_F_PINNED : 0;
+  if (klass < op_pinned_.size() && op_pinned_[klass]) f |= kOperatorPinned;
+  return f;
+}
+
+// The scheduler's shares, reshaped by health: what the decision map must
+// hold; only what differs from what it holds is written.
+void Controller::effective(Plan& plan) const {
+  const size_t R = policy_.paths.size(), C = policy_.classes.size();
+  if (rails_.size() != R || sched_.classes.size() != C) return;
+  std::vector<RailView> views(R);
+  for (size_t r = 0; r < R; ++r) {
+    const auto& h = rails_[r].health;
+    bool gone = !rails_[r].present;
+    views[r] = {gone ? 0 : h.weight(), h.latency_ok(), h.alive() && !gone,
+                static_cast<double>(policy_.paths[r].capacity_bps)};
+  }
+  for (size_t c = 0; c < C; ++c) {
+    std::vector<double> former(R);
+    for (size_t r = 0; r < R; ++r) former[r] = rails_[r].former[c];
+    auto eff = apply_health(sched_.classes[c].shares, former, views,
+                            policy_.classes[c].kind == ClassKind::LatencySensitive);
+    if (!eff || *eff == written_[c]) continue;
+    DecisionWrite w{c, *eff, flags(c), std::nullopt};
+    if (!written_[c].empty() && *eff != sched_.classes[c].shares) {
+      SchedulerEvent e;
+      e.t = SchedClock::now();
+      e.klass = policy_.classes[c].name;
+      e.before = written_[c];
+      e.after = *eff;
+      e.kind = "health";
+      e.reason = fmt::format("{}: {} -> {} by path health", e.klass,
+                             format_shares(policy_, e.before), format_shares(policy_, e.after));
+      w.event = std::move(e);
+    }
+    plan.writes.push_back(std::move(w));
+  }
+}
+
+// Routing goes around every rail without a weight, while some rail has one.
+void Controller::routing(Plan& plan, Time now) {
+  const size_t R = rails_.size();
+  std::vector<bool> failed(R, false);
+  bool any_up = false;
+  for (size_t i = 0; i < R; ++i) {
+    failed[i] = rails_[i].health.weight() == 0;
+    any_up = any_up || !failed[i];
+  }
+  bool any_alive =
+      std::any_of(rails_.begin(), rails_.end(), [](auto& r) { return r.health.alive(); });
+  if (!any_up && any_alive) {
+    // no rail has a weight but some forward (a hold-down with no alternative)
+    for (size_t i = 0; i < R; ++i) failed[i] = !rails_[i].health.alive();
+    any_up = true;
+  }
+  if (!any_up) {
+    if (!all_down_) {
+      spdlog::critical(
+          "every path of node {} is down: keeping the last decisions and routing until one "
+          "returns",
+          policy_.node);
+      SchedulerEvent e;
+      e.t = now;
+      e.kind = "health";
+      e.reason = "every path is down: the last decisions and routing stay";
+      plan.events.push_back(std::move(e));
+    }
+    all_down_ = true;
+    return;
+  }
+  all_down_ = false;
+  std::vector<bool> routed(R);
+  for (size_t i = 0; i < R; ++i) routed[i] = rails_[i].routed_around;
+  if (failed != routed) plan.route_around = failed;
+}
+
+DecisionWrite Controller::place(size_t klass, size_t path, bool operator_pin) const {
+  return {klass, all_on(policy_.paths.size(), path),
+          operator_pin ? DP_DECISION_F_PINNED | kOperatorPinned : 0u, std::nullopt};
+}
+
+void Controller::placed(size_t klass, size_t path, bool operator_pin) {
+  if (klass < sched_.classes.size())
+    sched_.classes[klass].shares = all_on(policy_.paths.size(), path);
+  if (klass < op_pinned_.size()) op_pinned_[klass] = operator_pin;
+  if (klass < written_.size()) written_[klass] = sched_.classes[klass].shares;
+}
+
+void Controller::unpinned(size_t klass) {
+  if (klass < op_pinned_.size()) op_pinned_[klass] = false;
+}
+
+Result<void> Controller::drain(size_t path, bool on, Time now) {
+  if (path >= rails_.size()) return DP_ERROR("no path {}", path);
+  if (on) {
+    size_t carrying = 0;
+    for (size_t r = 0; r < rails_.size(); ++r)
+      carrying += r != path && rails_[r].health.weight() > 0;
+    if (!carrying)
+      return DP_ERROR("{} is the only path carrying traffic; draining it would leave none",
+                      policy_.paths[path].name);
+  }
+  rails_[path].health.drain(on, now);
+  return {};
+}
+
+void Controller::written(size_t klass, const Shares& shares) {
+  if (klass < written_.size()) written_[klass] = shares;
+}
+
+void Controller::routed(const std::vector<bool>& around) {
+  for (size_t i = 0; i < rails_.size() && i < around.size(); ++i)
+    rails_[i].routed_around = around[i];
+}
+
+// Rails that carry traffic: those with a weight, or, when none has one, those
+// that forward at all (a hold-down with no alternative; apply_health).
+size_t Controller::paths_carrying() const {
+  size_t weighted = 0, alive = 0;
+  for (const auto& r : rails_) {
+    weighted += r.present && r.health.weight() > 0;
+    alive += r.present && r.health.alive();
+  }
+  return weighted ? weighted : alive;
+}
+
+}  // namespace dp

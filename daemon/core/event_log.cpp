@@ -1,0 +1,38 @@
+#include "dualpath/core/event_log.h"
+
+#include <fmt/chrono.h>
+
+namespace dp {
+
+void EventLog::record(SchedulerEvent e) {
+  if (!e.klass.empty()) ++switches_[{e.klass, e.kind}];
+  events_.push_back({++seq_, std::chrono::system_clock::now(), std::move(e)});
+  if (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+json EventLog::render(const Policy& p, uint64_t since) const {
+  json out = json::array();
+  auto shares = [&](const Shares& s) {
+    json j = json::object();
+    for (size_t i = 0; i < s.size() && i < p.paths.size(); ++i) j[p.paths[i].name] = s[i] / 100.0;
+    return j;
+  };
+  for (const auto& le : events_) {
+    if (le.seq <= since) continue;
+    out.push_back(
+        {{"seq", le.seq},
+         {"time", fmt::format("{:%Y-%m-%dT%H:%M:%S}",
+                              fmt::localtime(std::chrono::system_clock::to_time_t(le.wall)))},
+         {"mono_ns",
+          std::chrono::duration_cast<std::chrono::nanoseconds>(le.e.t.time_since_epoch()).count()},
+         {"class", le.e.klass.empty() ? json(nullptr) : json(le.e.klass)},
+         {"path", le.e.path.empty() ? json(nullptr) : json(le.e.path)},
+         {"kind", le.e.kind},
+         {"before", shares(le.e.before)},
+         {"after", shares(le.e.after)},
+         {"reason", le.e.reason}});
+  }
+  return {{"events", out}, {"last", seq_}};
+}
+
+}  // namespace dp

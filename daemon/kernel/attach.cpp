@@ -1,0 +1,215 @@
+#include "dualpath/kernel/attach.h"
+
+#include <linux/magic.h>
+#include <linux/pkt_sched.h>
+#include <netlink/netlink.h>
+#include <netlink/route/classifier.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace dp {
+
+// ---------------------------------------------------------------- sockops
+
+Result<std::string> cgroup2_root() {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string dev, dir, type;
+  std::string rest;
+  while (mounts >> dev >> dir >> type && std::getline(mounts, rest))
+    if (type == "cgroup2") return dir;
+  return DP_SYS_ERROR(ENOENT, "no cgroup v2 hierarchy is mounted (sockops needs one)");
+}
+
+Result<uint64_t> netns_cookie() {
+  Fd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  uint64_t cookie = 0;
+  socklen_t len = sizeof(cookie);
+  if (!s.valid() || getsockopt(s.get(), SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0)
+    return DP_SYS_ERROR(errno, "reading this network namespace's cookie failed");
+  return cookie;
+}
+
+Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
+                            const std::string& pin_dir) {
+  std::string pin = (std::filesystem::path(pin_dir) / "link_sockops").string();
+  struct stat cg {};
+  if (::stat(cgroup.c_str(), &cg) != 0)
+    return DP_SYS_ERROR(errno, "cgroup {} for sockops is not accessible", cgroup);
+  if (std::filesystem::exists(pin)) {
+    Fd link(bpf_obj_get(pin.c_str()));
+    bpf_link_info info{};
+    uint32_t len = sizeof(info);
+    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 &&
+        info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cg.st_ino) {
+      // adopt: same cgroup, swap the program in place
+      if (bpf_link_update(link.get(), bpf_program__fd(prog), nullptr) != 0)
+        return DP_SYS_ERROR(errno, "updating the sockops link at {} failed", pin);
+      return {};
+    }
+    ::unlink(pin.c_str());  // another cgroup (policy changed): re-attach below
+  }
+  Fd cgfd(::open(cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cgfd.valid()) return DP_SYS_ERROR(errno, "opening cgroup {} failed", cgroup);
+  bpf_link* link = bpf_program__attach_cgroup(prog, cgfd.get());
+  if (!link) return DP_SYS_ERROR(errno, "attaching sockops to cgroup {} failed", cgroup);
+  int err = bpf_link__pin(link, pin.c_str());
+  bpf_link__disconnect(link);  // the pin holds the attachment now
+  bpf_link__destroy(link);
+  if (err != 0) return DP_SYS_ERROR(err, "pinning the sockops link at {} failed", pin);
+  return {};
+}
+
+// ---------------------------------------------------------------- bpffs
+
+Result<void> ensure_bpffs(const std::string& dir) {
+  struct statfs st {};
+  if (statfs("/sys/fs/bpf", &st) != 0 || st.f_type != BPF_FS_MAGIC) {
+    ::mkdir("/sys/fs/bpf", 0700);
+    if (::mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") != 0)
+      return DP_SYS_ERROR(errno, "/sys/fs/bpf is not a BPF filesystem and mounting one failed");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return DP_SYS_ERROR(ec.value(), "creating pin directory {} failed", dir);
+  if (statfs(dir.c_str(), &st) != 0 || st.f_type != BPF_FS_MAGIC)
+    return DP_ERROR("pin directory {} is not on a BPF filesystem", dir);
+  return {};
+}
+
+Result<void> remove_pin_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return {};
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return DP_SYS_ERROR(ec.value(), "removing pin directory {} failed", dir);
+  // remove the parent "dualpath" directory when no other instance uses it
+  auto parent = std::filesystem::path(dir).parent_path();
+  if (parent.filename() == "dualpath" && std::filesystem::is_empty(parent, ec))
+    std::filesystem::remove(parent, ec);
+  return {};
+}
+
+bool is_our_prog(uint32_t prog_id) {
+  Fd fd(bpf_prog_get_fd_by_id(prog_id));
+  if (!fd.valid()) return false;
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0) return false;
+  return std::strcmp(info.name, "dp_egress") == 0 || std::strcmp(info.name, "dp_ingress") == 0;
+}
+
+// ---------------------------------------------------------------- tc
+
+namespace {
+
+const char* dir_name(bpf_tc_attach_point p) { return p == BPF_TC_EGRESS ? "egress" : "ingress"; }
+
+// 0 if absent, else the prog id at our handle/priority.
+uint32_t query(int ifindex, bpf_tc_attach_point point) {
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = point);
+  LIBBPF_OPTS(bpf_tc_opts, q, .handle = kTcHandle, .priority = kTcPriority);
+  if (bpf_tc_query(&hook, &q) != 0) return 0;
+  return q.prog_id;
+}
+
+// Number of tc filters on the clsact ingress + egress of ifindex, -1 on error.
+int count_filters(int ifindex) {
+  nl_sock* sk = nl_socket_alloc();
+  if (!sk) return -1;
+  int total = 0;
+  if (nl_connect(sk, NETLINK_ROUTE) != 0) {
+    nl_socket_free(sk);
+    return -1;
+  }
+  for (uint32_t minor : {TC_H_MIN_INGRESS, TC_H_MIN_EGRESS}) {
+    nl_cache* cache = nullptr;
+    if (rtnl_cls_alloc_cache(sk, ifindex, TC_H_MAKE(TC_H_CLSACT, minor), &cache) != 0) {
+      total = -1;
+      break;
+    }
+    total += nl_cache_nitems(cache);
+    nl_cache_free(cache);
+  }
+  nl_socket_free(sk);
+  return total;
+}
+
+}  // namespace
+
+Result<void> Tc::attach(int ifindex, const std::string& ifname, int egress_fd, int ingress_fd,
+                        const BpfMap& owned) {
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+              .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
+  int err = bpf_tc_hook_create(&hook);
+  if (err == 0) {
+    uint32_t key = static_cast<uint32_t>(ifindex), val = DP_OWN_CLSACT;
+    DP_TRY(owned.update(&key, &val));
+  } else if (err != -EEXIST) {
+    return DP_SYS_ERROR(err, "creating the clsact qdisc on {} failed", ifname);
+  }
+  for (auto [point, fd] :
+       {std::pair{BPF_TC_EGRESS, egress_fd}, std::pair{BPF_TC_INGRESS, ingress_fd}}) {
+    uint32_t existing = query(ifindex, point);
+    if (existing && !is_our_prog(existing))
+      return DP_ERROR(
+          "a tc {} filter that is not dualpath's (prog id {}) occupies handle {:#x} priority "
+          "{:#x} on {}; refusing to replace it",
+          dir_name(point), existing, kTcHandle, kTcPriority, ifname);
+    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = point);
+    LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
+                .priority = kTcPriority);
+    err = bpf_tc_attach(&h, &o);
+    if (err != 0)
+      return DP_SYS_ERROR(err, "attaching the tc {} program on {} failed", dir_name(point), ifname);
+  }
+  return {};
+}
+
+Result<void> Tc::detach(int ifindex, const std::string& ifname, const BpfMap* owned) {
+  for (auto point : {BPF_TC_EGRESS, BPF_TC_INGRESS}) {
+    uint32_t existing = query(ifindex, point);
+    if (!existing || !is_our_prog(existing)) continue;
+    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = point);
+    LIBBPF_OPTS(bpf_tc_opts, o, .handle = kTcHandle, .priority = kTcPriority);
+    int err = bpf_tc_detach(&h, &o);
+    if (err != 0 && err != -ENOENT)
+      return DP_SYS_ERROR(err, "detaching the tc {} program from {} failed", dir_name(point),
+                          ifname);
+  }
+  if (!owned) return {};
+  uint32_t key = static_cast<uint32_t>(ifindex), val = 0;
+  if (!owned->lookup(&key, &val) || !(val & DP_OWN_CLSACT)) return {};
+  if (count_filters(ifindex) == 0) {
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
+                .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
+    int err = bpf_tc_hook_destroy(&hook);
+    if (err != 0 && err != -ENOENT && err != -EINVAL)
+      return DP_SYS_ERROR(err, "removing the clsact qdisc dualpath created on {} failed", ifname);
+  }
+  // Once we have detached, the qdisc is no longer ours to manage: if others
+  // attached filters to it meanwhile, it stays, and it is theirs.
+  DP_TRY(owned->remove(&key));
+  return {};
+}
+
+Result<TcStatus> Tc::status(int ifindex, const BpfMap* owned) {
+  TcStatus s;
+  s.egress_prog_id = query(ifindex, BPF_TC_EGRESS);
+  s.ingress_prog_id = query(ifindex, BPF_TC_INGRESS);
+  s.clsact = count_filters(ifindex) >= 0;
+  if (owned) {
+    uint32_t key = static_cast<uint32_t>(ifindex), val = 0;
+    s.clsact_owned = owned->lookup(&key, &val) && (val & DP_OWN_CLSACT);
+  }
+  return s;
+}
+
+}  // namespace dp

@@ -1,0 +1,110 @@
+#include "dualpath/kernel/bpf_skeleton.h"
+
+#include <linux/magic.h>
+#include <linux/pkt_sched.h>
+#include <netlink/netlink.h>
+#include <netlink/route/classifier.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "dp_tc.skel.h"
+
+namespace dp {
+
+// ---------------------------------------------------------------- BpfMap
+
+Result<void> BpfMap::update(const void* key, const void* value, uint64_t flags) const {
+  if (bpf_map_update_elem(fd_, key, value, flags) != 0)
+    return DP_SYS_ERROR(errno, "update of map {} failed", name_);
+  return {};
+}
+
+Result<void> BpfMap::lookup(const void* key, void* value) const {
+  if (bpf_map_lookup_elem(fd_, key, value) != 0)
+    return DP_SYS_ERROR(errno, "lookup in map {} failed", name_);
+  return {};
+}
+
+Result<void> BpfMap::remove(const void* key) const {
+  if (bpf_map_delete_elem(fd_, key) != 0 && errno != ENOENT)
+    return DP_SYS_ERROR(errno, "delete from map {} failed", name_);
+  return {};
+}
+
+// ---------------------------------------------------------------- skeleton
+
+Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root) {
+  LIBBPF_OPTS(bpf_object_open_opts, opts);
+  if (!pin_root.empty()) opts.pin_root_path = pin_root.c_str();
+  dp_tc* s = dp_tc__open_opts(&opts);
+  if (!s) return DP_SYS_ERROR(errno, "opening the dualpath BPF object failed");
+  std::unique_ptr<DpSkeleton> owner(new DpSkeleton(s));
+  if (pin_root.empty()) {
+    bpf_map* m = nullptr;
+    bpf_object__for_each_map(m, s->obj) {
+      if (bpf_map__set_pin_path(m, nullptr) != 0)
+        return DP_SYS_ERROR(errno, "clearing the pin path of map {} failed", bpf_map__name(m));
+    }
+  }
+  int err = dp_tc__load(s);
+  if (err != 0) {
+    if (err == -EINVAL && !pin_root.empty())
+      return DP_SYS_ERROR(err,
+                          "loading the BPF programs failed; if the libbpf log above says a pinned "
+                          "map in {} is incompatible, it was made by another dualpath version: "
+                          "run `dualpathd --cleanup --policy FILE` first",
+                          pin_root);
+    return DP_SYS_ERROR(err, "loading the BPF programs failed (the verifier log is above)");
+  }
+  return owner;
+}
+
+DpSkeleton::~DpSkeleton() { dp_tc__destroy(skel_); }
+
+int DpSkeleton::egress_fd() const { return bpf_program__fd(skel_->progs.dp_egress); }
+int DpSkeleton::ingress_fd() const { return bpf_program__fd(skel_->progs.dp_ingress); }
+int DpSkeleton::empty_fd() const { return bpf_program__fd(skel_->progs.dp_empty); }
+bpf_program* DpSkeleton::sockops_prog() const { return skel_->progs.dp_sockops; }
+
+#define DP_SKELETON_MAP(name)                                       \
+  BpfMap DpSkeleton::name() const {                                 \
+    return BpfMap(bpf_map__fd(skel_->maps.dp_##name), "dp_" #name); \
+  }
+DP_SKELETON_MAP(ports)
+DP_SKELETON_MAP(marks)
+DP_SKELETON_MAP(config)
+DP_SKELETON_MAP(rails)
+DP_SKELETON_MAP(ifindex)
+DP_SKELETON_MAP(rail_by_ifindex)
+DP_SKELETON_MAP(decisions)
+DP_SKELETON_MAP(class_names)
+DP_SKELETON_MAP(class_qos)
+DP_SKELETON_MAP(rail_names)
+DP_SKELETON_MAP(counters)
+DP_SKELETON_MAP(exceptions)
+DP_SKELETON_MAP(tcp)
+DP_SKELETON_MAP(flows)
+DP_SKELETON_MAP(owned)
+#undef DP_SKELETON_MAP
+
+Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {
+  BpfMap hash = ifindex();
+  if (index < DP_IFINDEX_DIRECT) {
+    uint32_t v = slot ? *slot + 1 : 0;
+    DP_TRY(rail_by_ifindex().update(&index, &v));
+  }
+  if (!slot) return hash.remove(&index);
+  dp_ifindex_val v{*slot};
+  return hash.update(&index, &v);
+}
+
+}  // namespace dp

@@ -1,0 +1,216 @@
+#include "rails.h"
+
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <netlink/msg.h>
+#include <netlink/netlink.h>
+#include <netlink/socket.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "dualpath/core/units.h"
+
+#ifndef IFF_LOWER_UP
+#define IFF_LOWER_UP 0x10000  // <linux/if.h>, which clashes with <net/if.h>
+#endif
+
+namespace dp {
+
+namespace {
+
+uint32_t random_discriminator() {
+  static std::mt19937 rng(std::random_device{}());
+  uint32_t d = 0;
+  while (!d) d = static_cast<uint32_t>(rng());
+  return d;
+}
+
+bfd::Config bfd_config(const HealthSettings& h) {
+  bfd::Config c;
+  c.desired_min_tx = std::chrono::duration_cast<bfd::Micros>(h.interval);
+  c.required_min_rx = c.desired_min_tx;
+  c.detect_mult = static_cast<uint8_t>(h.multiplier);
+  return c;
+}
+
+}  // namespace
+
+Rails::Rails(EventLoop& loop, Controller& controller, std::function<void()> changed)
+    : loop_(loop), controller_(controller), changed_(std::move(changed)) {
+  loop_.add_deadline([this] { return next_wakeup(); });
+  loop_.after_wake([this] { service(); });
+}
+
+Rails::~Rails() {
+  for (auto& s : sessions_)
+    if (s.io) loop_.unwatch(s.io->rx_fd());
+  if (link_events_) loop_.unwatch(nl_socket_get_fd(link_events_.get()));
+}
+
+bool Rails::carrier_of(const std::string& ifname) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname.c_str());
+  bool up = ::ioctl(fd, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP) &&
+            (ifr.ifr_flags & IFF_RUNNING);
+  ::close(fd);
+  return up;
+}
+
+void Rails::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
+  auto now = SchedClock::now();
+  std::vector<Session> old;
+  old.swap(sessions_);
+  for (auto& s : old)
+    if (s.io) loop_.unwatch(s.io->rx_fd());
+  names_.clear();
+  for (size_t i = 0; i < next.paths.size(); ++i) {
+    const auto& ps = next.paths[i];
+    names_.push_back(ps.name);
+    std::string key = rail_key(next, i);
+    auto it = std::find_if(old.begin(), old.end(), [&](const Session& s) { return s.key == key; });
+    if (it != old.end()) {
+      sessions_.push_back(std::move(*it));
+      old.erase(it);
+      if (sessions_.back().bfd) sessions_.back().bfd->set_config(bfd_config(next.health), now);
+    } else {
+      Session s{key, nullptr, std::nullopt, 0, ""};
+      auto peer = next.health.bfd ? ps.bfd_address() : std::nullopt;
+      if (peer) {
+        auto ep = BfdEndpoint::open(ps.interface, *peer);
+        if (!ep) {
+          spdlog::error("path {}: BFD toward {} is off: {}", ps.name, peer->str(),
+                        ep.error().what());
+        } else {
+          s.io = std::move(*ep);
+          s.bfd.emplace(bfd_config(next.health), random_discriminator(), now,
+                        random_discriminator());
+          spdlog::info("path {}: BFD toward {} on {} (interval {}, multiplier {})", ps.name,
+                       peer->str(), ps.interface, format_duration(next.health.interval),
+                       next.health.multiplier);
+        }
+      }
+      sessions_.push_back(std::move(s));
+    }
+    if (sessions_.back().io)
+      loop_.watch(sessions_.back().io->rx_fd(), [this, i] { on_readable(i); });
+  }
+  for (auto& s : old)  // paths the policy no longer names: tell their peers
+    if (s.bfd && s.io) {
+      s.bfd->set_admin_down(true, now);
+      if (auto p = s.bfd->transmit(now)) (void)s.io->send(*p);
+    }
+  ifindex_ = ifindex;
+}
+
+Result<void> Rails::open_link_events() {
+  link_events_ = {nl_socket_alloc(), nl_socket_free};
+  nl_sock* sk = link_events_.get();
+  if (!sk) return DP_SYS_ERROR(ENOMEM, "allocating a netlink socket failed");
+  nl_socket_disable_seq_check(sk);
+  nl_socket_modify_cb(
+      sk, NL_CB_VALID, NL_CB_CUSTOM,
+      [](nl_msg* msg, void* arg) -> int {
+        auto* self = static_cast<Rails*>(arg);
+        nlmsghdr* h = nlmsg_hdr(msg);
+        if (h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) return NL_OK;
+        auto* ifi = static_cast<ifinfomsg*>(nlmsg_data(h));
+        bool up = h->nlmsg_type == RTM_NEWLINK && (ifi->ifi_flags & IFF_UP) &&
+                  (ifi->ifi_flags & IFF_LOWER_UP);
+        auto now = SchedClock::now();
+        for (size_t i = 0; i < self->ifindex_.size(); ++i)
+          if (self->ifindex_[i] == static_cast<uint32_t>(ifi->ifi_index))
+            self->controller_.carrier(i, up, now);
+        return NL_OK;
+      },
+      this);
+  int err = nl_connect(sk, NETLINK_ROUTE);
+  if (err < 0) return DP_ERROR("connecting to rtnetlink failed: {}", nl_geterror(err));
+  err = nl_socket_add_membership(sk, RTNLGRP_LINK);
+  if (err < 0) return DP_ERROR("subscribing to link events failed: {}", nl_geterror(err));
+  nl_socket_set_nonblocking(sk);
+  loop_.watch(nl_socket_get_fd(sk), [this] {
+    while (nl_recvmsgs_default(link_events_.get()) >= 0) {
+    }
+    changed_();
+  });
+  return {};
+}
+
+void Rails::on_readable(size_t i) {
+  if (i >= sessions_.size()) return;
+  Session& s = sessions_[i];
+  if (!s.io || !s.bfd) return;
+  auto now = SchedClock::now();
+  for (auto& rx : s.io->receive()) {
+    std::optional<std::string> why;
+    if (!rx.packet)
+      why = rx.packet.error().what();
+    else
+      why = s.bfd->receive(*rx.packet, now);
+    if (why) {
+      ++s.discarded;
+      if (*why != s.last_discard)
+        spdlog::debug("path {}: BFD packet discarded: {}", names_[i], *why);
+      s.last_discard = *why;
+    }
+  }
+  if (auto p = s.bfd->transmit(now)) (void)s.io->send(*p);  // a Final, or a due packet
+  transitions(i);
+  changed_();
+}
+
+void Rails::transitions(size_t i) {
+  Session& s = sessions_[i];
+  for (auto& t : s.bfd->take_transitions()) {
+    spdlog::info("path {}: BFD {} -> {}{}", names_[i], bfd::to_string(t.from), bfd::to_string(t.to),
+                 t.diag == bfd::Diag::None ? "" : fmt::format(" ({})", bfd::to_string(t.diag)));
+    controller_.bfd(i, t.to, t.diag, s.bfd->remote_state() == bfd::State::AdminDown, t.t);
+  }
+}
+
+void Rails::service() {
+  auto now = SchedClock::now();
+  bool any = false;
+  for (size_t i = 0; i < sessions_.size(); ++i) {
+    Session& s = sessions_[i];
+    if (!s.bfd || !s.io || s.bfd->next_wakeup() > now) continue;
+    if (auto p = s.bfd->transmit(now)) {
+      auto r = s.io->send(*p);
+      if (!r) spdlog::debug("{}", r.error().what());  // a rail without carrier says ENETDOWN
+    }
+    transitions(i);
+    any = true;
+  }
+  if (any) changed_();
+}
+
+std::optional<SchedClock::time_point> Rails::next_wakeup() const {
+  std::optional<SchedClock::time_point> next;
+  for (const auto& s : sessions_)
+    if (s.bfd && (!next || s.bfd->next_wakeup() < *next)) next = s.bfd->next_wakeup();
+  return next;
+}
+
+void Rails::send_admin_down() {
+  auto now = SchedClock::now();
+  for (auto& s : sessions_) {
+    if (!s.bfd || !s.io) continue;
+    s.bfd->set_admin_down(true, now);
+    if (auto p = s.bfd->transmit(now)) (void)s.io->send(*p);
+  }
+}
+
+std::optional<BfdView> Rails::bfd(size_t path) const {
+  if (path >= sessions_.size() || !sessions_[path].bfd) return std::nullopt;
+  const auto& s = sessions_[path];
+  return BfdView{s.io ? s.io->peer().str() : "", &*s.bfd, s.discarded};
+}
+
+}  // namespace dp

@@ -1,0 +1,67 @@
+// What the rails themselves say: a BFD session per rail (RFC 5880/5881, its
+// sockets and timers) and the carrier from rtnetlink link events. Rails feeds
+// both into the Controller's rail health and calls `changed` after each, so
+// the daemon settles the consequences at once.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dualpath/core/bfd.h"
+#include "dualpath/core/controller.h"
+#include "dualpath/core/policy.h"
+#include "dualpath/core/result.h"
+#include "dualpath/core/views.h"
+#include "dualpath/kernel/bfd_io.h"
+#include "event_loop.h"
+
+struct nl_sock;  // libnl
+
+namespace dp {
+
+class Rails {
+ public:
+  Rails(EventLoop& loop, Controller& controller, std::function<void()> changed);
+  ~Rails();
+  Rails(const Rails&) = delete;
+  Rails& operator=(const Rails&) = delete;
+
+  // One BFD session per path of `next` that has a peer; a path whose key
+  // (rail_key) is unchanged keeps its session. Paths no longer named send
+  // AdminDown to their peers. `ifindex` maps link events to paths.
+  void setup(const Policy& next, const std::vector<uint32_t>& ifindex);
+  // Carrier changes as they happen (otherwise at the next tick's check).
+  Result<void> open_link_events();
+  // RFC 5882 3.2: AdminDown, so the peers do not take our exit for a failure.
+  void send_admin_down();
+
+  std::optional<BfdView> bfd(size_t path) const;
+  // Whether an interface has carrier now (IFF_UP and IFF_RUNNING).
+  static bool carrier_of(const std::string& ifname);
+
+ private:
+  struct Session {
+    std::string key;
+    std::unique_ptr<BfdEndpoint> io;
+    std::optional<bfd::Session> bfd;
+    uint64_t discarded = 0;
+    std::string last_discard;
+  };
+  void on_readable(size_t path);
+  void service();  // due transmissions and detection timers
+  void transitions(size_t path);
+  std::optional<SchedClock::time_point> next_wakeup() const;
+
+  EventLoop& loop_;
+  Controller& controller_;
+  std::function<void()> changed_;
+  std::vector<std::string> names_;  // per policy path
+  std::vector<uint32_t> ifindex_;   // per policy path
+  std::vector<Session> sessions_;   // per policy path
+  std::unique_ptr<::nl_sock, void (*)(::nl_sock*)> link_events_{nullptr, nullptr};
+};
+
+}  // namespace dp

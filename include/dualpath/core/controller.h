@@ -1,0 +1,131 @@
+// The controller: every decision dualpathd makes, as a pure object. It holds
+// the scheduler's state, the operators' pins, each class's demand and each
+// rail's health, and turns what the daemon measured and heard into a Plan:
+// the decisions to write (first: every packet sees them at once), the policy
+// routing to rewrite (second), and the events to record. It never touches the
+// kernel; the daemon carries the plan out and reports back what took effect
+// (written(), routed()), so a failed write is retried on the next plan.
+//
+// Unit tests drive it through the failover cases the lab shows with real
+// traffic (tests/unit/test_controller.cpp).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dualpath/core/bfd.h"
+#include "dualpath/core/estimators.h"
+#include "dualpath/core/health.h"
+#include "dualpath/core/measure.h"
+#include "dualpath/core/policy.h"
+#include "dualpath/core/result.h"
+#include "dualpath/core/scheduler.h"
+
+namespace dp {
+
+// What identifies a rail across a reload: a path whose name, interface and
+// BFD peer stay keeps its health, its BFD session and its hold-down.
+std::string rail_key(const Policy& p, size_t path);
+
+// What the daemon measured in one tick, per policy path and class.
+struct TickInput {
+  SchedClock::time_point now;
+  struct Rail {
+    double utilisation = 0;
+    std::optional<double> ls_rtt_p50_us;  // latency-sensitive classes, >= 10 samples
+    TcpCounters tcp;                      // cumulative, over every class
+  };
+  std::vector<Rail> rails;               // per policy path
+  std::vector<uint64_t> class_tx_bytes;  // per policy class, cumulative over every rail
+};
+
+struct DecisionWrite {
+  size_t klass = 0;
+  Shares shares;  // per policy path
+  uint32_t flags = 0;
+  // Recorded once the write took effect (a move by path health).
+  std::optional<SchedulerEvent> event;
+};
+
+struct Plan {
+  std::vector<SchedulerEvent> events;  // record now
+  std::vector<DecisionWrite> writes;   // first
+  // then, when it must change: which rails policy routing goes around
+  std::optional<std::vector<bool>> route_around;
+};
+
+class Controller {
+ public:
+  using Time = SchedClock::time_point;
+
+  // A policy, first or reloaded. `carrier` is each path's carrier now (for
+  // rails it has not seen); `route_around` what routing goes around under it
+  // (routed_around_for()); `pins` the operators' pins that survive.
+  struct Pin {
+    size_t klass;
+    std::optional<size_t> path;
+  };
+  void set_policy(const Policy& next, const std::vector<bool>& carrier,
+                  const std::vector<bool>& route_around, const std::vector<Pin>& pins, Time now);
+  // A path that is routed around now stays routed around under `next`.
+  std::vector<bool> routed_around_for(const Policy& next) const;
+
+  // What the rails say.
+  void carrier(size_t path, bool up, Time now);
+  void bfd(size_t path, bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now);
+  void vanished(size_t path);  // its interface is gone
+
+  // One tick: health timers, data-path evidence, the scheduler, then settle().
+  Plan tick(const TickInput& in);
+  // Health moved (or may have): events, decisions, routing.
+  Plan settle(Time now);
+
+  // Operators.
+  DecisionWrite place(size_t klass, size_t path, bool operator_pin) const;
+  void placed(size_t klass, size_t path, bool operator_pin);  // after place()'s write
+  void unpinned(size_t klass);
+  Result<void> drain(size_t path, bool on, Time now);
+
+  // What took effect.
+  void written(size_t klass, const Shares& shares);
+  void routed(const std::vector<bool>& around);
+
+  // Views.
+  const Policy& policy() const { return policy_; }
+  const RailHealth& health(size_t path) const { return rails_.at(path).health; }
+  bool present(size_t path) const { return rails_.at(path).present; }
+  bool all_down() const { return all_down_; }
+  bool operator_pinned(size_t klass) const { return op_pinned_.at(klass); }
+  const SchedulerState& scheduler() const { return sched_; }
+  size_t paths_carrying() const;
+
+ private:
+  struct Rail {
+    RailHealth health;
+    std::string key;
+    bool present = true;
+    TcpCounters tcp_prev;        // for data-path evidence
+    std::vector<double> former;  // per class: its share before the rail failed
+    bool routed_around = false;
+    Time settle_until{};  // no evidence against it before (it took over a failed rail)
+  };
+
+  void check_evidence(const TickInput& in);
+  void run_scheduler(const TickInput& in, Plan& plan);
+  void health_events(Plan& plan);
+  void effective(Plan& plan) const;
+  void routing(Plan& plan, Time now);
+  uint32_t flags(size_t klass) const;
+
+  Policy policy_;
+  std::vector<Rail> rails_;            // per policy path
+  SchedulerState sched_;               // per policy class
+  std::vector<bool> op_pinned_;        // per policy class: pinned with dpctl class set
+  std::vector<RateEstimator> demand_;  // per policy class: transmit rate over all rails
+  std::vector<Shares> written_;        // per policy class: what the decision map holds
+  bool all_down_ = false;
+};
+
+}  // namespace dp

@@ -1,0 +1,44 @@
+// What dpctl events shows: the newest scheduler decisions, health
+// transitions and policy reloads, numbered, with wall-clock and monotonic
+// times; and how often each class was moved, by kind (for the metrics).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "dualpath/core/policy.h"
+#include "dualpath/core/protocol.h"
+#include "dualpath/core/scheduler.h"
+
+namespace dp {
+
+class EventLog {
+ public:
+  static constexpr size_t kMaxEvents = 1024;
+
+  // An event with a class is a move of that class and is counted.
+  void record(SchedulerEvent e);
+  // The events after `since` (an event number), shares named by `p`'s paths.
+  json render(const Policy& p, uint64_t since) const;
+  uint64_t last() const { return seq_; }
+  // (class, kind) -> moves
+  const std::map<std::pair<std::string, std::string>, uint64_t>& switches() const {
+    return switches_;
+  }
+
+ private:
+  struct Logged {
+    uint64_t seq;
+    std::chrono::system_clock::time_point wall;
+    SchedulerEvent e;
+  };
+  std::deque<Logged> events_;  // the newest kMaxEvents
+  uint64_t seq_ = 0;
+  std::map<std::pair<std::string, std::string>, uint64_t> switches_;
+};
+
+}  // namespace dp

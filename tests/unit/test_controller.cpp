@@ -1,0 +1,303 @@
+// The controller's plans, without root: the failover cases the lab shows with
+// real traffic (carrier loss, data-path evidence, hold-down and ramp, both
+// rails down, drain, operator pins across a reload), and its scheduling.
+// Each plan is checked for what it writes, in which order relative to
+// routing, and what it records.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "dualpath/abi.h"
+#include "dualpath/core/controller.h"
+#include "dualpath/core/encode.h"
+
+namespace dp {
+namespace {
+
+using namespace std::chrono_literals;
+using T = SchedClock::time_point;
+
+constexpr uint16_t kAll = DP_SHARE_SCALE;
+
+Policy lab_policy(bool adaptive) {
+  auto load = load_policy_file(DP_POLICY_DIR "/lab-a.toml");
+  EXPECT_TRUE(load.ok());
+  Policy p = *load.policy;
+  p.scheduler.adaptive = adaptive;
+  p.health.holddown = 10s;
+  p.health.ramp = {10, 25, 50, 100};
+  p.health.ramp_interval = 2s;
+  return p;
+}
+
+size_t klass(const Policy& p, const std::string& name) {
+  return static_cast<size_t>(p.class_index(name));
+}
+
+// A controller with the lab policy applied and its first plan carried out.
+struct Fixture {
+  Policy policy;
+  Controller c;
+  T t = T(std::chrono::hours(1));
+
+  explicit Fixture(bool adaptive = false) : policy(lab_policy(adaptive)) {
+    c.set_policy(policy, {true, true}, {false, false}, {}, t);
+    carry_out(c.settle(t));
+  }
+  // What the daemon does with a plan when every write and route succeeds.
+  void carry_out(const Plan& plan) {
+    for (auto& w : plan.writes) c.written(w.klass, w.shares);
+    if (plan.route_around) c.routed(*plan.route_around);
+  }
+  const DecisionWrite* write_of(const Plan& plan, const std::string& name) {
+    for (auto& w : plan.writes)
+      if (w.klass == klass(policy, name)) return &w;
+    return nullptr;
+  }
+  TickInput quiet(T now) const {
+    TickInput in;
+    in.now = now;
+    in.rails.resize(policy.paths.size());
+    in.class_tx_bytes.assign(policy.classes.size(), 0);
+    return in;
+  }
+};
+
+bool has_event(const Plan& plan, const std::string& text) {
+  return std::any_of(plan.events.begin(), plan.events.end(), [&](const SchedulerEvent& e) {
+    return e.reason.find(text) != std::string::npos;
+  });
+}
+
+TEST(Controller, TheFirstPlanPutsEveryClassOnItsPreferredRailAndRoutesNothingAround) {
+  Policy p = lab_policy(false);
+  Controller c;
+  T t{};
+  c.set_policy(p, {true, true}, {false, false}, {}, t);
+  Plan plan = c.settle(t);
+  ASSERT_EQ(plan.writes.size(), p.classes.size());
+  for (auto& w : plan.writes) {
+    size_t prefer = static_cast<size_t>(p.path_index(p.classes[w.klass].prefer));
+    Shares want(p.paths.size(), 0);
+    want[prefer] = kAll;
+    EXPECT_EQ(w.shares, want) << p.classes[w.klass].name;
+    EXPECT_FALSE(w.event) << "a first write is no move";
+  }
+  EXPECT_FALSE(plan.route_around);
+  EXPECT_TRUE(plan.events.empty());
+  for (auto& w : plan.writes) c.written(w.klass, w.shares);
+  EXPECT_TRUE(c.settle(t).writes.empty()) << "nothing changed: nothing is written again";
+}
+
+TEST(Controller, CarrierLossMovesEveryClassOffTheRailThenRoutesAroundIt) {
+  Fixture f;
+  f.c.carrier(0, false, f.t + 1s);
+  Plan plan = f.c.settle(f.t + 1s);
+  EXPECT_EQ(f.c.health(0).state(), RailState::Down);
+  EXPECT_TRUE(has_event(plan, "rail0 up -> down: carrier lost"));
+  for (auto name : {"expert-dispatch", "expert-combine", "control"}) {
+    auto* w = f.write_of(plan, name);
+    ASSERT_NE(w, nullptr) << name;
+    EXPECT_EQ(w->shares, (Shares{0, kAll})) << name;
+    ASSERT_TRUE(w->event) << name << ": a move by path health is recorded";
+    EXPECT_EQ(w->event->kind, "health");
+  }
+  EXPECT_EQ(f.write_of(plan, "param-sync"), nullptr) << "already on rail1";
+  ASSERT_TRUE(plan.route_around);
+  EXPECT_EQ(*plan.route_around, (std::vector<bool>{true, false}));
+  f.carry_out(plan);
+  Plan again = f.c.settle(f.t + 2s);
+  EXPECT_TRUE(again.writes.empty());
+  EXPECT_FALSE(again.route_around) << "routing is rewritten once";
+}
+
+TEST(Controller, FailbackWaitsOutTheHolddownThenRampsTheFormerShareBack) {
+  Fixture f;
+  f.c.carrier(0, false, f.t);
+  f.carry_out(f.c.settle(f.t));
+  f.c.carrier(0, true, f.t + 1s);
+  Plan back = f.c.settle(f.t + 1s);
+  EXPECT_EQ(f.c.health(0).state(), RailState::Holddown);
+  EXPECT_TRUE(back.writes.empty()) << "no traffic inside the hold-down";
+  EXPECT_FALSE(back.route_around);
+  f.carry_out(back);
+  // 10 s hold-down, then ramp steps of 2 s: 10%, 25%, 50%, up
+  Plan ramp = f.c.tick(f.quiet(f.t + 11s));
+  EXPECT_EQ(f.c.health(0).state(), RailState::Ramping);
+  auto* w = f.write_of(ramp, "expert-combine");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shares[0], kAll / 10) << "10% of its former share";
+  auto* ls = f.write_of(ramp, "control");
+  ASSERT_NE(ls, nullptr) << "latency-sensitive classes ramp back too";
+  EXPECT_EQ(ls->shares[0], kAll / 10);
+  ASSERT_TRUE(ramp.route_around);
+  EXPECT_EQ(*ramp.route_around, (std::vector<bool>{false, false})) << "routing restored";
+  f.carry_out(ramp);
+  std::vector<uint16_t> steps{w->shares[0]};
+  for (int s = 12; s <= 20; ++s) {
+    Plan p = f.c.tick(f.quiet(f.t + std::chrono::seconds(s)));
+    if (auto* x = f.write_of(p, "expert-combine")) steps.push_back(x->shares[0]);
+    f.carry_out(p);
+  }
+  EXPECT_EQ(f.c.health(0).state(), RailState::Up);
+  ASSERT_GE(steps.size(), 3u);
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end())) << "the share only grows";
+  EXPECT_EQ(steps.back(), kAll) << "the former share is back";
+}
+
+TEST(Controller, DataPathEvidenceMovesLatencySensitiveClassesBeforeBfdCanTell) {
+  Fixture f;
+  TickInput in = f.quiet(f.t + 1s);
+  f.carry_out(f.c.tick(in));
+  // rail0's flows: 2 RTOs and half of what they sent retransmitted; rail1 clean
+  in.now += 50ms;
+  in.rails[0].tcp.segs_out = 100;
+  in.rails[0].tcp.retrans_segs = 50;
+  in.rails[0].tcp.rto_events = 2;
+  in.rails[1].tcp.segs_out = 1000;
+  Plan plan = f.c.tick(in);
+  EXPECT_EQ(f.c.health(0).state(), RailState::Suspect);
+  for (auto name : {"expert-dispatch", "control"}) {
+    auto* w = f.write_of(plan, name);
+    ASSERT_NE(w, nullptr) << name;
+    EXPECT_EQ(w->shares, (Shares{0, kAll})) << name;
+  }
+  EXPECT_FALSE(plan.route_around) << "a suspect rail still forwards: routing stays";
+}
+
+TEST(Controller, EvidenceIsNotTakenAgainstABusyRailOrTheLastGoodOne) {
+  auto bad_tick = [](Fixture& f, T now, double util) {
+    TickInput in = f.quiet(now);
+    in.rails[0].utilisation = util;
+    in.rails[0].tcp = {};
+    in.rails[0].tcp.segs_out = 100;
+    in.rails[0].tcp.retrans_segs = 50;
+    in.rails[0].tcp.rto_events = 2;
+    return f.c.tick(in);
+  };
+  {
+    Fixture f;
+    f.carry_out(bad_tick(f, f.t + 1s, 0.9));
+    EXPECT_EQ(f.c.health(0).state(), RailState::Up) << "retransmits on a full rail are congestion";
+  }
+  {
+    Fixture f;
+    f.c.carrier(1, false, f.t);
+    f.carry_out(f.c.settle(f.t));
+    f.carry_out(bad_tick(f, f.t + 1s, 0.1));
+    EXPECT_EQ(f.c.health(0).state(), RailState::Up) << "never against the last good rail";
+  }
+}
+
+TEST(Controller, BothRailsDownKeepsTheLastDecisionsAndSaysSoOnce) {
+  Fixture f;
+  f.c.carrier(0, false, f.t);
+  f.carry_out(f.c.settle(f.t));
+  f.c.carrier(1, false, f.t + 1s);
+  Plan plan = f.c.settle(f.t + 1s);
+  EXPECT_TRUE(f.c.all_down());
+  EXPECT_TRUE(plan.writes.empty()) << "the last decisions stay";
+  EXPECT_FALSE(plan.route_around) << "the last routing stays";
+  EXPECT_TRUE(has_event(plan, "every path is down"));
+  EXPECT_EQ(f.c.paths_carrying(), 0u);
+  EXPECT_FALSE(has_event(f.c.settle(f.t + 2s), "every path is down")) << "said once";
+  // the first rail back carries at once, even inside its hold-down
+  f.c.carrier(1, true, f.t + 3s);
+  Plan back = f.c.settle(f.t + 3s);
+  EXPECT_FALSE(f.c.all_down());
+  EXPECT_EQ(f.c.health(1).state(), RailState::Holddown);
+  EXPECT_EQ(f.c.paths_carrying(), 1u);
+  EXPECT_FALSE(back.route_around) << "rail0 stayed routed around, rail1 never was";
+  EXPECT_TRUE(back.writes.empty()) << "every class was left on rail1";
+}
+
+TEST(Controller, DrainIsRefusedForTheLastPathCarryingTraffic) {
+  Fixture f;
+  ASSERT_TRUE(f.c.drain(1, true, f.t));
+  Plan plan = f.c.settle(f.t);
+  EXPECT_EQ(f.c.health(1).state(), RailState::Drained);
+  auto* w = f.write_of(plan, "param-sync");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shares, (Shares{kAll, 0}));
+  f.carry_out(plan);
+  auto r = f.c.drain(0, true, f.t + 1s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().what().find("only path carrying traffic"), std::string::npos);
+  EXPECT_EQ(f.c.health(0).state(), RailState::Up) << "a refused drain changes nothing";
+  ASSERT_TRUE(f.c.drain(1, false, f.t + 2s));
+  EXPECT_EQ(f.c.health(1).state(), RailState::Ramping) << "undrain ramps, no hold-down";
+}
+
+TEST(Controller, AnOperatorPinIsWrittenWithItsFlagAndSurvivesAReload) {
+  Fixture f;
+  size_t ls = klass(f.policy, "logs");
+  DecisionWrite w = f.c.place(ls, 0, true);
+  EXPECT_EQ(w.shares, (Shares{kAll, 0}));
+  EXPECT_EQ(w.flags, DP_DECISION_F_PINNED | kOperatorPinned);
+  f.c.placed(ls, 0, true);
+  EXPECT_TRUE(f.c.operator_pinned(ls));
+  EXPECT_TRUE(f.c.settle(f.t).writes.empty()) << "what was placed is what the map holds";
+  // a reload: the datapath reads the pin back from the decision map
+  f.c.set_policy(f.policy, {true, true}, {false, false}, {{ls, 0}}, f.t + 1s);
+  EXPECT_TRUE(f.c.operator_pinned(ls));
+  Plan plan = f.c.settle(f.t + 1s);
+  auto* again = f.write_of(plan, "logs");
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->shares, (Shares{kAll, 0}));
+  EXPECT_EQ(again->flags & kOperatorPinned, kOperatorPinned);
+}
+
+TEST(Controller, AReloadKeepsAFailedRailRoutedAroundAndItsHealth) {
+  Fixture f;
+  f.c.carrier(0, false, f.t);
+  f.carry_out(f.c.settle(f.t));
+  Policy next = f.policy;
+  next.scheduler.cooldown = 300ms;  // a change that keeps the rails' keys
+  auto around = f.c.routed_around_for(next);
+  EXPECT_EQ(around, (std::vector<bool>{true, false}));
+  f.c.set_policy(next, {true, true}, around, {}, f.t + 1s);
+  EXPECT_EQ(f.c.health(0).state(), RailState::Down) << "the carrier input is for new rails only";
+  Plan plan = f.c.settle(f.t + 1s);
+  EXPECT_FALSE(plan.route_around) << "already routed around";
+  for (auto& w : plan.writes) EXPECT_EQ(w.shares[0], 0) << next.classes[w.klass].name;
+}
+
+TEST(Controller, AWriteThatDidNotTakeEffectIsPlannedAgain) {
+  Fixture f;
+  f.c.carrier(0, false, f.t);
+  Plan plan = f.c.settle(f.t);
+  ASSERT_FALSE(plan.writes.empty());
+  // the daemon's writes failed: it reported nothing back
+  if (plan.route_around) f.c.routed(*plan.route_around);
+  Plan again = f.c.settle(f.t + 1s);
+  EXPECT_EQ(again.writes.size(), plan.writes.size());
+}
+
+TEST(Controller, TheAdaptiveSchedulerSpillsAnOverloadedElasticClassAndTheStaticOneDoesNot) {
+  for (bool adaptive : {false, true}) {
+    Fixture f(adaptive);
+    size_t combine = klass(f.policy, "expert-combine");
+    uint64_t tx = 0;
+    bool spilled = false;
+    for (int i = 1; i <= 40 && !spilled; ++i) {
+      TickInput in = f.quiet(f.t + i * 50ms);
+      in.rails[0].utilisation = 0.95;  // rail0 full
+      in.rails[1].utilisation = 0.05;
+      tx += 5'000'000;  // 800 Mbit/s of expert-combine
+      in.class_tx_bytes[combine] = tx;
+      Plan plan = f.c.tick(in);
+      for (auto& e : plan.events)
+        if (e.klass == "expert-combine" && e.kind == "spill") spilled = true;
+      if (auto* w = f.write_of(plan, "expert-combine"); w && spilled) {
+        EXPECT_GT(w->shares[1], 0) << "the spill is written";
+        EXPECT_FALSE(w->event) << "a scheduler move is recorded as the scheduler's event";
+      }
+      f.carry_out(plan);
+    }
+    EXPECT_EQ(spilled, adaptive) << (adaptive ? "adaptive" : "static");
+    EXPECT_EQ(f.c.scheduler().classes[combine].shares[1] > 0, adaptive);
+  }
+}
+
+}  // namespace
+}  // namespace dp
