@@ -17,6 +17,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
+#include "lib/connect.h"
 #include "lib/steer.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -460,4 +461,53 @@ int dp_sockops(struct bpf_sock_ops *skops)
 		break;
 	}
 	return 1;
+}
+
+/* Connect-time placement (lib/connect.h): the separate topology. */
+SEC("cgroup/connect4")
+int dp_connect4(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/connect6")
+int dp_connect6(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/sendmsg4")
+int dp_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/sendmsg6")
+int dp_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/getpeername4")
+int dp_getpeername4(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/getpeername6")
+int dp_getpeername6(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/recvmsg4")
+int dp_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/recvmsg6")
+int dp_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET6);
 }

@@ -134,4 +134,29 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_owned SEC(".maps");
 
+/* Connect-time placement (abi.h) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_RAILS);
+	__type(key, __u32);
+	__type(value, struct dp_rail_net);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_rail_nets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, DP_SOCK_ORIG_SIZE);
+	__type(key, struct dp_sock_key);
+	__type(value, struct dp_sock_orig);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_sock_orig SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, (DP_MAX_RAILS + 1) * DP_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_connects SEC(".maps");
+
 #endif /* DP_BPF_MAPS_H */

@@ -84,10 +84,10 @@ std::optional<int> decision_single_rail(const dp_decision& d) {
   return std::nullopt;
 }
 
-dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled) {
+dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled, Topology t) {
   dp_rail r{};
   r.ifindex = ifindex;
-  r.flags = enabled && ifindex ? DP_RAIL_F_ENABLED : 0;
+  if (enabled && ifindex) r.flags = t == Topology::Separate ? DP_RAIL_F_CONNECT : DP_RAIL_F_ENABLED;
   if (p.gateway) {
     r.flags |= DP_RAIL_F_GW4;
     std::memcpy(&r.gw4, p.gateway->bytes.data(), 4);
@@ -97,6 +97,26 @@ dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled) {
     std::memcpy(r.gw6, p.gateway6->bytes.data(), 16);
   }
   return r;
+}
+
+namespace {
+// A prefix as network and mask, in network byte order, into 1 or 4 words.
+void encode_prefix(const Prefix& pf, uint32_t* net, uint32_t* mask, size_t words) {
+  std::array<uint8_t, 16> m{};
+  for (int b = 0; b < pf.len; ++b) m[size_t(b / 8)] |= uint8_t(0x80 >> (b % 8));
+  std::array<uint8_t, 16> n{};
+  for (size_t i = 0; i < 16; ++i) n[i] = pf.addr.bytes[i] & m[i];
+  std::memcpy(net, n.data(), words * 4);
+  std::memcpy(mask, m.data(), words * 4);
+}
+}  // namespace
+
+dp_rail_net encode_rail_net(const PathSpec& p, Topology t) {
+  dp_rail_net n{};
+  if (t != Topology::Separate) return n;
+  if (auto v4 = p.network()) encode_prefix(*v4, &n.net4, &n.mask4, 1);
+  if (auto v6 = p.network6()) encode_prefix(*v6, n.net6, n.mask6, 4);
+  return n;
 }
 
 dp_slot_name encode_name(const std::string& name) {

@@ -87,6 +87,19 @@ const ClassSpec* Policy::klass(const std::string& name) const {
     if (c.name == name) return &c;
   return nullptr;
 }
+const char* to_string(Topology t) { return t == Topology::Separate ? "separate" : "shared"; }
+
+namespace {
+std::optional<Prefix> first_of(const std::vector<Prefix>& routes, int family) {
+  for (const auto& r : routes)
+    if (r.addr.family == family && r.len) return r;
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<Prefix> PathSpec::network() const { return first_of(routes, AF_INET); }
+std::optional<Prefix> PathSpec::network6() const { return first_of(routes, AF_INET6); }
+
 int Policy::class_index(const std::string& name) const {
   for (size_t i = 0; i < classes.size(); ++i)
     if (classes[i].name == name) return static_cast<int>(i);
@@ -306,7 +319,18 @@ void parse_node(Checker& c, const toml::table& root, Policy& p) {
     c.error(root.source(), "the policy has no [node] section (it needs at least name = \"...\")");
     return;
   }
-  c.only_keys(*t, {"name", "default_class"}, "[node]");
+  c.only_keys(*t, {"name", "default_class", "topology"}, "[node]");
+  if (auto v = c.string(*t, "topology", "[node]", false)) {
+    if (*v == "shared")
+      p.topology = Topology::Shared;
+    else if (*v == "separate")
+      p.topology = Topology::Separate;
+    else
+      c.error(where(*t, "topology"),
+              fmt::format("topology \"{}\" must be \"shared\" (both rails reach the peers' "
+                          "addresses) or \"separate\" (each rail is its own network)",
+                          *v));
+  }
   if (auto n = c.string(*t, "name", "[node]", true)) {
     if (!valid_name(*n))
       c.error(where(*t, "name"),
@@ -542,6 +566,72 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
   }
 }
 
+// What would blackhole is refused: in the shared topology a flow may be
+// redirected to any rail, so every rail must route what the others route; in
+// the separate topology each rail's routes are its own networks, which must
+// not overlap (an address would belong to two rails).
+void check_topology(Checker& c, const toml::table& root, const Policy& p) {
+  auto* pa = root.get_as<toml::array>("path");
+  auto routes_node = [&](size_t i) -> const toml::node& {
+    const toml::node* n = pa && i < pa->size() ? pa->get(i) : nullptr;
+    const toml::table* t = n ? n->as_table() : nullptr;
+    return t ? where(*t, "routes") : static_cast<const toml::node&>(root);
+  };
+  auto contains = [](const Prefix& net, const Prefix& x) {
+    if (net.addr.family != x.addr.family || x.len < net.len) return false;
+    for (int b = 0; b < net.len; ++b) {
+      auto bit = [&](const IpAddr& a) { return (a.bytes[size_t(b / 8)] >> (7 - b % 8)) & 1; };
+      if (bit(net.addr) != bit(x.addr)) return false;
+    }
+    return true;
+  };
+  if (p.topology == Topology::Shared) {
+    for (size_t i = 0; i < p.paths.size(); ++i)
+      for (size_t j = 0; j < p.paths.size(); ++j) {
+        if (i == j || p.paths[i].routes.empty() || p.paths[j].routes.empty()) continue;
+        for (const auto& r : p.paths[j].routes) {
+          bool reached = std::any_of(p.paths[i].routes.begin(), p.paths[i].routes.end(),
+                                     [&](const Prefix& mine) { return contains(mine, r); });
+          if (!reached) {
+            c.error(routes_node(i),
+                    fmt::format("path {} does not route {}, which path {} routes: in the shared "
+                                "topology a flow may be redirected onto any rail, and {} would "
+                                "blackhole it; route it on {} too, or set [node] topology = "
+                                "\"separate\" if each rail is its own network",
+                                p.paths[i].name, r.str(), p.paths[j].name, p.paths[i].name,
+                                p.paths[i].name));
+            break;
+          }
+        }
+      }
+    return;
+  }
+  for (size_t i = 0; i < p.paths.size(); ++i) {
+    const auto& ps = p.paths[i];
+    if (ps.routes.empty()) {
+      c.error(routes_node(i),
+              fmt::format("path {} has no routes: in the separate topology a path's routes are "
+                          "its rail's networks (where the peers' addresses on that rail are)",
+                          ps.name));
+      continue;
+    }
+    for (const auto& r : ps.routes)
+      if (r.len == 0)
+        c.error(routes_node(i),
+                fmt::format("path {} routes {}: in the separate topology a rail's networks "
+                            "cannot be a default route",
+                            ps.name, r.str()));
+    for (size_t j = 0; j < i; ++j)
+      for (const auto& a : p.paths[j].routes)
+        for (const auto& b : ps.routes)
+          if (a.len && b.len && (contains(a, b) || contains(b, a)))
+            c.error(routes_node(i),
+                    fmt::format("{} of path {} overlaps {} of path {}: in the separate topology "
+                                "an address belongs to one rail's network",
+                                b.str(), ps.name, a.str(), p.paths[j].name));
+  }
+}
+
 void parse_classes(Checker& c, const toml::table& root, Policy& p) {
   const toml::node* n = root.get("class");
   if (!n) {
@@ -723,6 +813,7 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   parse_health(c, root, p);
   parse_measurement(c, root, p);
   parse_paths(c, root, p);
+  check_topology(c, root, p);
   parse_classes(c, root, p);
   out.errors = c.take();
   std::stable_sort(out.errors.begin(), out.errors.end(), [](auto& a, auto& b) {

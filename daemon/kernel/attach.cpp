@@ -40,10 +40,15 @@ Result<uint64_t> netns_cookie() {
 
 Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
                             const std::string& pin_dir) {
-  std::string pin = (std::filesystem::path(pin_dir) / "link_sockops").string();
+  return attach_cgroup(prog, cgroup, pin_dir, "sockops");
+}
+
+Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const std::string& pin_dir,
+                           const std::string& what) {
+  std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
   struct stat cg {};
   if (::stat(cgroup.c_str(), &cg) != 0)
-    return DP_SYS_ERROR(errno, "cgroup {} for sockops is not accessible", cgroup);
+    return DP_SYS_ERROR(errno, "cgroup {} for {} is not accessible", cgroup, what);
   if (std::filesystem::exists(pin)) {
     Fd link(bpf_obj_get(pin.c_str()));
     bpf_link_info info{};
@@ -52,7 +57,7 @@ Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
         info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cg.st_ino) {
       // adopt: same cgroup, swap the program in place
       if (bpf_link_update(link.get(), bpf_program__fd(prog), nullptr) != 0)
-        return DP_SYS_ERROR(errno, "updating the sockops link at {} failed", pin);
+        return DP_SYS_ERROR(errno, "updating the {} link at {} failed", what, pin);
       return {};
     }
     ::unlink(pin.c_str());  // another cgroup (policy changed): re-attach below
@@ -60,11 +65,11 @@ Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
   Fd cgfd(::open(cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!cgfd.valid()) return DP_SYS_ERROR(errno, "opening cgroup {} failed", cgroup);
   bpf_link* link = bpf_program__attach_cgroup(prog, cgfd.get());
-  if (!link) return DP_SYS_ERROR(errno, "attaching sockops to cgroup {} failed", cgroup);
+  if (!link) return DP_SYS_ERROR(errno, "attaching {} to cgroup {} failed", what, cgroup);
   int err = bpf_link__pin(link, pin.c_str());
   bpf_link__disconnect(link);  // the pin holds the attachment now
   bpf_link__destroy(link);
-  if (err != 0) return DP_SYS_ERROR(err, "pinning the sockops link at {} failed", pin);
+  if (err != 0) return DP_SYS_ERROR(err, "pinning the {} link at {} failed", what, pin);
   return {};
 }
 

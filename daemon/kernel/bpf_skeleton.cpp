@@ -75,6 +75,14 @@ int DpSkeleton::ingress_fd() const { return bpf_program__fd(skel_->progs.dp_ingr
 int DpSkeleton::empty_fd() const { return bpf_program__fd(skel_->progs.dp_empty); }
 bpf_program* DpSkeleton::sockops_prog() const { return skel_->progs.dp_sockops; }
 
+std::vector<std::pair<bpf_program*, std::string>> DpSkeleton::sock_addr_progs() const {
+  auto& p = skel_->progs;
+  return {{p.dp_connect4, "connect4"},         {p.dp_connect6, "connect6"},
+          {p.dp_sendmsg4, "sendmsg4"},         {p.dp_sendmsg6, "sendmsg6"},
+          {p.dp_getpeername4, "getpeername4"}, {p.dp_getpeername6, "getpeername6"},
+          {p.dp_recvmsg4, "recvmsg4"},         {p.dp_recvmsg6, "recvmsg6"}};
+}
+
 #define DP_SKELETON_MAP(name)                                       \
   BpfMap DpSkeleton::name() const {                                 \
     return BpfMap(bpf_map__fd(skel_->maps.dp_##name), "dp_" #name); \
@@ -94,6 +102,9 @@ DP_SKELETON_MAP(exceptions)
 DP_SKELETON_MAP(tcp)
 DP_SKELETON_MAP(flows)
 DP_SKELETON_MAP(owned)
+DP_SKELETON_MAP(rail_nets)
+DP_SKELETON_MAP(sock_orig)
+DP_SKELETON_MAP(connects)
 #undef DP_SKELETON_MAP
 
 Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {

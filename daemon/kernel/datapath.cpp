@@ -146,7 +146,12 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
   }
   if (!cgroup.empty()) {
     DP_TRY(attach_sockops(skel_->sockops_prog(), cgroup, pin_dir_));
-    if (cgroup != sockops_cgroup_) spdlog::info("sockops attached to cgroup {}", cgroup);
+    // connect-time placement: inert in the shared topology (no rail has a
+    // network in dp_rail_nets), so it is attached in both
+    for (auto& [prog, what] : skel_->sock_addr_progs())
+      DP_TRY(attach_cgroup(prog, cgroup, pin_dir_, what));
+    if (cgroup != sockops_cgroup_)
+      spdlog::info("sockops and connect-time placement attached to cgroup {}", cgroup);
   }
   sockops_cgroup_ = cgroup;
   return {};
@@ -155,9 +160,12 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
 Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {
   BpfMap decisions = skel_->decisions(), class_names = skel_->class_names();
   BpfMap rail_names = skel_->rail_names(), rails = skel_->rails(), qos = skel_->class_qos();
+  BpfMap nets = skel_->rail_nets();
   for (size_t i = 0; i < next.paths.size(); ++i) {
     auto slot = static_cast<uint32_t>(s.rail_slot[i]);
-    dp_rail r = encode_rail(next.paths[i], s.ifindex[i], true);
+    dp_rail r = encode_rail(next.paths[i], s.ifindex[i], true, next.topology);
+    dp_rail_net net = encode_rail_net(next.paths[i], next.topology);
+    DP_TRY(nets.update(&slot, &net));
     dp_slot_name n = encode_name(next.paths[i].name);
     DP_TRY(rails.update(&slot, &r));
     DP_TRY(rail_names.update(&slot, &n));
@@ -205,8 +213,10 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     if (contains(s.rail_slot, slot)) continue;
     dp_slot_name empty{};
     dp_rail none{};
+    dp_rail_net no_net{};
     (void)rail_names.update(&slot, &empty);
     (void)rails.update(&slot, &none);
+    (void)nets.update(&slot, &no_net);
   }
   BpfMap owned = skel_->owned();
   for (uint32_t idx : keys_of<uint32_t>(skel_->ifindex())) {
@@ -222,6 +232,7 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   rail_slot_ = s.rail_slot;
   rail_ifindex_ = s.ifindex;
   vanished_.assign(s.ifindex.size(), false);
+  topology_ = next.topology;
 
   std::vector<OperatorPin> pins;
   for (size_t i = 0; i < next.classes.size(); ++i) {
@@ -278,7 +289,7 @@ bool Datapath::check_present(size_t path, const PathSpec& ps) {
   if (path >= vanished_.size() || vanished_[path]) return false;
   if (ifindex_of(ps.interface) == rail_ifindex_[path]) return false;
   auto slot = static_cast<uint32_t>(rail_slot_[path]);
-  dp_rail r = encode_rail(ps, rail_ifindex_[path], false);
+  dp_rail r = encode_rail(ps, rail_ifindex_[path], false, topology_);
   auto ok = skel_->rails().update(&slot, &r);
   vanished_[path] = ok.ok();
   spdlog::error("interface {} of path {} is gone: the path is no longer a redirect target{}",
@@ -308,6 +319,19 @@ void Datapath::read(CounterTable& counters, ExceptionTable& exceptions, TcpTable
       uint32_t key = r * DP_MAX_CLASSES + c;
       if (auto v = tm.lookup_percpu<dp_tcp_stats>(&key)) tcp[r][c] = sum_tcp(*v);
     }
+}
+
+ConnectTable Datapath::connects() const {
+  ConnectTable out{};
+  BpfMap m = skel_->connects();
+  for (uint32_t r = 0; r <= DP_MAX_RAILS; ++r)
+    for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
+      uint32_t key = r * DP_MAX_CLASSES + c;
+      auto v = m.lookup_percpu<uint64_t>(&key);
+      if (!v) continue;
+      for (auto x : *v) out[r][c] += x;
+    }
+  return out;
 }
 
 std::vector<FlowRow> Datapath::flows(size_t* total) const {

@@ -78,6 +78,7 @@ enum dp_rail_flags {
   DP_RAIL_F_ENABLED = 1u << 0, /* may be a redirect target */
   DP_RAIL_F_GW4 = 1u << 1,     /* gw4 is valid */
   DP_RAIL_F_GW6 = 1u << 2,     /* gw6 is valid */
+  DP_RAIL_F_CONNECT = 1u << 3, /* separate topology: a target of connect-time placement */
 };
 
 /* dp_rails: ARRAY, key = rail slot. */
@@ -221,5 +222,44 @@ enum dp_exception {
 enum dp_own_flags {
   DP_OWN_CLSACT = 1u << 0, /* the clsact qdisc was created by dualpath */
 };
+
+/*
+ * Connect-time placement (the separate topology: each rail is its own network
+ * and a peer has one address per rail). The cgroup sock_addr programs see a
+ * classified connection being made toward a peer's address on one rail and,
+ * when the class's decision puts this connection on another, rewrite the
+ * destination to the same host on that rail's network: the host part of the
+ * address is kept, the network is the target rail's.
+ *
+ * dp_rail_nets: ARRAY, key = rail slot. All in network byte order; a mask of
+ * 0 means the rail has no network of that family.
+ */
+struct dp_rail_net {
+  __u32 net4;
+  __u32 mask4;
+  __u32 net6[4];
+  __u32 mask6[4];
+};
+
+/* dp_sock_orig: LRU_HASH, the address an application asked for, by socket
+ * and the address it was placed on: getpeername() and recvmsg() give the
+ * application back the address it connected or sent to. */
+struct dp_sock_key {
+  __u64 cookie; /* bpf_get_socket_cookie() */
+  __u32 addr[4]; /* the placed address (IPv4 in addr[0]) */
+  __u16 port;   /* network byte order */
+  __u16 family; /* AF_INET or AF_INET6 */
+  __u32 pad;
+};
+struct dp_sock_orig {
+  __u32 addr[4];
+};
+#define DP_SOCK_ORIG_SIZE 65536
+
+/* dp_connects: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class: connections
+ * (and unconnected UDP sends) placed. Row DP_MAX_RAILS counts those whose
+ * destination no rail's network holds, or whose host part does not fit the
+ * chosen rail's network: they are left alone, never broken. */
+#define DP_CONNECT_UNMAPPED DP_MAX_RAILS
 
 #endif /* DUALPATH_ABI_H */

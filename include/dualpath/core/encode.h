@@ -42,7 +42,12 @@ dp_decision decision_all_on(int rail_slot, bool pinned, uint32_t version);
 // The rail slot holding the whole share, if one does.
 std::optional<int> decision_single_rail(const dp_decision& d);
 
-dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled);
+// A rail: a redirect target (shared topology) or a target of connect-time
+// placement (separate), when enabled.
+dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled,
+                    Topology t = Topology::Shared);
+// The rail's networks for connect-time placement (zero in the shared topology).
+dp_rail_net encode_rail_net(const PathSpec& p, Topology t);
 
 // What the egress program stamps on a class's packets (flags 0: nothing).
 dp_class_qos encode_qos(const ClassSpec& c);

@@ -30,6 +30,16 @@ struct Prefix {
 enum class Proto : uint8_t { Tcp = 6, Udp = 17 };
 enum class PortMatch { Any, Src, Dst };
 enum class ClassKind { LatencySensitive, Elastic };
+// How the rails reach a peer (README, "Topologies"):
+//   Shared: both rails reach the peer's address and accept the node's source
+//     address (a routed fabric with node service addresses, BGP to the host,
+//     one L2 domain). A flow may move between rails mid-stream: redirects and
+//     flowlets.
+//   Separate: each rail is its own network and a peer has one address per
+//     rail. A connection is placed when it is made (connect-time placement)
+//     and never redirected.
+enum class Topology { Shared, Separate };
+const char* to_string(Topology t);
 
 const char* to_string(Proto p);
 const char* to_string(PortMatch m);
@@ -56,6 +66,10 @@ struct PathSpec {
   uint32_t fwmark = 0;
   std::vector<Prefix> routes;
   std::optional<IpAddr> bfd_peer;  // BFD peer on this rail; default: gateway, else gateway6
+  // Separate topology: the rail's networks, where its peers' addresses live
+  // (the first IPv4 and the first IPv6 prefix of routes).
+  std::optional<Prefix> network() const;
+  std::optional<Prefix> network6() const;
   const std::optional<IpAddr>& bfd_address() const {
     return bfd_peer ? bfd_peer : gateway ? gateway : gateway6;
   }
@@ -118,6 +132,7 @@ struct Policy {
   std::optional<std::string> default_class;
   RoutingSettings routing;
   SchedulerSettings scheduler;
+  Topology topology = Topology::Shared;
   HealthSettings health;
   MeasurementSettings measurement;
   MetricsSettings metrics;

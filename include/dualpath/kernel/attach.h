@@ -46,6 +46,9 @@ class Tc {
 // removing the pin detaches it.
 Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
                             const std::string& pin_dir);
+// Any cgroup program the same way, pinned at <pin_dir>/link_<what>.
+Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const std::string& pin_dir,
+                           const std::string& what);
 // The cgroup v2 mount point (from /proc/self/mounts).
 Result<std::string> cgroup2_root();
 // This network namespace's cookie (SO_NETNS_COOKIE).

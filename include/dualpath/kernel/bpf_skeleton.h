@@ -57,6 +57,9 @@ class DpSkeleton {
   int ingress_fd() const;
   int empty_fd() const;
   bpf_program* sockops_prog() const;
+  // The connect-time placement programs (cgroup sock_addr), each with the
+  // name its link is pinned by: connect4, connect6, sendmsg4, ...
+  std::vector<std::pair<bpf_program*, std::string>> sock_addr_progs() const;
   // One accessor per map of bpf/lib/maps.h: a misspelt map does not compile.
   BpfMap ports() const;            // dp_ports
   BpfMap marks() const;            // dp_marks
@@ -73,6 +76,9 @@ class DpSkeleton {
   BpfMap tcp() const;              // dp_tcp
   BpfMap flows() const;            // dp_flows
   BpfMap owned() const;            // dp_owned
+  BpfMap rail_nets() const;        // dp_rail_nets
+  BpfMap sock_orig() const;        // dp_sock_orig
+  BpfMap connects() const;         // dp_connects
 
   // Records (slot) or forgets (nullopt) that ifindex is a rail, in both
   // dp_rail_by_ifindex and dp_ifindex.

@@ -29,6 +29,8 @@ namespace dp {
 using CounterTable = std::array<std::array<dp_counters, DP_MAX_CLASSES>, DP_MAX_RAILS>;
 using TcpTable = std::array<std::array<TcpCounters, DP_MAX_CLASSES>, DP_MAX_RAILS>;
 using ExceptionTable = std::array<std::array<uint64_t, DP_EXC_MAX>, DP_MAX_RAILS>;
+// Connections placed at connect time, per rail (and DP_CONNECT_UNMAPPED) and class.
+using ConnectTable = std::array<std::array<uint64_t, DP_MAX_CLASSES>, DP_MAX_RAILS + 1>;
 
 class Datapath {
  public:
@@ -78,6 +80,7 @@ class Datapath {
   // Counters, summed over CPUs.
   void read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const;
   std::vector<FlowRow> flows(size_t* total) const;
+  ConnectTable connects() const;
   std::optional<TcView> tc(int ifindex) const;
 
   // if_nametoindex() without its socket per call: a socket made and closed
@@ -109,7 +112,8 @@ class Datapath {
   std::vector<int> rail_slot_;
   std::vector<uint32_t> rail_ifindex_;  // as attached
   std::vector<bool> vanished_;          // interface gone: not a redirect target
-  Fd ifreq_fd_;                         // for SIOCGIFINDEX (ifindex_of)
+  Topology topology_ = Topology::Shared;
+  Fd ifreq_fd_;  // for SIOCGIFINDEX (ifindex_of)
 };
 
 }  // namespace dp

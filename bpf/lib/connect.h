@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Connect-time placement for the separate topology (abi.h, struct
+ * dp_rail_net): a classified connection toward a peer's address on one rail
+ * is placed on the rail its class's decision picks by rewriting the
+ * destination to the same host on that rail's network. Cilium's socket-level
+ * load balancing (bpf/bpf_sock.c) does the same for services.
+ *
+ * Fail-open: a destination no rail's network holds, a host part that does not
+ * fit the chosen rail's network, or any missing map entry leaves the address
+ * as the application gave it. */
+#ifndef DP_BPF_CONNECT_H
+#define DP_BPF_CONNECT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+
+#include "maps.h"
+#include "steer.h"
+
+#define DP_AF_INET 2
+#define DP_AF_INET6 10
+
+/* A rail that connect-time placement may choose. */
+static __always_inline int dp_connect_usable(__u32 rail)
+{
+	struct dp_rail *r;
+
+	if (rail >= DP_MAX_RAILS)
+		return 0;
+	r = bpf_map_lookup_elem(&dp_rails, &rail);
+	return r && (r->flags & DP_RAIL_F_CONNECT) && r->ifindex;
+}
+
+/* Weighted choice over the rails with a share: a new connection follows the
+ * class's shares by count. */
+static __always_inline __u32 dp_connect_place(const struct dp_decision *d, __u32 rnd)
+{
+	__u32 pick = rnd % DP_SHARE_SCALE;
+	__u32 acc = 0, fallback = DP_RAIL_NONE;
+
+#pragma unroll
+	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
+		__u32 s = d->share[r];
+
+		if (!s || !dp_connect_usable(r))
+			continue;
+		if (fallback == DP_RAIL_NONE)
+			fallback = r;
+		acc += s;
+		if (pick < acc)
+			return r;
+	}
+	return fallback;
+}
+
+static __always_inline void dp_count_connect(__u32 rail, __u32 cls)
+{
+	__u32 key = rail * DP_MAX_CLASSES + (cls & (DP_MAX_CLASSES - 1));
+	__u64 *v = bpf_map_lookup_elem(&dp_connects, &key);
+
+	if (v)
+		*v += 1;
+}
+
+/* The rail whose network holds addr (4 words, IPv4 in addr[0]). */
+static __always_inline __u32 dp_rail_of_addr(const __u32 *addr, __u16 family, int *any_net)
+{
+#pragma unroll
+	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
+		__u32 key = r;
+		struct dp_rail_net *n = bpf_map_lookup_elem(&dp_rail_nets, &key);
+
+		if (!n)
+			continue;
+		if (family == DP_AF_INET) {
+			if (!n->mask4)
+				continue;
+			*any_net = 1;
+			if ((addr[0] & n->mask4) == n->net4)
+				return r;
+		} else {
+			if (!(n->mask6[0] | n->mask6[1] | n->mask6[2] | n->mask6[3]))
+				continue;
+			*any_net = 1;
+			if ((addr[0] & n->mask6[0]) == n->net6[0] && (addr[1] & n->mask6[1]) == n->net6[1] &&
+			    (addr[2] & n->mask6[2]) == n->net6[2] && (addr[3] & n->mask6[3]) == n->net6[3])
+				return r;
+		}
+	}
+	return DP_RAIL_NONE;
+}
+
+/* addr moved from rail `from`'s network to rail `to`'s, keeping the host
+ * part. Returns 0 when it does not fit (addr is then unchanged). */
+static __always_inline int dp_map_addr(__u32 *addr, __u16 family, __u32 from, __u32 to)
+{
+	struct dp_rail_net *f = bpf_map_lookup_elem(&dp_rail_nets, &from);
+	struct dp_rail_net *t = bpf_map_lookup_elem(&dp_rail_nets, &to);
+	__u32 out[4] = {};
+
+	if (!f || !t)
+		return 0;
+	if (family == DP_AF_INET) {
+		__u32 host = addr[0] & ~f->mask4;
+
+		if (!t->mask4 || (host & t->mask4))
+			return 0;
+		addr[0] = t->net4 | host;
+		return 1;
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u32 host = addr[i] & ~f->mask6[i];
+
+		if (host & t->mask6[i])
+			return 0;
+		out[i] = t->net6[i] | host;
+	}
+	if (!(t->mask6[0] | t->mask6[1] | t->mask6[2] | t->mask6[3]))
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		addr[i] = out[i];
+	return 1;
+}
+
+static __always_inline void dp_load_addr(struct bpf_sock_addr *ctx, __u16 family, __u32 *addr)
+{
+	if (family == DP_AF_INET) {
+		addr[0] = ctx->user_ip4;
+	} else {
+		addr[0] = ctx->user_ip6[0];
+		addr[1] = ctx->user_ip6[1];
+		addr[2] = ctx->user_ip6[2];
+		addr[3] = ctx->user_ip6[3];
+	}
+}
+
+static __always_inline void dp_store_addr(struct bpf_sock_addr *ctx, __u16 family, const __u32 *addr)
+{
+	if (family == DP_AF_INET) {
+		ctx->user_ip4 = addr[0];
+	} else {
+		ctx->user_ip6[0] = addr[0];
+		ctx->user_ip6[1] = addr[1];
+		ctx->user_ip6[2] = addr[2];
+		ctx->user_ip6[3] = addr[3];
+	}
+}
+
+/* Only this daemon's namespace: every daemon's programs sit on the cgroup. */
+static __always_inline struct dp_config *dp_connect_config(struct bpf_sock_addr *ctx)
+{
+	__u32 zero = 0;
+	struct dp_config *cfg = bpf_map_lookup_elem(&dp_config, &zero);
+
+	if (!cfg)
+		return 0;
+	if (cfg->netns_cookie && bpf_get_netns_cookie(ctx) != cfg->netns_cookie)
+		return 0;
+	return cfg;
+}
+
+/* connect() and unconnected sendmsg(): place the connection. */
+static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
+{
+	struct dp_config *cfg = dp_connect_config(ctx);
+	struct dp_sock_key key = {};
+	struct dp_sock_orig orig = {};
+	struct dp_decision *d;
+	struct dp_pkt pkt = {};
+	struct bpf_sock *sk;
+	__u32 addr[4] = {}, here, target, idx, mark = 0;
+	int any_net = 0;
+	__u8 cls;
+
+	if (!cfg)
+		return 1;
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return 1;
+	dp_load_addr(ctx, family, addr);
+	here = dp_rail_of_addr(addr, family, &any_net);
+	if (!any_net)
+		return 1; /* the shared topology: nothing to place at connect time */
+	sk = ctx->sk;
+	if (sk)
+		mark = sk->mark;
+	pkt.key.proto = (__u8)ctx->protocol;
+	pkt.key.dport = (__u16)ctx->user_port;
+	cls = dp_classify(&pkt, mark, cfg);
+	if (cls >= DP_MAX_CLASSES)
+		return 1;
+	if (here == DP_RAIL_NONE) {
+		dp_count_connect(DP_CONNECT_UNMAPPED, cls);
+		return 1;
+	}
+	idx = cls;
+	d = bpf_map_lookup_elem(&dp_decisions, &idx);
+	if (!d)
+		return 1;
+	target = dp_connect_place(d, bpf_get_prandom_u32());
+	if (target == DP_RAIL_NONE || target == here) {
+		dp_count_connect(here, cls);
+		return 1;
+	}
+	orig.addr[0] = addr[0];
+	orig.addr[1] = addr[1];
+	orig.addr[2] = addr[2];
+	orig.addr[3] = addr[3];
+	if (!dp_map_addr(addr, family, here, target)) {
+		dp_count_connect(DP_CONNECT_UNMAPPED, cls);
+		return 1;
+	}
+	key.cookie = bpf_get_socket_cookie(ctx);
+	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
+	key.port = (__u16)ctx->user_port;
+	key.family = family;
+	bpf_map_update_elem(&dp_sock_orig, &key, &orig, BPF_ANY);
+	dp_store_addr(ctx, family, addr);
+	dp_count_connect(target, cls);
+	return 1;
+}
+
+/* getpeername() and recvmsg(): the address the application asked for. */
+static __always_inline int dp_restore(struct bpf_sock_addr *ctx, __u16 family)
+{
+	struct dp_sock_key key = {};
+	struct dp_sock_orig *orig;
+
+	if (!dp_connect_config(ctx))
+		return 1;
+	dp_load_addr(ctx, family, key.addr);
+	key.cookie = bpf_get_socket_cookie(ctx);
+	key.port = (__u16)ctx->user_port;
+	key.family = family;
+	orig = bpf_map_lookup_elem(&dp_sock_orig, &key);
+	if (orig)
+		dp_store_addr(ctx, family, orig->addr);
+	return 1;
+}
+
+#endif /* DP_BPF_CONNECT_H */
