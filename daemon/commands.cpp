@@ -84,6 +84,10 @@ json Daemon::status_json() const {
       {"paths_carrying", controller_.paths_carrying()},
       {"all_paths_down", controller_.all_down()},
       {"flowlet_gap_us", static_cast<double>(datapath_->flowlet_gap_ns()) / 1000},
+      {"topology", to_string(policy_.topology)},
+      {"steering", render_steering(policy_)},
+      {"checks", to_json(checks_)},
+      {"connections_reset", connections_reset_},
   };
 }
 
@@ -125,15 +129,18 @@ json Daemon::paths_json() const {
 
 json Daemon::classes_json() const {
   json out = json::array();
+  auto conns = datapath_->connects();
   for (size_t i = 0; i < policy_.classes.size(); ++i) {
     ClassView v;
     v.spec = &policy_.classes[i];
     v.slot = static_cast<uint32_t>(datapath_->class_slot(i));
+    v.topology = policy_.topology;
+    v.connections_unmapped = conns[DP_CONNECT_UNMAPPED][v.slot];
     if (auto d = datapath_->decision(i)) v.decision = *d;
     for (size_t p = 0; p < policy_.paths.size(); ++p) {
       size_t rs = datapath_->rail_slot(p);
       v.paths.push_back({policy_.paths[p].name, rs, measurements_.counters()[rs][v.slot],
-                         measurements_.tcp()[rs][v.slot]});
+                         measurements_.tcp()[rs][v.slot], conns[rs][v.slot]});
     }
     out.push_back(render_class(v));
   }

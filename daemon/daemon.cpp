@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -16,7 +17,9 @@
 #include "dualpath/core/metrics.h"
 #include "dualpath/core/policy_diff.h"
 #include "dualpath/core/units.h"
+#include "dualpath/kernel/node_checks.h"
 #include "dualpath/kernel/routing.h"
+#include "dualpath/kernel/sock_reset.h"
 #include "dualpath/version.h"
 
 namespace dp {
@@ -149,6 +152,17 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   rails_.setup(next, datapath_->rail_ifindexes());
   settle();
   warn_ephemeral_overlap(next);
+  checks_ = check_node(next);
+  spdlog::info("topology {}: {}", to_string(next.topology),
+               next.topology == Topology::Separate
+                   ? "each rail is its own network; connections are placed when they are made"
+                   : "both rails reach the peers' addresses; flows may move between rails");
+  for (const auto& c : checks_) {
+    if (c.ok)
+      spdlog::info("path {}: {} ok: {}", c.path, c.what, c.detail);
+    else
+      spdlog::warn("path {}: {}: {}", c.path, c.what, c.detail);
+  }
   return {};
 }
 
@@ -274,19 +288,63 @@ void Daemon::carry_out(Plan plan) {
     }
     controller_.written(w.klass, w.shares);
   }
-  if (!plan.route_around) return;
-  const auto& failed = *plan.route_around;
-  auto r = Routing::apply(policy_, failed);
-  if (!r) {
-    spdlog::error("rewriting policy routing for failover failed: {}", r.error().what());
-    return;  // tried again on the next change or tick
+  if (plan.route_around) {
+    const auto& failed = *plan.route_around;
+    auto r = Routing::apply(policy_, failed);
+    if (!r) {
+      // tried again on the next change or tick
+      spdlog::error("rewriting policy routing for failover failed: {}", r.error().what());
+    } else {
+      std::string around;
+      for (size_t i = 0; i < failed.size(); ++i)
+        if (failed[i]) around += (around.empty() ? "" : ", ") + policy_.paths[i].name;
+      spdlog::info("policy routing {}: {} added, {} removed",
+                   around.empty() ? "restored" : "around " + around, r->added, r->removed);
+      controller_.routed(failed);
+    }
   }
-  std::string around;
-  for (size_t i = 0; i < failed.size(); ++i)
-    if (failed[i]) around += (around.empty() ? "" : ", ") + policy_.paths[i].name;
-  spdlog::info("policy routing {}: {} added, {} removed",
-               around.empty() ? "restored" : "around " + around, r->added, r->removed);
-  controller_.routed(failed);
+  for (size_t path : plan.reset_paths) reset_connections(path);
+}
+
+// The separate topology: a failed rail's classified TCP connections cannot
+// move, so they are ended; applications reconnect at once, and connect-time
+// placement puts the new connections where the decisions say.
+void Daemon::reset_connections(size_t path) {
+  const auto& ps = policy_.paths[path];
+  std::vector<IpAddr> locals;
+  for (const auto& a : {ps.source, ps.source6})
+    if (a) locals.push_back(*a);
+  if (locals.empty()) {
+    spdlog::warn("path {} failed: its connections are not ended (the path has no source address)",
+                 ps.name);
+    return;
+  }
+  std::map<std::string, size_t> by_class;
+  auto ended = destroy_tcp(locals, [&](const TcpSocket& s) {
+    int c = policy_.classify(Proto::Tcp, s.sport, s.dport, s.mark);
+    if (c < 0) return false;  // not ours to end
+    ++by_class[policy_.classes[static_cast<size_t>(c)].name];
+    return true;
+  });
+  if (!ended) {
+    spdlog::error("path {} failed: ending its connections failed: {}", ps.name,
+                  ended.error().what());
+    return;
+  }
+  if (ended->empty()) return;
+  std::string what;
+  for (auto& [cls, n] : by_class) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", n, cls);
+  SchedulerEvent e;
+  e.t = SchedClock::now();
+  e.path = ps.name;
+  e.kind = "health";
+  e.reason = fmt::format(
+      "{} failed: ended {} connection{} on it ({}) so that they reconnect "
+      "on a rail that works",
+      ps.name, ended->size(), ended->size() == 1 ? "" : "s", what);
+  spdlog::warn("{}", e.reason);
+  events_.record(std::move(e));
+  connections_reset_ += ended->size();
 }
 
 // ---------------------------------------------------------------- metrics
@@ -343,6 +401,17 @@ void Daemon::publish_metrics() {
     }
   }
   for (auto& [key, n] : events_.switches()) v.switches.push_back({key.first, key.second, n});
+  if (policy_.topology == Topology::Separate) {
+    auto conns = datapath_->connects();
+    for (size_t c = 0; c < policy_.classes.size(); ++c) {
+      auto cslot = datapath_->class_slot(c);
+      for (size_t i = 0; i < policy_.paths.size(); ++i)
+        v.connections.push_back({policy_.paths[i].name, policy_.classes[c].name,
+                                 conns[datapath_->rail_slot(i)][cslot]});
+      v.connections.push_back({"", policy_.classes[c].name, conns[DP_CONNECT_UNMAPPED][cslot]});
+    }
+  }
+  v.connections_reset = connections_reset_;
   v.all_paths_down = controller_.all_down();
   metrics_->publish(build_metrics(v));
 }

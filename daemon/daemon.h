@@ -24,6 +24,7 @@
 #include "dualpath/core/result.h"
 #include "dualpath/kernel/datapath.h"
 #include "dualpath/kernel/exporter.h"
+#include "dualpath/kernel/node_checks.h"
 #include "event_loop.h"
 #include "measurements.h"
 #include "rails.h"
@@ -65,6 +66,7 @@ class Daemon {
   // Carries a controller plan out: events, decisions first, then routing.
   void carry_out(Plan plan);
   void settle() { carry_out(controller_.settle(SchedClock::now())); }
+  void reset_connections(size_t path);
   Result<void> start_metrics(const std::string& listen);
   void publish_metrics();
 
@@ -99,6 +101,8 @@ class Daemon {
   std::unique_ptr<MetricsExporter> metrics_;
   std::string metrics_listen_;
   uint64_t reloads_applied_ = 0, reloads_refused_ = 0;
+  uint64_t connections_reset_ = 0;  // ended on failed rails (separate topology)
+  std::vector<NodeCheck> checks_;   // the rails against the topology, at the last apply
   bool last_reload_ok_ = true;
   std::optional<EventLoop::TimerId> tick_timer_;
   Nanos armed_tick_{0};

@@ -99,10 +99,8 @@ Plan Controller::tick(const TickInput& in) {
   Plan plan;
   run_scheduler(in, plan);
   Plan settled = settle(in.now);
-  plan.events.insert(plan.events.end(), settled.events.begin(), settled.events.end());
-  plan.writes = std::move(settled.writes);
-  plan.route_around = std::move(settled.route_around);
-  return plan;
+  settled.events.insert(settled.events.begin(), plan.events.begin(), plan.events.end());
+  return settled;
 }
 
 Plan Controller::settle(Time now) {
@@ -215,6 +213,9 @@ void Controller::health_events(Plan& plan) {
           if (former[c] > 0 && i < sh.size()) sh = restore_share(sh, i, former[c]);
         }
       }
+      if (was_carrying && (ev.to == RailState::Down || ev.to == RailState::Holddown) &&
+          policy_.topology == Topology::Separate)
+        plan.reset_paths.push_back(i);
       if (was_carrying && now_zero) {
         auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(
                                  policy_.health.interval * policy_.health.multiplier);

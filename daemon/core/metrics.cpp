@@ -219,6 +219,25 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
                       MetricType::Counter);
   for (const auto& s : v.switches)
     Builder::add(sw, {L("class", s.klass), L("kind", s.kind)}, static_cast<double>(s.count));
+  auto& cp = b.family("dualpath_connections_placed_total",
+                      "connections (and unconnected UDP sends) of a class placed on a path when "
+                      "they were made (separate topology)",
+                      MetricType::Counter);
+  auto& cu = b.family("dualpath_connections_unmapped_total",
+                      "connections of a class left alone at connect time: no rail's network "
+                      "holds the destination (separate topology)",
+                      MetricType::Counter);
+  for (const auto& c : v.connections) {
+    if (c.path.empty())
+      Builder::add(cu, {L("class", c.klass)}, static_cast<double>(c.count));
+    else
+      Builder::add(cp, {L("class", c.klass), L("path", c.path)}, static_cast<double>(c.count));
+  }
+  auto& cr = b.family("dualpath_connections_reset_total",
+                      "connections ended because their rail failed (separate topology: they "
+                      "cannot move, and reconnect on a rail that works)",
+                      MetricType::Counter);
+  Builder::add(cr, {}, static_cast<double>(v.connections_reset));
 
   // Families without a series are left out (an empty family is not valid exposition).
   std::vector<MetricFamily> out;

@@ -100,6 +100,24 @@ std::optional<Prefix> first_of(const std::vector<Prefix>& routes, int family) {
 std::optional<Prefix> PathSpec::network() const { return first_of(routes, AF_INET); }
 std::optional<Prefix> PathSpec::network6() const { return first_of(routes, AF_INET6); }
 
+int Policy::classify(Proto proto, uint16_t sport, uint16_t dport, uint32_t mark) const {
+  mark &= ~DP_MARK_REDIRECTED;
+  if (mark)
+    for (size_t i = 0; i < classes.size(); ++i)
+      if (classes[i].mark == mark) return static_cast<int>(i);
+  auto by_port = [&](uint16_t port, PortMatch side) {
+    for (size_t i = 0; i < classes.size(); ++i) {
+      if (classes[i].match != PortMatch::Any && classes[i].match != side) continue;
+      for (const auto& r : classes[i].ports)
+        if (r.proto == proto && port >= r.lo && port <= r.hi) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  if (int c = by_port(dport, PortMatch::Dst); c >= 0) return c;
+  if (int c = by_port(sport, PortMatch::Src); c >= 0) return c;
+  return default_class ? class_index(*default_class) : -1;
+}
+
 int Policy::class_index(const std::string& name) const {
   for (size_t i = 0; i < classes.size(); ++i)
     if (classes[i].name == name) return static_cast<int>(i);

@@ -166,6 +166,8 @@ json render_class(const ClassView& v) {
   }
   json ports = json::array();
   for (auto& r : cs.ports) ports.push_back(r.str());
+  json connections = json::object();
+  for (const auto& p : v.paths) connections[p.name] = p.connections;
   return {
       {"name", cs.name},
       {"slot", v.slot},
@@ -189,7 +191,32 @@ json render_class(const ClassView& v) {
       {"flows_replaced", replaced},
       {"dscp", cs.dscp ? json(*cs.dscp) : json(nullptr)},
       {"skb_priority", cs.skb_priority ? json(*cs.skb_priority) : json(nullptr)},
+      // "redirect": a flow may move between rails (shared topology);
+      // "connect-time": a connection is placed when it is made (separate)
+      {"placement", v.topology == Topology::Separate ? "connect-time" : "redirect"},
+      {"connections_by_path", connections},
+      {"connections_unmapped", v.connections_unmapped},
   };
+}
+
+json render_steering(const Policy& p) {
+  json out = json::array();
+  for (const auto& ps : p.paths)
+    for (const auto& r : ps.routes) {
+      json e = {{"prefix", r.str()}, {"path", ps.name}};
+      if (p.topology == Topology::Separate) {
+        e["steering"] = "connect-time";
+        e["why"] = fmt::format(
+            "{}'s own network: a connection toward it is placed on a rail when it is made, as the "
+            "same host on that rail's network; established connections stay",
+            ps.name);
+      } else {
+        e["steering"] = "redirect";
+        e["why"] = "every rail routes it (shared topology): a flow may move between rails";
+      }
+      out.push_back(std::move(e));
+    }
+  return out;
 }
 
 json render_flows(const std::vector<FlowRow>& rows, size_t total,

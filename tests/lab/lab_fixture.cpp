@@ -81,14 +81,18 @@ void Env::SetUp() {
   }
   g_policies = fs::temp_directory_path() / ("dplab-" + std::to_string(getpid()));
   fs::create_directories(g_policies);
-  for (const char* f : {"lab-a.toml", "lab-b.toml"}) {
+  const bool separate = topology == "separate";
+  const std::vector<std::string> files =
+      separate ? std::vector<std::string>{"lab-sep-a.toml", "lab-sep-b.toml"}
+               : std::vector<std::string>{"lab-a.toml", "lab-b.toml"};
+  for (const auto& f : files) {
     std::string text = std::regex_replace(read_file(std::string(DP_SOURCE_DIR) + "/policies/" + f),
                                           std::regex("mode = \"adaptive\""), "mode = \"static\"");
     write_file(g_policies + "/" + f, edit ? edit(text) : text);
   }
   setenv("DP_LAB_POLICIES", g_policies.c_str(), 1);
   setenv("DP_BUILD", DP_BUILD_DIR, 1);
-  auto up = sh(dp_lab() + " up --no-daemon");
+  auto up = sh(dp_lab() + " up --no-daemon --topology " + topology);
   if (up.rc != 0) {
     g_skip = "dp-lab up failed: " + up.out;
     return;

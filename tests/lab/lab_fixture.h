@@ -60,6 +60,7 @@ class Env : public ::testing::Environment {
  public:
   std::function<std::string(const std::string&)> edit;
   std::function<std::string()> prepare;
+  std::string topology = "shared";  // or "separate" (policies/lab-sep-*.toml)
   void SetUp() override;
   void TearDown() override;
 };

@@ -301,3 +301,35 @@ TEST(Controller, TheAdaptiveSchedulerSpillsAnOverloadedElasticClassAndTheStaticO
 
 }  // namespace
 }  // namespace dp
+
+namespace dp {
+namespace {
+
+TEST(Controller, InTheSeparateTopologyAFailedRailsConnectionsAreEndedAfterTheDecisions) {
+  auto load = load_policy_file(DP_POLICY_DIR "/lab-sep-a.toml");
+  ASSERT_TRUE(load.ok());
+  Controller c;
+  T t{};
+  c.set_policy(*load.policy, {true, true}, {false, false}, {}, t);
+  for (auto& w : c.settle(t).writes) c.written(w.klass, w.shares);
+  c.carrier(0, false, t + 1s);
+  Plan plan = c.settle(t + 1s);
+  EXPECT_EQ(plan.reset_paths, std::vector<size_t>{0});
+  EXPECT_FALSE(plan.writes.empty()) << "the decisions that place the reconnects come first";
+  // a drain is maintenance: connections finish where they are
+  Controller d;
+  d.set_policy(*load.policy, {true, true}, {false, false}, {}, t);
+  ASSERT_TRUE(d.drain(1, true, t + 1s));
+  Plan drained = d.settle(t + 1s);
+  EXPECT_EQ(d.health(1).state(), RailState::Drained);
+  EXPECT_TRUE(drained.reset_paths.empty());
+}
+
+TEST(Controller, InTheSharedTopologyNothingIsEnded) {
+  Fixture f;
+  f.c.carrier(0, false, f.t + 1s);
+  EXPECT_TRUE(f.c.settle(f.t + 1s).reset_paths.empty()) << "flows move instead";
+}
+
+}  // namespace
+}  // namespace dp

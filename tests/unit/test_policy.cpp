@@ -285,3 +285,66 @@ TEST(Policy, BadDscpAndSkbPriorityAreRefusedWithTheirPosition) {
     expect_one_error(t, line_of(t, bad), "skb_priority of class \"dispatch\" must be");
   }
 }
+
+namespace {
+
+// kBase with routes on both rails (rail1 gets an IPv4 gateway too).
+std::string with_routes(const std::string& r0, const std::string& r1,
+                        const std::string& topology = "") {
+  std::string s = replace(kBase, "name = \"n1\"\n", "name = \"n1\"\n" + topology);
+  s = replace(s, "fwmark = 0x100\n", "fwmark = 0x100\nroutes = " + r0 + "\n");
+  s = replace(s, "gateway6 = \"fd00::1\"\n", "gateway6 = \"fd00::1\"\ngateway = \"10.1.0.1\"\n");
+  return replace(s, "fwmark = 0x101\n", "fwmark = 0x101\nroutes = " + r1 + "\n");
+}
+
+}  // namespace
+
+TEST(Policy, TopologyIsSharedOrSeparate) {
+  auto p = dp::parse_policy(with_routes(R"(["10.9.0.0/16"])", R"(["10.9.0.0/16"])"), "p.toml");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.policy->topology, dp::Topology::Shared) << "the default";
+  expect_one_error(replace(kBase, "name = \"n1\"\n", "name = \"n1\"\ntopology = \"meshed\"\n"), 3,
+                   "must be \"shared\"");
+}
+
+TEST(Policy, SharedTopologyRefusesARailThatDoesNotRouteWhatTheOtherRoutes) {
+  // a redirect onto rail1 toward 10.8.0.0/16 would blackhole
+  expect_one_error(with_routes(R"(["10.9.0.0/16", "10.8.0.0/16"])", R"(["10.9.0.0/16"])"), 21,
+                   "path rail1 does not route 10.8.0.0/16, which path rail0 routes");
+  // a wider route covers a narrower one
+  EXPECT_TRUE(dp::parse_policy(
+                  with_routes(R"(["10.9.0.0/16", "10.9.1.0/24"])", R"(["10.9.0.0/16"])"), "p.toml")
+                  .ok());
+}
+
+TEST(Policy, SeparateTopologyTakesEachRailsRoutesAsItsNetworks) {
+  auto p = dp::parse_policy(with_routes(R"(["10.10.0.0/16", "fd10::/32"])", R"(["10.20.0.0/16"])",
+                                        "topology = \"separate\"\n"),
+                            "p.toml");
+  ASSERT_TRUE(p.ok()) << p.errors[0].str();
+  EXPECT_EQ(p.policy->topology, dp::Topology::Separate);
+  EXPECT_EQ(p.policy->paths[0].network()->str(), "10.10.0.0/16");
+  EXPECT_EQ(p.policy->paths[0].network6()->str(), "fd10::/32");
+  EXPECT_FALSE(p.policy->paths[1].network6());
+  const std::string sep = "topology = \"separate\"\n";
+  expect_one_error(with_routes(R"(["10.10.0.0/16"])", R"(["10.10.4.0/24"])", sep), 22,
+                   "10.10.4.0/24 of path rail1 overlaps 10.10.0.0/16 of path rail0");
+  expect_one_error(with_routes(R"(["10.10.0.0/16"])", R"(["default"])", sep), 22,
+                   "cannot be a default route");
+  expect_one_error(with_routes(R"(["10.10.0.0/16"])", R"([])", sep), 22,
+                   "path rail1 has no routes");
+}
+
+TEST(Policy, ClassifyFollowsTheDatapathsOrder) {
+  auto p = dp::parse_policy(kBase, "p.toml");
+  ASSERT_TRUE(p.ok());
+  const auto& pol = *p.policy;
+  using dp::Proto;
+  EXPECT_EQ(pol.classify(Proto::Tcp, 40000, 50001, 0), pol.class_index("dispatch"));
+  EXPECT_EQ(pol.classify(Proto::Tcp, 50001, 40000, 0), pol.class_index("dispatch"))
+      << "source port";
+  EXPECT_EQ(pol.classify(Proto::Tcp, 40000, 50001, 0x54), pol.class_index("logs")) << "mark first";
+  EXPECT_EQ(pol.classify(Proto::Udp, 40000, 50001, 0), -1) << "dispatch is TCP only";
+  EXPECT_EQ(pol.classify(Proto::Udp, 40000, 514, 0), pol.class_index("logs"));
+  EXPECT_EQ(pol.classify(Proto::Tcp, 40000, 40001, 0), -1);
+}

@@ -95,6 +95,25 @@ int cmd_status(const Globals& g) {
             << " carrying traffic), classes: " << (*d)["classes"] << "\n"
             << "flowlets:   gap " << fmt::format("{:.0f} us", (*d)["flowlet_gap_us"].get<double>())
             << "\n";
+  if (d->contains("topology")) {
+    bool separate = (*d)["topology"] == "separate";
+    std::cout << "topology:   " << str((*d)["topology"])
+              << (separate ? " (each rail its own network: connections placed when made)"
+                           : " (both rails reach the peers: flows may move between rails)")
+              << "\n";
+    for (auto& e : (*d)["steering"])
+      std::cout << "  "
+                << fmt::format("{:<20} {:<8} {}", str(e["prefix"]), str(e["path"]),
+                               str(e["steering"]))
+                << "\n";
+    if (separate && (*d)["connections_reset"].get<uint64_t>())
+      std::cout << "            " << (*d)["connections_reset"]
+                << " connections ended on failed rails (they reconnect elsewhere)\n";
+    for (auto& c : (*d)["checks"])
+      if (!c["ok"].get<bool>())
+        std::cout << "CHECK:      " << str(c["path"]) << " " << str(c["check"]) << ": "
+                  << str(c["detail"]) << "\n";
+  }
   const json& pol = (*d)["policy"];
   if (pol.contains("disk_hash") && pol["disk_hash"] != pol["hash"])
     std::cout << "NOTE:       " << str(pol["file"])
@@ -322,6 +341,14 @@ int cmd_class_list(const Globals& g) {
     for (auto& [k, v] : c["tx_bytes_by_path"].items())
       by_path +=
           fmt::format("{}{}={}", by_path.empty() ? "" : " ", k, dp::format_bytes(v.get<double>()));
+    if (c.value("placement", "") == "connect-time") {
+      std::string conns;
+      for (auto& [k, v] : c["connections_by_path"].items())
+        conns += fmt::format("{}{}={}", conns.empty() ? "" : " ", k, v.get<uint64_t>());
+      by_path += "; connections " + conns;
+      if (uint64_t u = c["connections_unmapped"].get<uint64_t>())
+        by_path += fmt::format(", {} left alone", u);
+    }
     rows.push_back({str(c["name"]), str(c["kind"]), std::to_string(c["priority"].get<int>()),
                     ports.empty() ? "-" : ports,
                     c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),

@@ -54,6 +54,10 @@ struct Plan {
   std::vector<DecisionWrite> writes;   // first
   // then, when it must change: which rails policy routing goes around
   std::optional<std::vector<bool>> route_around;
+  // last, in the separate topology: rails that failed, whose classified
+  // connections must be ended (they cannot move; the reconnects are placed
+  // by the decisions just written)
+  std::vector<size_t> reset_paths;
 };
 
 class Controller {

@@ -47,6 +47,15 @@ struct MetricsView {
     uint64_t count = 0;
   };
   std::vector<Switch> switches;  // scheduler moves by class and reason
+  // separate topology: connections placed at connect time (path "" = left
+  // alone, no rail's network holds the destination), and connections ended
+  // on failed rails
+  struct Connections {
+    std::string path, klass;
+    uint64_t count = 0;
+  };
+  std::vector<Connections> connections;
+  uint64_t connections_reset = 0;
 };
 
 std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);

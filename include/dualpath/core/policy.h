@@ -143,6 +143,9 @@ struct Policy {
   const ClassSpec* klass(const std::string& name) const;
   int path_index(const std::string& name) const;   // -1 if none
   int class_index(const std::string& name) const;  // -1 if none
+  // The class of a socket, in the datapath's order: its mark, then its
+  // destination port, then its source port, then default_class; -1 if none.
+  int classify(Proto proto, uint16_t sport, uint16_t dport, uint32_t mark) const;
 };
 
 struct Diagnostic {

@@ -56,8 +56,11 @@ struct ClassView {
     size_t rail_slot = 0;
     dp_counters counters{};
     TcpCounters tcp;
+    uint64_t connections = 0;  // placed at connect time on this path
   };
   std::vector<OnPath> paths;  // per policy path
+  Topology topology = Topology::Shared;
+  uint64_t connections_unmapped = 0;  // left alone: no rail's network holds the destination
 };
 // An element of class.list.
 json render_class(const ClassView& v);
@@ -67,6 +70,9 @@ json render_class(const ClassView& v);
 json render_flows(const std::vector<FlowRow>& rows, size_t total,
                   const std::array<std::string, DP_MAX_CLASSES>& class_name,
                   const std::array<std::string, DP_MAX_RAILS>& rail_name, uint64_t now_ns);
+
+// How each destination prefix of the policy is steered, and why.
+json render_steering(const Policy& p);
 
 struct BfdView {
   std::string peer;

@@ -1,0 +1,126 @@
+#include "dualpath/kernel/node_checks.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace dp {
+
+namespace {
+
+int read_int(const std::string& file, int fallback) {
+  std::ifstream in(file);
+  int v = fallback;
+  in >> v;
+  return v;
+}
+
+// Local addresses, by interface name.
+std::vector<std::pair<std::string, IpAddr>> local_addresses() {
+  std::vector<std::pair<std::string, IpAddr>> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr) continue;
+    IpAddr ip;
+    if (a->ifa_addr->sa_family == AF_INET) {
+      ip.family = AF_INET;
+      std::memcpy(ip.bytes.data(), &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, 4);
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      ip.family = AF_INET6;
+      std::memcpy(ip.bytes.data(), &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, 16);
+    } else {
+      continue;
+    }
+    out.push_back({a->ifa_name, ip});
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+// The IPv4 neighbour entry of addr on dev, from /proc/net/arp ("" if none).
+std::string arp_state(const IpAddr& addr, const std::string& dev) {
+  std::ifstream in("/proc/net/arp");
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string ip, hw, flags, mac, mask, iface;
+    ss >> ip >> hw >> flags >> mac >> mask >> iface;
+    if (ip == addr.str() && iface == dev) return flags == "0x0" ? "incomplete" : "resolved";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<NodeCheck> check_node(const Policy& p) {
+  std::vector<NodeCheck> out;
+  auto locals = local_addresses();
+  int rp_all = read_int("/proc/sys/net/ipv4/conf/all/rp_filter", 0);
+  for (const auto& ps : p.paths) {
+    // Reverse-path filtering: the kernel uses the larger of "all" and the interface's.
+    int rp =
+        std::max(rp_all, read_int("/proc/sys/net/ipv4/conf/" + ps.interface + "/rp_filter", 0));
+    NodeCheck rc{ps.name, "rp_filter", true, ""};
+    if (p.topology == Topology::Shared && rp == 1) {
+      rc.ok = false;
+      rc.detail = fmt::format(
+          "rp_filter is strict (1) on {}: packets of flows steered onto it come from addresses "
+          "routed over the other rail and are dropped; set net.ipv4.conf.{}.rp_filter=2 (loose) "
+          "and net.ipv4.conf.all.rp_filter to at most 2",
+          ps.interface, ps.interface);
+    } else {
+      rc.detail = fmt::format("{} ({})", rp, rp == 0 ? "off" : rp == 1 ? "strict" : "loose");
+    }
+    out.push_back(rc);
+    for (const auto& src : {ps.source, ps.source6}) {
+      if (!src) continue;
+      bool on_rail = false, anywhere = false;
+      for (auto& [dev, ip] : locals)
+        if (ip == *src) {
+          anywhere = true;
+          on_rail = on_rail || dev == ps.interface;
+        }
+      NodeCheck ac{ps.name, "address", true, ""};
+      if (p.topology == Topology::Separate && !on_rail) {
+        ac.ok = false;
+        ac.detail = fmt::format(
+            "source {} is not on {}: in the separate topology each rail's source address is its "
+            "own network's, on its own interface",
+            src->str(), ps.interface);
+      } else if (!anywhere) {
+        ac.ok = false;
+        ac.detail = fmt::format("source {} is not an address of this node", src->str());
+      } else {
+        ac.detail =
+            fmt::format("source {} present{}", src->str(), on_rail ? " on " + ps.interface : "");
+      }
+      out.push_back(ac);
+    }
+    if (ps.gateway) {
+      std::string st = arp_state(*ps.gateway, ps.interface);
+      out.push_back({ps.name, "neighbour", st != "incomplete",
+                     fmt::format("gateway {} on {}: {}", ps.gateway->str(), ps.interface,
+                                 st.empty() ? "no entry yet (resolved on first use)" : st)});
+    }
+  }
+  return out;
+}
+
+json to_json(const std::vector<NodeCheck>& checks) {
+  json out = json::array();
+  for (const auto& c : checks)
+    out.push_back({{"path", c.path}, {"check", c.what}, {"ok", c.ok}, {"detail", c.detail}});
+  return out;
+}
+
+}  // namespace dp

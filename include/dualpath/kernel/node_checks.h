@@ -1,0 +1,25 @@
+// What the daemon checks about each rail against the policy's topology, at
+// start and on every reload: reverse-path filtering, the path's source
+// addresses, and the gateway's neighbour entry. Logged, and shown by
+// `dpctl status`; a failed check is a warning, not a refusal (the node may be
+// being set up), but it says what will not work.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dualpath/core/policy.h"
+#include "dualpath/core/protocol.h"
+
+namespace dp {
+
+struct NodeCheck {
+  std::string path, what;  // what: "rp_filter", "address", "neighbour"
+  bool ok = true;
+  std::string detail;
+};
+
+std::vector<NodeCheck> check_node(const Policy& p);
+json to_json(const std::vector<NodeCheck>& checks);
+
+}  // namespace dp

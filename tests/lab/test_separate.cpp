@@ -1,0 +1,402 @@
+// The separate topology (tools/dp-lab up --topology separate): each rail is
+// its own network behind its own router, no address is valid on both rails,
+// strict rp_filter everywhere. Connections are placed when they are made;
+// these tests check, with the kernel's link counters on both nodes, that a
+// class's traffic crosses its rail in both directions over IPv4 and IPv6, TCP
+// and UDP, that the application sees the address it asked for, that class set
+// places new connections, that an unmappable destination is left alone, and
+// that a failed rail's connections are ended and reconnect on the survivor.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "lab_fixture.h"
+
+using lab::json;
+using lab::must;
+using lab::sh;
+using namespace lab;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// b's addresses on each rail (host .2.2 on every rail's network)
+const char* kB4[2] = {"10.10.2.2", "10.20.2.2"};
+const char* kB6[2] = {"fd10:0:2::2", "fd20:0:2::2"};
+
+sockaddr_storage addr_of(const std::string& ip, uint16_t port, socklen_t* len) {
+  sockaddr_storage ss{};
+  if (ip.find(':') != std::string::npos) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr);
+    *len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    inet_pton(AF_INET, ip.c_str(), &a->sin_addr);
+    *len = sizeof(*a);
+  }
+  return ss;
+}
+
+std::string ip_of(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
+  else
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
+  std::string s = buf;
+  if (s.rfind("::ffff:", 0) == 0) s = s.substr(7);  // a v4-mapped peer of a dual-stack socket
+  return s;
+}
+
+// A dual-stack TCP server in dpl-b that reads whatever comes on `port`.
+class Sink {
+ public:
+  explicit Sink(uint16_t port) {
+    std::atomic<bool> ready{false};
+    thread_ = std::thread([this, port, &ready] {
+      in_netns("dpl-b", [&]() -> std::string {
+        int l = ::socket(AF_INET6, SOCK_STREAM, 0);
+        int one = 1, zero = 0;
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+        socklen_t len;
+        auto a = addr_of("::", port, &len);
+        (void)::bind(l, reinterpret_cast<sockaddr*>(&a), len);
+        ::listen(l, 64);
+        ready = true;
+        std::vector<pollfd> fds{{l, POLLIN, 0}};
+        std::set<int> after_fault;  // connections made after mark_fault()
+        char buf[65536];
+        while (!stop_) {
+          if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+          for (size_t i = 0; i < fds.size(); ++i) {
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            if (i == 0) {
+              int c = ::accept(l, nullptr, nullptr);
+              if (c >= 0) {
+                fds.push_back({c, POLLIN, 0});
+                if (fault_) after_fault.insert(c);
+              }
+              continue;
+            }
+            ssize_t n = ::recv(fds[i].fd, buf, sizeof(buf), 0);
+            if (n > 0) {
+              if (!first_byte_after_.load() && after_fault.count(fds[i].fd))
+                first_byte_after_ = Clock::now().time_since_epoch().count();
+              received_ += static_cast<uint64_t>(n);
+            } else {
+              after_fault.erase(fds[i].fd);
+              ::close(fds[i].fd);
+              fds.erase(fds.begin() + static_cast<long>(i));
+              --i;
+            }
+          }
+        }
+        for (auto& f : fds) ::close(f.fd);
+        return "";
+      });
+    });
+    while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~Sink() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint64_t received() const { return received_; }
+  void mark_fault() { fault_ = true; }
+  int64_t first_byte_after_fault() const { return first_byte_after_; }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, fault_{false};
+  std::atomic<uint64_t> received_{0};
+  std::atomic<int64_t> first_byte_after_{0};
+};
+
+struct Sent {
+  std::string error, peer, local;
+  uint64_t bytes = 0;
+};
+
+// Connects from dpl-a to dst:port, reads getpeername/getsockname, sends `bytes`.
+Sent tcp_send(const std::string& dst, uint16_t port, uint64_t bytes) {
+  Sent out;
+  out.error = in_netns("dpl-a", [&]() -> std::string {
+    socklen_t len;
+    auto to = addr_of(dst, port, &len);
+    int fd = ::socket(to.ss_family, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), len) != 0) {
+      std::string e = std::strerror(errno);
+      ::close(fd);
+      return "connect to " + dst + ": " + e;
+    }
+    sockaddr_storage peer{}, me{};
+    socklen_t pl = sizeof(peer), ml = sizeof(me);
+    getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml);
+    out.peer = ip_of(peer);
+    out.local = ip_of(me);
+    std::vector<char> buf(65536, 'x');
+    while (out.bytes < bytes) {
+      ssize_t n = ::send(fd, buf.data(), std::min<uint64_t>(buf.size(), bytes - out.bytes), 0);
+      if (n <= 0) break;
+      out.bytes += static_cast<uint64_t>(n);
+    }
+    ::shutdown(fd, SHUT_WR);
+    char c;
+    (void)::recv(fd, &c, 1, 0);  // the sink closes once it has read everything
+    ::close(fd);
+    return "";
+  });
+  return out;
+}
+
+struct RailBytes {
+  uint64_t a[2], b[2];
+};
+RailBytes rail_bytes() {
+  RailBytes r{};
+  for (int i = 0; i < 2; ++i) {
+    r.a[i] = tx_bytes("dpl-a", "rail" + std::to_string(i));
+    r.b[i] = tx_bytes("dpl-b", "rail" + std::to_string(i));
+  }
+  return r;
+}
+
+// At least 95% of what each node sent left by `rail`, and a sent at least `min_a`.
+void expect_both_ways_on(int rail, const RailBytes& before, uint64_t min_a,
+                         const std::string& what) {
+  RailBytes after = rail_bytes();
+  uint64_t a_on = after.a[rail] - before.a[rail], a_off = after.a[1 - rail] - before.a[1 - rail];
+  uint64_t b_on = after.b[rail] - before.b[rail], b_off = after.b[1 - rail] - before.b[1 - rail];
+  EXPECT_GE(a_on, min_a) << what << ": a sent " << a_on << " bytes on rail" << rail;
+  EXPECT_GE(a_on * 100, (a_on + a_off) * 95)
+      << what << ": a, rail" << rail << " " << a_on << " B, the other " << a_off << " B";
+  EXPECT_GT(b_on, 0u) << what << ": nothing came back on rail" << rail;
+  EXPECT_GE(b_on * 100, (b_on + b_off) * 95)
+      << what << ": b, rail" << rail << " " << b_on << " B, the other " << b_off << " B";
+}
+
+class Separate : public lab::Fixture {};
+
+TEST_F(Separate, StatusSaysSeparateAndTheChecksPass) {
+  json st = lab::dpctl("a", "status");
+  EXPECT_EQ(st["topology"], "separate");
+  ASSERT_EQ(st["steering"].size(), 4u) << st.dump();
+  for (auto& e : st["steering"]) EXPECT_EQ(e["steering"], "connect-time") << e.dump();
+  for (auto& c : st["checks"]) {
+    if (c["check"] != "neighbour") {
+      EXPECT_TRUE(c["ok"].get<bool>()) << c.dump();
+    }
+  }
+}
+
+TEST_F(Separate, EveryClassCrossesItsRailInBothDirectionsAndTheAppSeesItsAddress) {
+  constexpr uint64_t kBytes = 4 << 20;
+  struct Probe {
+    std::string cls;
+    uint16_t port;
+    std::string dst;
+    int rail;
+  };
+  // each class asks for b's address on the rail it does NOT prefer
+  const Probe probes[] = {
+      {"expert-dispatch", 50001, kB4[1], 0}, {"expert-dispatch", 50002, kB6[1], 0},
+      {"param-sync", 52001, kB4[0], 1},      {"param-sync", 52002, kB6[0], 1},
+      {"control", 53001, kB4[1], 0},
+  };
+  for (const auto& p : probes) {
+    Sink sink(p.port);
+    RailBytes before = rail_bytes();
+    Sent s = tcp_send(p.dst, p.port, kBytes);
+    ASSERT_EQ(s.error, "") << p.cls;
+    EXPECT_EQ(s.bytes, kBytes);
+    EXPECT_EQ(s.peer, p.dst) << p.cls << ": getpeername() gives the address the app connected to";
+    std::string want_local = p.dst.find(':') != std::string::npos
+                                 ? std::string(p.rail ? "fd20:0:1::1" : "fd10:0:1::1")
+                                 : std::string(p.rail ? "10.20.1.1" : "10.10.1.1");
+    EXPECT_EQ(s.local, want_local) << p.cls << ": the connection lives on rail" << p.rail;
+    for (int i = 0; i < 100 && sink.received() < kBytes; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(sink.received(), kBytes) << p.cls;
+    expect_both_ways_on(p.rail, before, kBytes, p.cls + " to " + p.dst);
+  }
+}
+
+TEST_F(Separate, UnconnectedUdpIsPlacedPerSendAndRepliesShowTheAddressAsked) {
+  // logs (rail1) sent to b's rail0 address; b echoes every datagram back
+  std::atomic<bool> stop{false}, ready{false};
+  std::thread echo([&] {
+    in_netns("dpl-b", [&]() -> std::string {
+      int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+      socklen_t len;
+      auto a = addr_of("0.0.0.0", 54001, &len);
+      (void)::bind(fd, reinterpret_cast<sockaddr*>(&a), len);
+      timeval tv{0, 50000};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      ready = true;
+      char buf[2048];
+      while (!stop) {
+        sockaddr_storage from{};
+        socklen_t fl = sizeof(from);
+        ssize_t n = ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+        if (n > 0)
+          (void)::sendto(fd, buf, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from),
+                         fl);
+      }
+      ::close(fd);
+      return "";
+    });
+  });
+  while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  RailBytes before = rail_bytes();
+  int echoed = 0;
+  std::string from_seen;
+  std::string err = in_netns("dpl-a", [&]() -> std::string {
+    int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    timeval tv{0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    socklen_t len;
+    auto to = addr_of(kB4[0], 54001, &len);
+    std::vector<char> buf(1200, 'u');
+    for (int i = 0; i < 1000; ++i) {
+      (void)::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), len);
+      sockaddr_storage from{};
+      socklen_t fl = sizeof(from);
+      if (::recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl) > 0) {
+        ++echoed;
+        from_seen = ip_of(from);
+      }
+    }
+    ::close(fd);
+    return "";
+  });
+  stop = true;
+  echo.join();
+  ASSERT_EQ(err, "");
+  EXPECT_GE(echoed, 990);
+  EXPECT_EQ(from_seen, kB4[0]) << "recvfrom() gives the address the app sent to";
+  expect_both_ways_on(1, before, 1000 * 1200, "udp logs to b's rail0 address");
+}
+
+TEST_F(Separate, ClassSetPlacesNewConnectionsAndEstablishedOnesStay) {
+  constexpr uint64_t kBytes = 2 << 20;
+  lab::dpctl("a", "class set expert-dispatch rail1");
+  {
+    Sink sink(50011);
+    RailBytes before = rail_bytes();
+    Sent s = tcp_send(kB4[0], 50011, kBytes);
+    ASSERT_EQ(s.error, "");
+    EXPECT_EQ(s.local, "10.20.1.1");
+    expect_both_ways_on(1, before, kBytes, "expert-dispatch after class set rail1");
+  }
+  json c = klass("a", "expert-dispatch");
+  EXPECT_EQ(c["placement"], "connect-time");
+  EXPECT_GE(c["connections_by_path"]["rail1"].get<uint64_t>(), 1u) << c.dump();
+  lab::dpctl("a", "class unpin expert-dispatch");
+  Sink sink(50012);
+  Sent s = tcp_send(kB4[1], 50012, kBytes);
+  EXPECT_EQ(s.local, "10.10.1.1") << "back on its policy rail (static lab)";
+}
+
+TEST_F(Separate, ADestinationNoRailsNetworkHoldsIsLeftAloneAndCounted) {
+  uint64_t before = klass("a", "logs")["connections_unmapped"].get<uint64_t>();
+  // 192.0.2.1 is in neither rail's network: sendto() reaches routing unchanged
+  // (and fails there: the node has no route to it)
+  EXPECT_EQ(lab::udp_send("dpl-a", "192.0.2.1", 54002, 0, 5, 100), 0);
+  uint64_t after = klass("a", "logs")["connections_unmapped"].get<uint64_t>();
+  EXPECT_EQ(after - before, 5u);
+}
+
+TEST_F(Separate, AFailedRailsConnectionsAreEndedAndAReconnectingClientIsCarriedOnTheOther) {
+  // a client that keeps sending and reconnects at once when its connection ends
+  Sink sink(50021);
+  std::atomic<bool> stop{false};
+  std::atomic<int> connects{0};
+  std::thread client([&] {
+    in_netns("dpl-a", [&]() -> std::string {
+      std::vector<char> buf(16384, 'r');
+      while (!stop) {
+        socklen_t len;
+        auto to = addr_of(kB4[0], 50021, &len);  // expert-dispatch, b's rail0 address
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        timeval tv{0, 100000};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&to), len) == 0) {
+          ++connects;
+          while (!stop && (::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) > 0 || errno == EAGAIN))
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        ::close(fd);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      return "";
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_EQ(connects.load(), 1);
+  ASSERT_GT(sink.received(), 0u);
+  // rail0 fails: its router's port toward a goes down (a loses carrier)
+  sink.mark_fault();
+  auto fault = Clock::now();
+  must(nsenter("dpl-r0") + "ip link set to-a down");
+  for (int i = 0; i < 300 && !sink.first_byte_after_fault(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  int64_t first = sink.first_byte_after_fault();
+  uint64_t mid = sink.received();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  uint64_t late = sink.received();
+  stop = true;
+  client.join();
+  must(nsenter("dpl-r0") + "ip link set to-a up");
+  ASSERT_NE(first, 0) << "the client was never carried again";
+  double ms =
+      std::chrono::duration<double, std::milli>(Clock::duration(first) - fault.time_since_epoch())
+          .count();
+  std::printf(
+      "    separate topology, carrier loss on rail0: a reconnecting client carried again "
+      "after %.0f ms (%d connections)\n",
+      ms, connects.load());
+  EXPECT_GE(connects.load(), 2) << "the connection on the failed rail was ended";
+  EXPECT_GT(late, mid) << "the new connection keeps being carried";
+  json st = lab::dpctl("a", "status");
+  EXPECT_GE(st["connections_reset"].get<uint64_t>(), 1u);
+  json ev = lab::dpctl("a", "events");
+  if (ev.is_object()) ev = ev["events"];
+  bool said = false;
+  for (auto& e : ev)
+    said = said || e["reason"].get<std::string>().find("ended") != std::string::npos;
+  EXPECT_TRUE(said) << "dpctl events says which connections were ended";
+}
+
+TEST_F(Separate, MetricsCountPlacementsAndResets) {
+  auto m = sh(nsenter("dpl-a") + "curl -s http://127.0.0.1:9464/metrics");
+  EXPECT_NE(m.out.find("dualpath_connections_placed_total{class=\"param-sync\",path=\"rail1\"}"),
+            std::string::npos);
+  EXPECT_NE(m.out.find("dualpath_connections_unmapped_total{class=\"logs\"} 5"), std::string::npos);
+  EXPECT_NE(m.out.find("dualpath_connections_reset_total"), std::string::npos);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto* env = new lab::Env;
+  env->topology = "separate";
+  ::testing::AddGlobalTestEnvironment(env);
+  return RUN_ALL_TESTS();
+}
