@@ -303,13 +303,13 @@ void Daemon::carry_out(Plan plan) {
       controller_.routed(failed);
     }
   }
-  for (size_t path : plan.reset_paths) reset_connections(path);
+  for (const auto& r : plan.resets) reset_connections(r.path, r.latency_sensitive_only);
 }
 
 // The separate topology: a failed rail's classified TCP connections cannot
 // move, so they are ended; applications reconnect at once, and connect-time
 // placement puts the new connections where the decisions say.
-void Daemon::reset_connections(size_t path) {
+void Daemon::reset_connections(size_t path, bool latency_sensitive_only) {
   const auto& ps = policy_.paths[path];
   std::vector<IpAddr> locals;
   for (const auto& a : {ps.source, ps.source6})
@@ -323,6 +323,9 @@ void Daemon::reset_connections(size_t path) {
   auto ended = destroy_tcp(locals, [&](const TcpSocket& s) {
     int c = policy_.classify(Proto::Tcp, s.sport, s.dport, s.mark);
     if (c < 0) return false;  // not ours to end
+    if (latency_sensitive_only &&
+        policy_.classes[static_cast<size_t>(c)].kind != ClassKind::LatencySensitive)
+      return false;
     ++by_class[policy_.classes[static_cast<size_t>(c)].name];
     return true;
   });
@@ -339,9 +342,10 @@ void Daemon::reset_connections(size_t path) {
   e.path = ps.name;
   e.kind = "health";
   e.reason = fmt::format(
-      "{} failed: ended {} connection{} on it ({}) so that they reconnect "
-      "on a rail that works",
-      ps.name, ended->size(), ended->size() == 1 ? "" : "s", what);
+      "{} {}: ended {} connection{} on it ({}) so that they reconnect on a "
+      "rail that works",
+      ps.name, latency_sensitive_only ? "is suspect" : "failed", ended->size(),
+      ended->size() == 1 ? "" : "s", what);
   spdlog::warn("{}", e.reason);
   events_.record(std::move(e));
   connections_reset_ += ended->size();

@@ -66,7 +66,7 @@ class Daemon {
   // Carries a controller plan out: events, decisions first, then routing.
   void carry_out(Plan plan);
   void settle() { carry_out(controller_.settle(SchedClock::now())); }
-  void reset_connections(size_t path);
+  void reset_connections(size_t path, bool latency_sensitive_only);
   Result<void> start_metrics(const std::string& listen);
   void publish_metrics();
 

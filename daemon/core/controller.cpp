@@ -213,9 +213,12 @@ void Controller::health_events(Plan& plan) {
           if (former[c] > 0 && i < sh.size()) sh = restore_share(sh, i, former[c]);
         }
       }
-      if (was_carrying && (ev.to == RailState::Down || ev.to == RailState::Holddown) &&
-          policy_.topology == Topology::Separate)
-        plan.reset_paths.push_back(i);
+      if (policy_.topology == Topology::Separate) {
+        if (was_carrying && (ev.to == RailState::Down || ev.to == RailState::Holddown))
+          plan.resets.push_back({i, false});
+        else if (ev.from == RailState::Up && ev.to == RailState::Suspect)
+          plan.resets.push_back({i, true});
+      }
       if (was_carrying && now_zero) {
         auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(
                                  policy_.health.interval * policy_.health.multiplier);

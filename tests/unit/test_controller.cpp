@@ -314,7 +314,7 @@ TEST(Controller, InTheSeparateTopologyAFailedRailsConnectionsAreEndedAfterTheDec
   for (auto& w : c.settle(t).writes) c.written(w.klass, w.shares);
   c.carrier(0, false, t + 1s);
   Plan plan = c.settle(t + 1s);
-  EXPECT_EQ(plan.reset_paths, std::vector<size_t>{0});
+  EXPECT_EQ(plan.resets, (std::vector<Plan::Reset>{{0, false}}));
   EXPECT_FALSE(plan.writes.empty()) << "the decisions that place the reconnects come first";
   // a drain is maintenance: connections finish where they are
   Controller d;
@@ -322,13 +322,33 @@ TEST(Controller, InTheSeparateTopologyAFailedRailsConnectionsAreEndedAfterTheDec
   ASSERT_TRUE(d.drain(1, true, t + 1s));
   Plan drained = d.settle(t + 1s);
   EXPECT_EQ(d.health(1).state(), RailState::Drained);
-  EXPECT_TRUE(drained.reset_paths.empty());
+  EXPECT_TRUE(drained.resets.empty());
+}
+
+TEST(Controller, InTheSeparateTopologyASuspectRailsLatencySensitiveConnectionsAreEnded) {
+  auto load = load_policy_file(DP_POLICY_DIR "/lab-sep-a.toml");
+  ASSERT_TRUE(load.ok());
+  Controller c;
+  T t{};
+  c.set_policy(*load.policy, {true, true}, {false, false}, {}, t);
+  TickInput in;
+  in.now = t + 1s;
+  in.rails.resize(2);
+  in.class_tx_bytes.assign(load.policy->classes.size(), 0);
+  (void)c.tick(in);
+  in.now += 50ms;
+  in.rails[0].tcp.segs_out = 100;
+  in.rails[0].tcp.retrans_segs = 50;
+  in.rails[0].tcp.rto_events = 2;
+  Plan plan = c.tick(in);
+  EXPECT_EQ(c.health(0).state(), RailState::Suspect);
+  EXPECT_EQ(plan.resets, (std::vector<Plan::Reset>{{0, true}}));
 }
 
 TEST(Controller, InTheSharedTopologyNothingIsEnded) {
   Fixture f;
   f.c.carrier(0, false, f.t + 1s);
-  EXPECT_TRUE(f.c.settle(f.t + 1s).reset_paths.empty()) << "flows move instead";
+  EXPECT_TRUE(f.c.settle(f.t + 1s).resets.empty()) << "flows move instead";
 }
 
 }  // namespace

@@ -54,10 +54,16 @@ struct Plan {
   std::vector<DecisionWrite> writes;   // first
   // then, when it must change: which rails policy routing goes around
   std::optional<std::vector<bool>> route_around;
-  // last, in the separate topology: rails that failed, whose classified
-  // connections must be ended (they cannot move; the reconnects are placed
-  // by the decisions just written)
-  std::vector<size_t> reset_paths;
+  // last, in the separate topology: rails whose classified connections must
+  // be ended (they cannot move; the reconnects are placed by the decisions
+  // just written): every class on a failed rail, the latency-sensitive ones
+  // on a suspect rail (their flows are in RTO backoff there)
+  struct Reset {
+    size_t path;
+    bool latency_sensitive_only;
+    bool operator==(const Reset&) const = default;
+  };
+  std::vector<Reset> resets;
 };
 
 class Controller {
