@@ -511,3 +511,9 @@ int dp_recvmsg6(struct bpf_sock_addr *ctx)
 {
 	return dp_restore(ctx, DP_AF_INET6);
 }
+
+SEC("cgroup/sock_release")
+int dp_sock_release(struct bpf_sock *sk)
+{
+	return dp_sock_forget(sk);
+}

@@ -165,12 +165,13 @@ static __always_inline struct dp_config *dp_connect_config(struct bpf_sock_addr 
 static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 {
 	struct dp_config *cfg = dp_connect_config(ctx);
-	struct dp_sock_key key = {};
-	struct dp_sock_orig orig = {};
+	struct dp_sock_place *slot;
+	struct dp_sock_orig *st;
 	struct dp_decision *d;
 	struct dp_pkt pkt = {};
 	struct bpf_sock *sk;
 	__u32 addr[4] = {}, here, target, idx, mark = 0;
+	__u64 cookie;
 	int any_net = 0;
 	__u8 cls;
 
@@ -203,19 +204,30 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 		dp_count_connect(here, cls);
 		return 1;
 	}
-	orig.addr[0] = addr[0];
-	orig.addr[1] = addr[1];
-	orig.addr[2] = addr[2];
-	orig.addr[3] = addr[3];
+	__u32 orig[4] = {addr[0], addr[1], addr[2], addr[3]};
+
 	if (!dp_map_addr(addr, family, here, target)) {
 		dp_count_connect(DP_CONNECT_UNMAPPED, cls);
 		return 1;
 	}
-	key.cookie = bpf_get_socket_cookie(ctx);
-	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
-	key.port = (__u16)ctx->user_port;
-	key.family = family;
-	bpf_map_update_elem(&dp_sock_orig, &key, &orig, BPF_ANY);
+	cookie = bpf_get_socket_cookie(ctx);
+	st = bpf_map_lookup_elem(&dp_sock_orig, &cookie);
+	if (!st) {
+		struct dp_sock_orig fresh = {};
+
+		if (bpf_map_update_elem(&dp_sock_orig, &cookie, &fresh, BPF_NOEXIST) != 0 ||
+		    !(st = bpf_map_lookup_elem(&dp_sock_orig, &cookie))) {
+			/* table full: nowhere to remember it, so leave it alone */
+			dp_count_connect(DP_CONNECT_UNMAPPED, cls);
+			return 1;
+		}
+	}
+	slot = &st->p[st->next & (DP_SOCK_PLACES - 1)];
+	st->next += 1;
+	__builtin_memcpy(slot->placed, addr, sizeof(slot->placed));
+	__builtin_memcpy(slot->orig, orig, sizeof(slot->orig));
+	slot->port = (__u16)ctx->user_port;
+	slot->family = family;
 	dp_store_addr(ctx, family, addr);
 	dp_count_connect(target, cls);
 	return 1;
@@ -224,18 +236,43 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 /* getpeername() and recvmsg(): the address the application asked for. */
 static __always_inline int dp_restore(struct bpf_sock_addr *ctx, __u16 family)
 {
-	struct dp_sock_key key = {};
-	struct dp_sock_orig *orig;
+	struct dp_sock_orig *st;
+	__u32 addr[4] = {};
+	__u64 cookie;
+	__u16 port;
 
 	if (!dp_connect_config(ctx))
 		return 1;
-	dp_load_addr(ctx, family, key.addr);
-	key.cookie = bpf_get_socket_cookie(ctx);
-	key.port = (__u16)ctx->user_port;
-	key.family = family;
-	orig = bpf_map_lookup_elem(&dp_sock_orig, &key);
-	if (orig)
-		dp_store_addr(ctx, family, orig->addr);
+	cookie = bpf_get_socket_cookie(ctx);
+	st = bpf_map_lookup_elem(&dp_sock_orig, &cookie);
+	if (!st)
+		return 1;
+	dp_load_addr(ctx, family, addr);
+	port = (__u16)ctx->user_port;
+#pragma unroll
+	for (int i = 0; i < DP_SOCK_PLACES; i++) {
+		struct dp_sock_place *p = &st->p[i];
+
+		if (p->family != family || p->port != port || p->placed[0] != addr[0] ||
+		    p->placed[1] != addr[1] || p->placed[2] != addr[2] || p->placed[3] != addr[3])
+			continue;
+		dp_store_addr(ctx, family, p->orig);
+		return 1;
+	}
+	return 1;
+}
+
+/* A socket closes: forget what it was placed on. */
+static __always_inline int dp_sock_forget(struct bpf_sock *sk)
+{
+	__u32 zero = 0;
+	struct dp_config *cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	__u64 cookie;
+
+	if (!cfg || (cfg->netns_cookie && bpf_get_netns_cookie(sk) != cfg->netns_cookie))
+		return 1;
+	cookie = bpf_get_socket_cookie(sk);
+	bpf_map_delete_elem(&dp_sock_orig, &cookie);
 	return 1;
 }
 

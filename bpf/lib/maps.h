@@ -144,9 +144,9 @@ struct {
 } dp_rail_nets SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, DP_SOCK_ORIG_SIZE);
-	__type(key, struct dp_sock_key);
+	__type(key, __u64);
 	__type(value, struct dp_sock_orig);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_sock_orig SEC(".maps");

@@ -80,7 +80,8 @@ std::vector<std::pair<bpf_program*, std::string>> DpSkeleton::sock_addr_progs() 
   return {{p.dp_connect4, "connect4"},         {p.dp_connect6, "connect6"},
           {p.dp_sendmsg4, "sendmsg4"},         {p.dp_sendmsg6, "sendmsg6"},
           {p.dp_getpeername4, "getpeername4"}, {p.dp_getpeername6, "getpeername6"},
-          {p.dp_recvmsg4, "recvmsg4"},         {p.dp_recvmsg6, "recvmsg6"}};
+          {p.dp_recvmsg4, "recvmsg4"},         {p.dp_recvmsg6, "recvmsg6"},
+          {p.dp_sock_release, "sock_release"}};
 }
 
 #define DP_SKELETON_MAP(name)                                       \

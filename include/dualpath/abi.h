@@ -241,20 +241,26 @@ struct dp_rail_net {
   __u32 mask6[4];
 };
 
-/* dp_sock_orig: LRU_HASH, the address an application asked for, by socket
- * and the address it was placed on: getpeername() and recvmsg() give the
- * application back the address it connected or sent to. */
-struct dp_sock_key {
-  __u64 cookie; /* bpf_get_socket_cookie() */
-  __u32 addr[4]; /* the placed address (IPv4 in addr[0]) */
-  __u16 port;   /* network byte order */
-  __u16 family; /* AF_INET or AF_INET6 */
-  __u32 pad;
+/* dp_sock_orig: HASH (preallocated), key = socket cookie: the addresses an
+ * application asked for and where they were placed, so that getpeername()
+ * and recvmsg() give it back the address it connected or sent to. A connected
+ * socket uses one entry; an unconnected UDP socket sending to several peers
+ * keeps the newest DP_SOCK_PLACES. The cgroup/sock_release program removes a
+ * socket's entry when it is closed. A full table places nothing more (the
+ * address is left as the application gave it) until sockets close. */
+#define DP_SOCK_ORIG_SIZE 65536
+#define DP_SOCK_PLACES 4
+struct dp_sock_place {
+  __u32 placed[4]; /* IPv4 in [0], network byte order */
+  __u32 orig[4];
+  __u16 port;      /* network byte order */
+  __u16 family;    /* AF_INET or AF_INET6; 0 = unused */
 };
 struct dp_sock_orig {
-  __u32 addr[4];
+  struct dp_sock_place p[DP_SOCK_PLACES];
+  __u32 next; /* the entry the next placement takes */
+  __u32 pad;
 };
-#define DP_SOCK_ORIG_SIZE 65536
 
 /* dp_connects: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class: connections
  * (and unconnected UDP sends) placed. Row DP_MAX_RAILS counts those whose

@@ -1,0 +1,114 @@
+// What connect-time placement adds to one connect(): the separate lab
+// (tools/dp-lab up --topology separate), a UDP socket in node a connecting
+// to b's rail1 address on an expert-dispatch port (a class the policy puts on
+// rail0, so the program classifies, places, rewrites the address and records
+// it for getpeername), with dualpathd's programs attached and without
+// (dp-lab stop a removes them), alternating A B B A. UDP's connect() runs the
+// same cgroup/connect4 hook as TCP's without a handshake to time.
+//
+//   build/tests/bench/dp-bench-connect [--connects N] [--rounds R]
+//
+// Needs root; brings the lab up and takes it down.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "../lab/lab_fixture.h"
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// connect() durations in ns, from node a to dst:port.
+std::vector<double> time_connects(const char* dst, uint16_t port, int n, std::string* peer) {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(n));
+  lab::in_netns("dpl-a", [&]() -> std::string {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    inet_pton(AF_INET, dst, &to.sin_addr);
+    for (int i = 0; i < n; ++i) {
+      int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+      uint64_t t0 = now_ns();
+      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+      uint64_t t1 = now_ns();
+      if (rc == 0) out.push_back(static_cast<double>(t1 - t0));
+      if (i == 0) {
+        sockaddr_in me{};
+        socklen_t ml = sizeof(me);
+        getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml);
+        char buf[INET_ADDRSTRLEN];
+        *peer = inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf));
+      }
+      ::close(fd);
+    }
+    return "";
+  });
+  return out;
+}
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dp-bench-connect: what connect-time placement adds to connect()"};
+  int connects = 100000, rounds = 4;
+  std::string dst = "10.20.2.2";
+  app.add_option("--connects", connects, "connect() calls per measurement")->capture_default_str();
+  app.add_option("--rounds", rounds, "rounds of A B B A")->capture_default_str();
+  app.add_option("--dst", dst, "destination: b's rail1 address (rewritten) or rail0 address (kept)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (geteuid() != 0) {
+    std::fprintf(stderr, "dp-bench-connect needs root\n");
+    return 1;
+  }
+  if (lab::sh("ip netns list").out.find("dpl-a") != std::string::npos) {
+    std::fprintf(stderr, "a lab is up; take it down first (tools/dp-lab down)\n");
+    return 1;
+  }
+  setenv("DP_BUILD", DP_BUILD_DIR, 1);
+  if (lab::sh(lab::dp_lab() + " up --topology separate --no-shaping").rc != 0) {
+    std::fprintf(stderr, "dp-lab up --topology separate failed\n");
+    return 1;
+  }
+  std::vector<double> with, without;
+  std::string local_with, local_without;
+  auto measure = [&](bool on) {
+    lab::sh(lab::dp_lab() + (on ? " start a" : " stop a"));
+    auto v = time_connects(dst.c_str(), 50000, connects, on ? &local_with : &local_without);
+    (on ? with : without).insert((on ? with : without).end(), v.begin(), v.end());
+  };
+  for (int r = 0; r < rounds; ++r)
+    for (bool on : {true, false, false, true}) measure(on);
+  lab::sh(lab::dp_lab() + " down");
+  std::printf(
+      "connect() of a UDP socket toward b's rail1 address (expert-dispatch, placed on rail0)\n"
+      "%d rounds of A B B A, %d connects each; local address with: %s, without: %s\n\n",
+      rounds, connects, local_with.c_str(), local_without.c_str());
+  std::printf("| variant | connects | median | p99 |\n|---|---|---|---|\n");
+  std::printf("| without the programs | %zu | %.0f ns | %.0f ns |\n", without.size(),
+              pct(without, 0.5), pct(without, 0.99));
+  std::printf("| with connect-time placement | %zu | %.0f ns | %.0f ns |\n", with.size(),
+              pct(with, 0.5), pct(with, 0.99));
+  std::printf("| added | | %.0f ns | %.0f ns |\n", pct(with, 0.5) - pct(without, 0.5),
+              pct(with, 0.99) - pct(without, 0.99));
+  return 0;
+}
