@@ -11,7 +11,7 @@ const std::set<std::string> kExact = {"name",  "interface", "kind",    "prefer",
                                       "code",  "message",   "node",    "class",   "path",
                                       "proto", "rail",      "gateway", "gateway6"};
 // Arrays whose length depends on traffic and time: the first element stands for all.
-const std::set<std::string> kVariable = {"flows", "events"};
+const std::set<std::string> kVariable = {"flows", "events", "checks"};
 // Objects whose keys depend on traffic (only non-zero exception counters).
 const std::set<std::string> kOpaque = {"exceptions"};
 
