@@ -182,6 +182,8 @@ void Controller::run_scheduler(const TickInput& in, Plan& plan) {
   si.operator_pinned = op_pinned_;
   auto res = schedule(policy_, si, sched_);
   for (auto& e : res.events) {
+    if (policy_.topology == Topology::Separate)
+      e.reason += " (separate topology: new connections follow; established ones stay)";
     spdlog::info("scheduler: {} ({} -> {})", e.reason, format_shares(policy_, e.before),
                  format_shares(policy_, e.after));
     plan.events.push_back(e);
