@@ -286,7 +286,7 @@ void Daemon::carry_out(Plan plan) {
       spdlog::info("{}", w.event->reason);
       events_.record(std::move(*w.event));
     }
-    controller_.written(w.klass, w.shares);
+    controller_.written(w);
   }
   if (plan.route_around) {
     const auto& failed = *plan.route_around;

@@ -133,9 +133,14 @@ TickInput Measurements::tick_input(const Policy& p, const Datapath& dp) const {
   }
   for (size_t c = 0; c < p.classes.size(); ++c) {
     uint64_t tx = 0;
-    for (int rs : dp.rail_slots())
-      tx += counters_[static_cast<size_t>(rs)][dp.class_slot(c)].tx_bytes;
+    std::vector<uint64_t> by_path;
+    for (int rs : dp.rail_slots()) {
+      uint64_t b = counters_[static_cast<size_t>(rs)][dp.class_slot(c)].tx_bytes;
+      tx += b;
+      by_path.push_back(b);
+    }
     in.class_tx_bytes.push_back(tx);
+    in.class_path_tx_bytes.push_back(std::move(by_path));
   }
   return in;
 }

@@ -68,6 +68,9 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
     r.routed_around = i < route_around.size() && route_around[i];
   }
   written_.assign(C, Shares{});
+  written_health_.assign(C, Shares{});
+  class_path_rate_.assign(C,
+                          std::vector<RateEstimator>(P, RateEstimator(next.scheduler.ewma_weight)));
   policy_ = next;
 }
 
@@ -95,6 +98,9 @@ void Controller::vanished(size_t path) {
 
 Plan Controller::tick(const TickInput& in) {
   for (auto& r : rails_) r.health.tick(in.now);
+  for (size_t c = 0; c < class_path_rate_.size() && c < in.class_path_tx_bytes.size(); ++c)
+    for (size_t p = 0; p < class_path_rate_[c].size() && p < in.class_path_tx_bytes[c].size(); ++p)
+      class_path_rate_[c][p].update(in.class_path_tx_bytes[c][p], in.now);
   check_evidence(in);
   Plan plan;
   run_scheduler(in, plan);
@@ -259,16 +265,19 @@ void Controller::effective(Plan& plan) const {
   for (size_t c = 0; c < C; ++c) {
     std::vector<double> former(R);
     for (size_t r = 0; r < R; ++r) former[r] = rails_[r].former[c];
-    auto eff = apply_health(sched_.classes[c].shares, former, views,
-                            policy_.classes[c].kind == ClassKind::LatencySensitive);
-    if (!eff || *eff == written_[c]) continue;
-    DecisionWrite w{c, *eff, flags(c), std::nullopt};
-    if (!written_[c].empty() && *eff != sched_.classes[c].shares) {
+    auto healthy = apply_health(sched_.classes[c].shares, former, views,
+                                policy_.classes[c].kind == ClassKind::LatencySensitive);
+    if (!healthy) continue;
+    Shares eff = policy_.topology == Topology::Separate ? by_bytes(c, *healthy) : *healthy;
+    if (eff == written_[c] && *healthy == written_health_[c]) continue;
+    DecisionWrite w{c, eff, flags(c), *healthy, std::nullopt};
+    if (!written_[c].empty() && *healthy != written_health_[c] &&
+        *healthy != sched_.classes[c].shares) {
       SchedulerEvent e;
       e.t = SchedClock::now();
       e.klass = policy_.classes[c].name;
-      e.before = written_[c];
-      e.after = *eff;
+      e.before = written_health_[c].empty() ? written_[c] : written_health_[c];
+      e.after = *healthy;
       e.kind = "health";
       e.reason = fmt::format("{}: {} -> {} by path health", e.klass,
                              format_shares(policy_, e.before), format_shares(policy_, e.after));
@@ -316,8 +325,9 @@ void Controller::routing(Plan& plan, Time now) {
 }
 
 DecisionWrite Controller::place(size_t klass, size_t path, bool operator_pin) const {
-  return {klass, all_on(policy_.paths.size(), path),
-          operator_pin ? DP_DECISION_F_PINNED | kOperatorPinned : 0u, std::nullopt};
+  Shares whole = all_on(policy_.paths.size(), path);
+  return {klass, whole, operator_pin ? DP_DECISION_F_PINNED | kOperatorPinned : 0u, whole,
+          std::nullopt};
 }
 
 void Controller::placed(size_t klass, size_t path, bool operator_pin) {
@@ -325,6 +335,7 @@ void Controller::placed(size_t klass, size_t path, bool operator_pin) {
     sched_.classes[klass].shares = all_on(policy_.paths.size(), path);
   if (klass < op_pinned_.size()) op_pinned_[klass] = operator_pin;
   if (klass < written_.size()) written_[klass] = sched_.classes[klass].shares;
+  if (klass < written_health_.size()) written_health_[klass] = sched_.classes[klass].shares;
 }
 
 void Controller::unpinned(size_t klass) {
@@ -345,8 +356,51 @@ Result<void> Controller::drain(size_t path, bool on, Time now) {
   return {};
 }
 
-void Controller::written(size_t klass, const Shares& shares) {
-  if (klass < written_.size()) written_[klass] = shares;
+void Controller::written(const DecisionWrite& w) {
+  if (w.klass < written_.size()) written_[w.klass] = w.shares;
+  if (w.klass < written_health_.size())
+    written_health_[w.klass] = w.health_shares.empty() ? w.shares : w.health_shares;
+}
+
+// The separate topology places new connections, and a connection's bytes
+// stay where it was placed: new connections lean toward the rails that got
+// less than their share of the class's recent bytes (by count, connections
+// would only follow the shares on average). Only rails with a share get any;
+// a class sending little (under 1 MB/s), or whose bytes already match its
+// shares within 2%, keeps its shares.
+Shares Controller::by_bytes(size_t klass, const Shares& shares) const {
+  constexpr double kMinRate = 1e6;  // bytes/s
+  const auto& rates = class_path_rate_.at(klass);
+  double total = 0;
+  for (const auto& r : rates) total += r.rate();
+  if (total < kMinRate || rates.size() != shares.size()) return shares;
+  std::vector<double> want(shares.size());
+  double sum = 0;
+  for (size_t p = 0; p < shares.size(); ++p) {
+    double target = shares[p] / double(DP_SHARE_SCALE);
+    double got = rates[p].rate() / total;
+    want[p] = target > 0 ? std::clamp(2 * target - got, 0.0, 1.0) : 0.0;
+    sum += want[p];
+  }
+  if (sum <= 0) return shares;
+  Shares out(shares.size(), 0);
+  int left = DP_SHARE_SCALE, last = -1;
+  for (size_t p = 0; p < shares.size(); ++p) {
+    out[p] = static_cast<uint16_t>(std::lround(want[p] / sum * DP_SHARE_SCALE));
+    left -= out[p];
+    if (out[p]) last = static_cast<int>(p);
+  }
+  if (last >= 0)
+    out[static_cast<size_t>(last)] = static_cast<uint16_t>(out[static_cast<size_t>(last)] + left);
+  // within 2% of what is written: not worth a write
+  const Shares& now = written_.at(klass);
+  if (now.size() == out.size()) {
+    bool close = true;
+    for (size_t p = 0; p < out.size(); ++p)
+      close = close && (out[p] == 0) == (now[p] == 0) && std::abs(int(out[p]) - int(now[p])) <= 200;
+    if (close) return now;
+  }
+  return out;
 }
 
 void Controller::routed(const std::vector<bool>& around) {

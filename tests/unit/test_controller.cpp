@@ -46,7 +46,7 @@ struct Fixture {
   }
   // What the daemon does with a plan when every write and route succeeds.
   void carry_out(const Plan& plan) {
-    for (auto& w : plan.writes) c.written(w.klass, w.shares);
+    for (auto& w : plan.writes) c.written(w);
     if (plan.route_around) c.routed(*plan.route_around);
   }
   const DecisionWrite* write_of(const Plan& plan, const std::string& name) {
@@ -85,7 +85,7 @@ TEST(Controller, TheFirstPlanPutsEveryClassOnItsPreferredRailAndRoutesNothingAro
   }
   EXPECT_FALSE(plan.route_around);
   EXPECT_TRUE(plan.events.empty());
-  for (auto& w : plan.writes) c.written(w.klass, w.shares);
+  for (auto& w : plan.writes) c.written(w);
   EXPECT_TRUE(c.settle(t).writes.empty()) << "nothing changed: nothing is written again";
 }
 
@@ -311,7 +311,7 @@ TEST(Controller, InTheSeparateTopologyAFailedRailsConnectionsAreEndedAfterTheDec
   Controller c;
   T t{};
   c.set_policy(*load.policy, {true, true}, {false, false}, {}, t);
-  for (auto& w : c.settle(t).writes) c.written(w.klass, w.shares);
+  for (auto& w : c.settle(t).writes) c.written(w);
   c.carrier(0, false, t + 1s);
   Plan plan = c.settle(t + 1s);
   EXPECT_EQ(plan.resets, (std::vector<Plan::Reset>{{0, false}}));
@@ -349,6 +349,62 @@ TEST(Controller, InTheSharedTopologyNothingIsEnded) {
   Fixture f;
   f.c.carrier(0, false, f.t + 1s);
   EXPECT_TRUE(f.c.settle(f.t + 1s).resets.empty()) << "flows move instead";
+}
+
+}  // namespace
+}  // namespace dp
+
+namespace dp {
+namespace {
+
+TEST(Controller, InTheSeparateTopologyNewConnectionsLeanTowardTheRailShortOfItsShareOfBytes) {
+  auto load = load_policy_file(DP_POLICY_DIR "/lab-sep-a.toml");
+  ASSERT_TRUE(load.ok());
+  Policy p = *load.policy;
+  p.scheduler.adaptive = false;
+  p.health.holddown = 10s;
+  p.health.ramp = {10, 25, 50, 100};
+  p.health.ramp_interval = 20s;
+  Controller c;
+  T t{};
+  c.set_policy(p, {true, true}, {false, false}, {}, t);
+  for (auto& w : c.settle(t).writes) c.written(w);
+  size_t combine = static_cast<size_t>(p.class_index("expert-combine"));
+  // rail0 fails and comes back: it ramps at 10% of expert-combine
+  c.carrier(0, false, t);
+  for (auto& w : c.settle(t).writes) c.written(w);
+  c.carrier(0, true, t + 1s);
+  for (auto& w : c.settle(t + 1s).writes) c.written(w);
+  TickInput in;
+  in.rails.resize(2);
+  in.class_tx_bytes.assign(p.classes.size(), 0);
+  in.class_path_tx_bytes.assign(p.classes.size(), {0, 0});
+  auto run = [&](T from, int ticks, uint64_t per_tick0, uint64_t per_tick1) {
+    Shares last;
+    for (int i = 0; i < ticks; ++i) {
+      in.now = from + i * 50ms;
+      in.class_path_tx_bytes[combine][0] += per_tick0;
+      in.class_path_tx_bytes[combine][1] += per_tick1;
+      Plan plan = c.tick(in);
+      for (auto& w : plan.writes) {
+        if (w.klass == combine && w.health_shares == Shares{1000, 9000} && !last.empty()) {
+          EXPECT_FALSE(w.event) << "a placement by bytes is not a move by health";
+        }
+        if (w.klass == combine) last = w.shares;
+        c.written(w);
+      }
+    }
+    return last;
+  };
+  // every byte so far went to rail1 (its connections were made before)
+  Shares lean = run(t + 12s, 40, 0, 1'000'000);
+  ASSERT_EQ(c.health(0).state(), RailState::Ramping);
+  ASSERT_FALSE(lean.empty());
+  EXPECT_EQ(lean, (Shares{2000, 8000})) << "new connections lean toward rail0";
+  // the bytes come to match the shares: placement by count again
+  Shares back = run(t + 14s, 200, 100'000, 900'000);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_NEAR(back[0], 1000, 200) << "within the 2% that is not worth a write";
 }
 
 }  // namespace

@@ -39,12 +39,18 @@ struct TickInput {
   };
   std::vector<Rail> rails;               // per policy path
   std::vector<uint64_t> class_tx_bytes;  // per policy class, cumulative over every rail
+  // per policy class, per policy path, cumulative (the separate topology's
+  // placement by bytes)
+  std::vector<std::vector<uint64_t>> class_path_tx_bytes;
 };
 
 struct DecisionWrite {
   size_t klass = 0;
   Shares shares;  // per policy path
   uint32_t flags = 0;
+  // the scheduler's shares reshaped by health, before the separate
+  // topology's placement by bytes (== shares otherwise)
+  Shares health_shares;
   // Recorded once the write took effect (a move by path health).
   std::optional<SchedulerEvent> event;
 };
@@ -99,7 +105,7 @@ class Controller {
   Result<void> drain(size_t path, bool on, Time now);
 
   // What took effect.
-  void written(size_t klass, const Shares& shares);
+  void written(const DecisionWrite& w);
   void routed(const std::vector<bool>& around);
 
   // Views.
@@ -130,11 +136,15 @@ class Controller {
   uint32_t flags(size_t klass) const;
 
   Policy policy_;
-  std::vector<Rail> rails_;            // per policy path
-  SchedulerState sched_;               // per policy class
-  std::vector<bool> op_pinned_;        // per policy class: pinned with dpctl class set
-  std::vector<RateEstimator> demand_;  // per policy class: transmit rate over all rails
-  std::vector<Shares> written_;        // per policy class: what the decision map holds
+  std::vector<Rail> rails_;             // per policy path
+  SchedulerState sched_;                // per policy class
+  std::vector<bool> op_pinned_;         // per policy class: pinned with dpctl class set
+  std::vector<RateEstimator> demand_;   // per policy class: transmit rate over all rails
+  std::vector<Shares> written_;         // per policy class: what the decision map holds
+  std::vector<Shares> written_health_;  // per policy class: its health_shares
+  // per policy class, per policy path: transmit rate (placement by bytes)
+  std::vector<std::vector<RateEstimator>> class_path_rate_;
+  Shares by_bytes(size_t klass, const Shares& shares) const;
   bool all_down_ = false;
 };
 
