@@ -249,7 +249,9 @@ std::optional<Packet> Session::transmit(Time now) {
 }
 
 Time Session::next_wakeup() const {
-  Time t = send_final_ ? Time{} : next_tx_;
+  // 6.8.7: a remote RequiredMinRxInterval of zero means no periodic packets,
+  // so nothing to wake up for but a Final and the detection timer
+  Time t = send_final_ ? Time{} : remote_min_rx_.count() > 0 ? next_tx_ : Time::max();
   if (detect_deadline_ && *detect_deadline_ < t) t = *detect_deadline_;
   return t;
 }

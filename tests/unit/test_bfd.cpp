@@ -274,5 +274,36 @@ TEST(BfdSession, JitterStaysWithin75To100Percent) {
   }
 }
 
+// Found by fuzzing (issue 13): a peer advertising Required Min RX Interval 0
+// ("send me nothing") left the next transmission in the past, so the daemon's
+// loop woke at once, forever. RFC 5880 6.8.7: with a remote RequiredMinRxInterval
+// of zero the local system must not transmit periodically, and has nothing to
+// wake up for but its detection timer.
+TEST(BfdSession, APeerThatAsksForNoPacketsDoesNotMakeTheSessionSpin) {
+  const uint8_t bytes[] = {0x20, 0x40, 0x03, 0x18, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00,
+                           0x00, 0x0f, 0x42, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  auto pkt = decode(bytes);
+  ASSERT_TRUE(pkt) << pkt.error().what();
+  EXPECT_EQ(pkt->required_min_rx_us, 0u);
+  Config cfg;
+  cfg.desired_min_tx = 500ms;
+  cfg.required_min_rx = 500ms;
+  cfg.detect_mult = 3;
+  Time t{};
+  Session s(cfg, 1001, t, 7);
+  EXPECT_FALSE(s.receive(*pkt, t + 10ms)) << "a valid packet";
+  int sent = 0, wakeups = 0;
+  Time now = t + 20ms;
+  for (; now < t + 10s && wakeups < 1000; ++wakeups) {
+    if (s.transmit(now) && now < t + 2s) ++sent;
+    Time next = s.next_wakeup();
+    ASSERT_GT(next, now) << "next_wakeup() in the past: the loop would spin";
+    now = std::min(next, t + 10s);  // the daemon's loop waits at most a second anyway
+  }
+  EXPECT_LT(wakeups, 100) << "the session woke " << wakeups << " times in 10 s";
+  EXPECT_EQ(sent, 0) << "no periodic packets toward a peer that asked for none";
+  EXPECT_EQ(s.state(), State::Down) << "its detection timer still ran out";
+}
+
 }  // namespace
 }  // namespace dp::bfd
