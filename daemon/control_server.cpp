@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -37,30 +39,27 @@ std::optional<std::string> string_arg(const json& args, const char* name) {
   return args[name].get<std::string>();
 }
 
-namespace {
-
-// A reply larger than the socket buffer (events, flows) is sent in pieces;
-// a client that does not read for a second is dropped.
-bool send_reply(int fd, const std::string& out) {
-  size_t off = 0;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (off < out.size()) {
-    ssize_t w = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
-    if (w > 0) {
-      off += static_cast<size_t>(w);
-      continue;
+size_t json_depth(std::string_view line) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : line) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((ch == ']' || ch == '}') && depth) {
+      --depth;
     }
-    if (w < 0 && errno != EAGAIN && errno != EINTR) return false;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    pollfd p{fd, POLLOUT, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
   }
-  return true;
+  return deepest;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& path,
                                                              const std::string& group) {
@@ -87,6 +86,14 @@ void ControlServer::serve(EventLoop& loop, const CommandTable& table) {
   loop_ = &loop;
   table_ = &table;
   loop.watch(listen_fd_.get(), [this] { accept_clients(); });
+  loop.add_deadline([this]() -> std::optional<SchedClock::time_point> {
+    if (has_work()) return SchedClock::now();  // more requests wait: do not sleep
+    std::optional<SchedClock::time_point> idle;
+    for (auto& [fd, c] : clients_)
+      if (!idle || c.active + kIdle < *idle) idle = c.active + kIdle;
+    return idle;
+  });
+  loop.after_wake([this] { pump(); });
 }
 
 void ControlServer::close() {
@@ -103,15 +110,46 @@ void ControlServer::close() {
 }
 
 void ControlServer::accept_clients() {
-  int c;
-  while ((c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+  for (;;) {
+    int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // the connection stays queued and the socket readable: stop watching
+        // it until a client goes, or the loop would spin
+        if (last_accept_error_ != std::strerror(errno))
+          spdlog::warn("control socket: not accepting clients for now: {}", std::strerror(errno));
+        last_accept_error_ = std::strerror(errno);
+        loop_->unwatch(listen_fd_.get());
+        paused_ = true;
+      }
+      return;
+    }
+    if (clients_.size() >= kMaxClients) {
+      std::string out =
+          reply_error("failed", fmt::format("too many clients (at most {})", kMaxClients)).dump() +
+          "\n";
+      (void)::send(c, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(c);
+      continue;
+    }
     ucred cred{};
     socklen_t len = sizeof(cred);
     Client cl;
     cl.fd.reset(c);
     cl.privileged = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == 0;
+    cl.active = std::chrono::steady_clock::now();
     loop_->watch(c, [this, c] { on_readable(c); });
     clients_.emplace(c, std::move(cl));
+  }
+}
+
+void ControlServer::drop(int fd) {
+  loop_->unwatch(fd);
+  clients_.erase(fd);
+  if (paused_) {  // a descriptor came free
+    paused_ = false;
+    last_accept_error_.clear();
+    loop_->watch(listen_fd_.get(), [this] { accept_clients(); });
   }
 }
 
@@ -119,28 +157,103 @@ void ControlServer::on_readable(int fd) {
   auto it = clients_.find(fd);
   if (it == clients_.end()) return;
   Client& cl = it->second;
-  char buf[8192];
+  char buf[65536];
   ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
-  bool close_it = r == 0 || (r < 0 && errno != EAGAIN);
+  if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+    drop(fd);
+    return;
+  }
   if (r > 0) cl.in.append(buf, static_cast<size_t>(r));
-  size_t nl;
-  while (!close_it && (nl = cl.in.find('\n')) != std::string::npos) {
-    json req = json::parse(cl.in.substr(0, nl), nullptr, false);
-    cl.in.erase(0, nl + 1);
-    json reply = req.is_discarded() ? reply_error("bad_request", "the request is not valid JSON")
-                                    : table_->dispatch(req, cl.privileged);
-    if (!send_reply(fd, reply.dump() + "\n")) close_it = true;
+  // a line longer than the limit is refused without waiting for its end
+  size_t nl = cl.in.find('\n');
+  if ((nl == std::string::npos ? cl.in.size() : nl) > kMaxRequestBytes) {
+    cl.in.clear();
+    cl.out += reply_error("bad_request", "request too large (limit 64 KiB per line)").dump() + "\n";
+    cl.closing = true;
+    flush(cl);
   }
-  if (!close_it && cl.in.size() > kMaxRequestBytes) {
-    std::string out =
-        reply_error("bad_request", "request too large (limit 64 KiB per line)").dump() + "\n";
-    (void)::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
-    close_it = true;
+}
+
+bool ControlServer::has_work() const {
+  for (auto& [fd, c] : clients_)
+    if (c.out.empty() && !c.closing && c.in.find('\n') != std::string::npos) return true;
+  return false;
+}
+
+void ControlServer::pump() {
+  if (!loop_) return;
+  auto start = std::chrono::steady_clock::now();
+  // round-robin: one request per client per turn, until the budget is spent
+  for (bool any = true; any && std::chrono::steady_clock::now() - start < kBudget;) {
+    any = false;
+    auto it = clients_.upper_bound(next_);
+    for (size_t n = clients_.size(); n-- && std::chrono::steady_clock::now() - start < kBudget;) {
+      if (it == clients_.end()) it = clients_.begin();
+      if (it == clients_.end()) break;
+      Client& cl = it->second;
+      next_ = it->first;
+      ++it;
+      size_t nl;
+      if (!cl.out.empty() || cl.closing || (nl = cl.in.find('\n')) == std::string::npos) continue;
+      std::string line = cl.in.substr(0, nl);
+      cl.in.erase(0, nl + 1);
+      cl.active = std::chrono::steady_clock::now();
+      json reply;
+      if (json_depth(line) > kMaxDepth) {
+        reply = reply_error("bad_request",
+                            fmt::format("the request is nested deeper than {} levels", kMaxDepth));
+      } else {
+        json req = json::parse(line, nullptr, false);
+        reply = req.is_discarded() ? reply_error("bad_request", "the request is not valid JSON")
+                                   : table_->dispatch(req, cl.privileged);
+      }
+      cl.out += reply.dump() + "\n";
+      flush(cl);  // may drop the client
+      any = true;
+    }
   }
-  if (close_it) {
-    loop_->unwatch(fd);
-    clients_.erase(it);
+  // clients that sent no complete request for kIdle
+  auto now = std::chrono::steady_clock::now();
+  std::vector<int> idle;
+  for (auto& [fd, c] : clients_)
+    if (now - c.active > kIdle && c.out.empty()) idle.push_back(fd);
+  for (int fd : idle) drop(fd);
+}
+
+// Sends what it can without blocking; the rest waits for the socket to be
+// writable, and the client is not read meanwhile.
+void ControlServer::flush(Client& cl) {
+  int fd = cl.fd.get();
+  while (!cl.out.empty()) {
+    ssize_t w = ::send(fd, cl.out.data(), cl.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      cl.out.erase(0, static_cast<size_t>(w));
+      continue;
+    }
+    if (w < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    drop(fd);
+    return;
   }
+  if (cl.out.size() > kMaxPending) {
+    spdlog::warn("control socket: a client that does not read its replies was dropped");
+    drop(fd);
+    return;
+  }
+  if (cl.out.empty()) {
+    if (cl.closing) {
+      drop(fd);
+      return;
+    }
+    loop_->stop_write(fd);
+  } else {
+    loop_->want_write(
+        fd, [this, fd] { on_writable(fd); }, false);
+  }
+}
+
+void ControlServer::on_writable(int fd) {
+  auto it = clients_.find(fd);
+  if (it != clients_.end()) flush(it->second);
 }
 
 }  // namespace dp

@@ -24,13 +24,31 @@ EventLoop::EventLoop() : epoll_(epoll_create1(EPOLL_CLOEXEC)) {}
 
 EventLoop::~EventLoop() = default;
 
-void EventLoop::watch(int fd, Callback cb) {
+void EventLoop::set_events(int fd, uint32_t events) {
   epoll_event ev{};
-  ev.events = EPOLLIN;
+  ev.events = events;
   ev.data.fd = fd;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
-    epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
-  watched_[fd] = std::move(cb);
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+}
+
+void EventLoop::watch(int fd, Callback cb) {
+  watched_[fd] = {std::move(cb), nullptr};
+  set_events(fd, EPOLLIN);
+}
+
+void EventLoop::want_write(int fd, Callback on_write, bool read) {
+  auto it = watched_.find(fd);
+  if (it == watched_.end()) return;
+  it->second.write = std::move(on_write);
+  set_events(fd, EPOLLOUT | (read ? EPOLLIN : 0u));
+}
+
+void EventLoop::stop_write(int fd) {
+  auto it = watched_.find(fd);
+  if (it == watched_.end()) return;
+  it->second.write = nullptr;
+  set_events(fd, EPOLLIN);
 }
 
 void EventLoop::unwatch(int fd) {
@@ -101,10 +119,18 @@ void EventLoop::run() {
     if (n < 0 && errno == EINTR) continue;
     for (int i = 0; i < n; ++i) {
       // a callback may unwatch this or another fd: look it up each time
-      auto it = watched_.find(evs[i].data.fd);
-      if (it == watched_.end()) continue;
-      Callback cb = it->second;
-      cb();
+      int fd = evs[i].data.fd;
+      auto it = watched_.find(fd);
+      if (it != watched_.end() && (evs[i].events & (EPOLLOUT | EPOLLERR)) && it->second.write) {
+        Callback cb = it->second.write;
+        cb();
+        it = watched_.find(fd);
+      }
+      if (it != watched_.end() && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+          it->second.read) {
+        Callback cb = it->second.read;
+        cb();
+      }
     }
     for (auto& cb : after_wake_) cb();
   }

@@ -33,6 +33,10 @@ class EventLoop {
 
   // fd readable -> cb. The fd stays the caller's; unwatch() before closing it.
   void watch(int fd, Callback cb);
+  // fd writable -> on_write, beside (or, with read false, instead of) its
+  // readable callback: a peer whose replies are pending is not read.
+  void want_write(int fd, Callback on_write, bool read);
+  void stop_write(int fd);  // back to readable only
   void unwatch(int fd);
   // Signals read from a signalfd (they must have been blocked).
   Result<void> on_signals(std::map<int, std::function<void(int)>> table);
@@ -54,7 +58,11 @@ class EventLoop {
   Fd epoll_;
   Fd signal_fd_;
   std::map<int, std::function<void(int)>> signals_;
-  std::map<int, Callback> watched_;
+  struct Watch {
+    Callback read, write;
+  };
+  void set_events(int fd, uint32_t events);
+  std::map<int, Watch> watched_;
   std::vector<Fd> timers_;
   std::vector<Deadline> deadlines_;
   std::vector<Callback> after_wake_;
