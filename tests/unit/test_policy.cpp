@@ -348,3 +348,33 @@ TEST(Policy, ClassifyFollowsTheDatapathsOrder) {
   EXPECT_EQ(pol.classify(Proto::Udp, 40000, 514, 0), pol.class_index("logs"));
   EXPECT_EQ(pol.classify(Proto::Tcp, 40000, 40001, 0), -1);
 }
+
+// Issue 13: two classes each listing "tcp:1" 4,000 times made 16 million
+// overlap messages (20 s and 3.4 GB in dpctl policy check).
+TEST(Policy, OverlapDiagnosticsAreCapped) {
+  std::string ports;
+  for (int i = 0; i < 4000; ++i) ports += std::string(i ? ", " : "") + "\"tcp:1\"";
+  std::string text = replace(kBase, R"(ports = ["tcp:50000-50999"])", "ports = [" + ports + "]");
+  text = replace(text, R"(ports = ["tcp:54000-54099", "udp:514"])", "ports = [" + ports + "]");
+  auto r = dp::parse_policy(text, "p.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_LE(r.errors.size(), 21u);
+  EXPECT_NE(r.errors[0].message.find("overlaps tcp:1 of class \"dispatch\""), std::string::npos)
+      << r.errors[0].str();
+  EXPECT_NE(r.errors.back().message.find("more overlapping port ranges"), std::string::npos);
+}
+
+TEST(Policy, OverlapIsFoundBehindARangeOfTheSameClass) {
+  // dispatch 50000-50999 reaches furthest and overlaps logs' 50050-50060;
+  // dispatch's own 50055 must still be found to overlap logs' range
+  std::string text = replace(kBase, R"(ports = ["tcp:50000-50999"])",
+                             R"(ports = ["tcp:50000-50999", "tcp:50055"])");
+  text =
+      replace(text, R"(ports = ["tcp:54000-54099", "udp:514"])", R"(ports = ["tcp:50050-50060"])");
+  auto r = dp::parse_policy(text, "p.toml");
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.errors.size(), 2u);
+  int found = 0;
+  for (auto& e : r.errors) found += e.message.find("tcp:50055") != std::string::npos;
+  EXPECT_EQ(found, 1) << "the range behind the furthest-reaching one of its own class";
+}
