@@ -763,9 +763,12 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
             fmt::format("{} prefers path \"{}\", which the policy does not define", section, *v));
     }
     if (const toml::node* dn = t.get("dscp")) {
-      auto d = dn->as_integer()  ? std::optional<int>(static_cast<int>(dn->as_integer()->get()))
-               : dn->as_string() ? parse_dscp(dn->as_string()->get())
-                                 : std::nullopt;
+      // the range is checked on the 64-bit value: 4294967342 is not 46
+      std::optional<int64_t> d;
+      if (auto* i = dn->as_integer())
+        d = i->get();
+      else if (auto* str = dn->as_string())
+        if (auto x = parse_dscp(str->get())) d = *x;
       if (!d || *d < 0 || *d > 63)
         c.error(*dn, fmt::format("dscp of {} must be 0-63 or a name such as \"EF\", \"AF41\" or "
                                  "\"CS1\"",
@@ -774,9 +777,11 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
         cs.dscp = static_cast<uint8_t>(*d);
     }
     if (const toml::node* sn = t.get("skb_priority")) {
-      auto v = sn->as_integer()  ? std::optional<int64_t>(sn->as_integer()->get())
-               : sn->as_string() ? parse_tc_handle(sn->as_string()->get())
-                                 : std::nullopt;
+      std::optional<int64_t> v;
+      if (auto* i = sn->as_integer())
+        v = i->get();
+      else if (auto* str = sn->as_string())
+        if (auto x = parse_tc_handle(str->get())) v = *x;
       if (!v || *v < 0 || *v > 0xFFFFFFFFll)
         c.error(*sn, fmt::format("skb_priority of {} must be a number or a tc class id such as "
                                  "\"1:10\"",

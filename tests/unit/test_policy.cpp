@@ -378,3 +378,9 @@ TEST(Policy, OverlapIsFoundBehindARangeOfTheSameClass) {
   for (auto& e : r.errors) found += e.message.find("tcp:50055") != std::string::npos;
   EXPECT_EQ(found, 1) << "the range behind the furthest-reaching one of its own class";
 }
+
+TEST(Policy, DscpIsRangeCheckedBeforeItIsNarrowed) {
+  // 4294967342 = 2^32 + 46: once taken for EF (46)
+  expect_one_error(replace(kBase, "priority = 6\n", "priority = 6\ndscp = 4294967342\n"), 24,
+                   "dscp of class \"dispatch\" must be 0-63");
+}
