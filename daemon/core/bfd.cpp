@@ -63,7 +63,8 @@ std::array<uint8_t, kMinLength> encode(const Packet& p) {
   b[1] = static_cast<uint8_t>(static_cast<uint8_t>(p.state) << 6 | p.poll << 5 | p.final << 4 |
                               p.cpi << 3 | p.auth << 2 | p.demand << 1 | p.multipoint);
   b[2] = p.detect_mult;
-  b[3] = p.length;
+  b[3] = kMinLength;  // what is encoded: no authentication section (a decoded
+                      // packet's longer length field would describe bytes not written)
   put32(&b[4], p.my_disc);
   put32(&b[8], p.your_disc);
   put32(&b[12], p.desired_min_tx_us);

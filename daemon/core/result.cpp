@@ -6,11 +6,10 @@
 
 namespace dp {
 
-Error make_error(int code, std::string message, std::source_location loc) {
+Error make_error(int code, std::string message, const char* file, unsigned line) {
   if (code < 0) code = -code;
-  return Error{
-      code, std::move(message),
-      fmt::format("{}:{}", std::filesystem::path(loc.file_name()).filename().string(), loc.line())};
+  return Error{code, std::move(message),
+               fmt::format("{}:{}", std::filesystem::path(file).filename().string(), line)};
 }
 
 std::string Error::what() const {

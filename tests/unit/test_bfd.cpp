@@ -307,3 +307,22 @@ TEST(BfdSession, APeerThatAsksForNoPacketsDoesNotMakeTheSessionSpin) {
 
 }  // namespace
 }  // namespace dp::bfd
+
+namespace dp::bfd {
+namespace {
+
+// Found by fuzz_bfd: a packet whose length field says 25 (a byte of padding)
+// decoded, and encoding it wrote length 25 over 24 bytes.
+TEST(BfdCodec, EncodeWritesTheLengthOfWhatItEncodes) {
+  const uint8_t bytes[] = {0x2d, 0x20, 0x03, 0x19, 0x11, 0x01, 0x00, 0x00, 0x2d,
+                           0x2d, 0x2d, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                           0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x09, 0x00};
+  auto p = decode(bytes);
+  ASSERT_TRUE(p) << p.error().what();
+  auto again = decode(encode(*p));
+  ASSERT_TRUE(again) << again.error().what();
+  EXPECT_EQ(again->my_disc, p->my_disc);
+}
+
+}  // namespace
+}  // namespace dp::bfd

@@ -44,3 +44,10 @@ TEST(Units, FormatsRoundTrip) {
   EXPECT_EQ(dp::format_bandwidth(1.25e9), "1.25 Gbit/s");
   EXPECT_EQ(dp::format_bytes(512), "512 B");
 }
+
+TEST(Result, AnErrorNamesTheFileAndLineThatMadeIt) {
+  int line = __LINE__ + 1;
+  dp::Error e = DP_ERROR("x {}", 1);
+  EXPECT_EQ(e.where, "test_units.cpp:" + std::to_string(line));
+  EXPECT_EQ(e.what(), "x 1");
+}

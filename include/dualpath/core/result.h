@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <source_location>
 #include <string>
 #include <utility>
 #include <variant>
@@ -27,8 +26,10 @@ struct Error {
   std::string what() const;
 };
 
-Error make_error(int code, std::string message,
-                 std::source_location loc = std::source_location::current());
+// file and line default to the caller's (__builtin_FILE/LINE rather than
+// std::source_location, which clang 14 cannot compile with libstdc++ 12).
+Error make_error(int code, std::string message, const char* file = __builtin_FILE(),
+                 unsigned line = __builtin_LINE());
 
 template <class T>
 class [[nodiscard]] Result {
