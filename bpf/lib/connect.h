@@ -20,39 +20,6 @@
 #define DP_AF_INET 2
 #define DP_AF_INET6 10
 
-/* A rail that connect-time placement may choose. */
-static __always_inline int dp_connect_usable(__u32 rail)
-{
-	struct dp_rail *r;
-
-	if (rail >= DP_MAX_RAILS)
-		return 0;
-	r = bpf_map_lookup_elem(&dp_rails, &rail);
-	return r && (r->flags & DP_RAIL_F_CONNECT) && r->ifindex;
-}
-
-/* Weighted choice over the rails with a share: a new connection follows the
- * class's shares by count. */
-static __always_inline __u32 dp_connect_place(const struct dp_decision *d, __u32 rnd)
-{
-	__u32 pick = rnd % DP_SHARE_SCALE;
-	__u32 acc = 0, fallback = DP_RAIL_NONE;
-
-#pragma unroll
-	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
-		__u32 s = d->share[r];
-
-		if (!s || !dp_connect_usable(r))
-			continue;
-		if (fallback == DP_RAIL_NONE)
-			fallback = r;
-		acc += s;
-		if (pick < acc)
-			return r;
-	}
-	return fallback;
-}
-
 static __always_inline void dp_count_connect(__u32 rail, __u32 cls)
 {
 	__u32 key = rail * DP_MAX_CLASSES + (cls & (DP_MAX_CLASSES - 1));
@@ -199,7 +166,7 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	d = bpf_map_lookup_elem(&dp_decisions, &idx);
 	if (!d)
 		return 1;
-	target = dp_connect_place(d, bpf_get_prandom_u32());
+	target = dp_place_by(d, bpf_get_prandom_u32(), DP_RAIL_F_CONNECT);
 	if (target == DP_RAIL_NONE || target == here) {
 		dp_count_connect(here, cls);
 		return 1;

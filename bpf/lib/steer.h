@@ -95,14 +95,21 @@ static __always_inline __u32 dp_flow_hash(const struct dp_flow_key *k, __u32 sal
 	return h;
 }
 
-static __always_inline int dp_rail_usable(__u32 rail)
+/* A rail that may take traffic: `flag` is DP_RAIL_F_ENABLED for redirects,
+ * DP_RAIL_F_CONNECT for connect-time placement. */
+static __always_inline int dp_rail_usable_for(__u32 rail, __u32 flag)
 {
 	struct dp_rail *r;
 
 	if (rail >= DP_MAX_RAILS)
 		return 0;
 	r = bpf_map_lookup_elem(&dp_rails, &rail);
-	return r && (r->flags & DP_RAIL_F_ENABLED) && r->ifindex;
+	return r && (r->flags & flag) && r->ifindex;
+}
+
+static __always_inline int dp_rail_usable(__u32 rail)
+{
+	return dp_rail_usable_for(rail, DP_RAIL_F_ENABLED);
 }
 
 /* A class is split when no single rail holds its whole share: only then can a
@@ -116,8 +123,9 @@ static __always_inline int dp_decision_split(const struct dp_decision *d)
 	return 1;
 }
 
-/* Weighted choice over rails with a share and usable; DP_RAIL_NONE if none. */
-static __always_inline __u32 dp_place(const struct dp_decision *d, __u32 hash)
+/* Weighted choice over rails with a share and usable (by `flag`);
+ * DP_RAIL_NONE if none. */
+static __always_inline __u32 dp_place_by(const struct dp_decision *d, __u32 hash, __u32 flag)
 {
 	__u32 pick = hash % DP_SHARE_SCALE;
 	__u32 acc = 0;
@@ -127,7 +135,7 @@ static __always_inline __u32 dp_place(const struct dp_decision *d, __u32 hash)
 	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
 		__u32 s = d->share[r];
 
-		if (!s || !dp_rail_usable(r))
+		if (!s || !dp_rail_usable_for(r, flag))
 			continue;
 		if (fallback == DP_RAIL_NONE)
 			fallback = r;
@@ -137,6 +145,11 @@ static __always_inline __u32 dp_place(const struct dp_decision *d, __u32 hash)
 	}
 	/* shares of usable rails sum below the scale: use the first usable one */
 	return fallback;
+}
+
+static __always_inline __u32 dp_place(const struct dp_decision *d, __u32 hash)
+{
+	return dp_place_by(d, hash, DP_RAIL_F_ENABLED);
 }
 
 #endif /* DP_BPF_STEER_H */

@@ -665,15 +665,22 @@ void check_port_overlaps(Checker& c, const Policy& p) {
   };
   std::set<std::pair<const PortRange*, const PortRange*>> reported;
   size_t more = 0;
+  toml::source_region last{};  // the furthest overlap not reported, for the summary
   auto report = [&](const Entry& x, const Entry& y) {
     const Entry& later = x.cls > y.cls ? x : y;
     const Entry& earlier = x.cls > y.cls ? y : x;
     if (!reported.insert({later.r, earlier.r}).second) return;
     if (reported.size() > kMaxOverlaps) {
       ++more;
+      auto line = static_cast<toml::source_index>(later.r->line);
+      auto column = static_cast<toml::source_index>(later.r->column);
+      if (line > last.begin.line || (line == last.begin.line && column > last.begin.column)) {
+        last.begin.line = line;
+        last.begin.column = column;
+      }
       return;
     }
-    toml::source_region at;
+    toml::source_region at{};
     at.begin.line = static_cast<toml::source_index>(later.r->line);
     at.begin.column = static_cast<toml::source_index>(later.r->column);
     c.error(at, fmt::format("port range {} of class \"{}\" overlaps {} of class \"{}\" (line {})",
@@ -704,10 +711,7 @@ void check_port_overlaps(Checker& c, const Policy& p) {
       }
     }
   }
-  if (more) {
-    toml::source_region at;
-    c.error(at, fmt::format("... and {} more overlapping port ranges", more));
-  }
+  if (more) c.error(last, fmt::format("... and {} more overlapping port ranges", more));
 }
 
 void parse_classes(Checker& c, const toml::table& root, Policy& p) {

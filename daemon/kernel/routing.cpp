@@ -181,7 +181,10 @@ std::vector<WantedRule> wanted_rules(const Policy& p, const std::vector<bool>& f
     for (int fam : {AF_INET, AF_INET6})
       out.push_back(
           {fam, p.routing.rule_priority + static_cast<uint32_t>(i), p.paths[i].fwmark, table, {}});
-    if (!is_failed(i)) continue;
+    // In the separate topology a failed rail's networks are reached through
+    // it alone: the survivor's table has no route there, so no "to" rule
+    // (connections were ended and reconnect to the survivor's network).
+    if (!is_failed(i) || p.topology == Topology::Separate) continue;
     for (const auto& r : p.paths[i].routes)
       if (next_to < p.routing.rule_priority + kRuleRange)
         out.push_back({r.addr.family, next_to++, 0, p.paths[survivor].table, r});

@@ -50,6 +50,24 @@ uint64_t tx_bytes(const std::string& ns, const std::string& dev) {
   return j[0]["stats64"]["tx"]["bytes"].get<uint64_t>();
 }
 
+sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len) {
+  sockaddr_storage ss{};
+  if (ip.find(':') != std::string::npos) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr);
+    *len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    inet_pton(AF_INET, ip.c_str(), &a->sin_addr);
+    *len = sizeof(*a);
+  }
+  return ss;
+}
+
 json dpctl(const std::string& node, const std::string& args) {
   Cmd r = sh(dp_lab() + " dpctl " + node + " -j " + args);
   json j = json::parse(r.out, nullptr, false);
@@ -81,24 +99,6 @@ uint64_t fnv(uint64_t h, const uint8_t* p, size_t n) {
   return h;
 }
 constexpr uint64_t kFnvInit = 0xcbf29ce484222325ull;
-
-sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len) {
-  sockaddr_storage ss{};
-  if (ip.find(':') != std::string::npos) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = htons(port);
-    inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr);
-    *len = sizeof(*a);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    inet_pton(AF_INET, ip.c_str(), &a->sin_addr);
-    *len = sizeof(*a);
-  }
-  return ss;
-}
 
 // A transfer that stalls (blackholed traffic) fails instead of hanging the test.
 void set_timeouts(int fd) {

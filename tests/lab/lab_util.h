@@ -1,6 +1,7 @@
 // Helpers for lab tests: shell commands, namespaces, real TCP/UDP traffic.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -24,6 +25,8 @@ std::string must(const std::string& cmd);
 std::string dp_lab();  // path of tools/dp-lab with the test's environment
 uint64_t tx_bytes(const std::string& ns, const std::string& dev);
 json dpctl(const std::string& node, const std::string& args);  // -j, parsed
+// An IPv4 or IPv6 socket address (the family from the text), and its length.
+sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len);
 
 struct TransferSpec {
   std::string client_ns = "dpl-a";

@@ -34,24 +34,6 @@ namespace {
 const char* kB4[2] = {"10.10.2.2", "10.20.2.2"};
 const char* kB6[2] = {"fd10:0:2::2", "fd20:0:2::2"};
 
-sockaddr_storage addr_of(const std::string& ip, uint16_t port, socklen_t* len) {
-  sockaddr_storage ss{};
-  if (ip.find(':') != std::string::npos) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = htons(port);
-    inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr);
-    *len = sizeof(*a);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    inet_pton(AF_INET, ip.c_str(), &a->sin_addr);
-    *len = sizeof(*a);
-  }
-  return ss;
-}
-
 std::string ip_of(const sockaddr_storage& ss) {
   char buf[INET6_ADDRSTRLEN] = "";
   if (ss.ss_family == AF_INET)
@@ -75,7 +57,7 @@ class Sink {
         setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
         socklen_t len;
-        auto a = addr_of("::", port, &len);
+        auto a = make_addr("::", port, &len);
         (void)::bind(l, reinterpret_cast<sockaddr*>(&a), len);
         ::listen(l, 64);
         ready = true;
@@ -138,7 +120,7 @@ Sent tcp_send(const std::string& dst, uint16_t port, uint64_t bytes) {
   Sent out;
   out.error = in_netns("dpl-a", [&]() -> std::string {
     socklen_t len;
-    auto to = addr_of(dst, port, &len);
+    auto to = make_addr(dst, port, &len);
     int fd = ::socket(to.ss_family, SOCK_STREAM, 0);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&to), len) != 0) {
       std::string e = std::strerror(errno);
@@ -245,7 +227,7 @@ TEST_F(Separate, UnconnectedUdpIsPlacedPerSendAndRepliesShowTheAddressAsked) {
     in_netns("dpl-b", [&]() -> std::string {
       int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
       socklen_t len;
-      auto a = addr_of("0.0.0.0", 54001, &len);
+      auto a = make_addr("0.0.0.0", 54001, &len);
       (void)::bind(fd, reinterpret_cast<sockaddr*>(&a), len);
       timeval tv{0, 50000};
       setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -272,7 +254,7 @@ TEST_F(Separate, UnconnectedUdpIsPlacedPerSendAndRepliesShowTheAddressAsked) {
     timeval tv{0, 200000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     socklen_t len;
-    auto to = addr_of(kB4[0], 54001, &len);
+    auto to = make_addr(kB4[0], 54001, &len);
     std::vector<char> buf(1200, 'u');
     for (int i = 0; i < 1000; ++i) {
       (void)::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), len);
@@ -337,7 +319,7 @@ double reconnect_after(uint16_t port, const std::function<void()>& fault,
       std::vector<char> buf(16384, 'r');
       while (!stop) {
         socklen_t len;
-        auto to = addr_of(kB4[0], port, &len);
+        auto to = make_addr(kB4[0], port, &len);
         int fd = ::socket(AF_INET, SOCK_STREAM, 0);
         timeval tv{0, 100000};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
