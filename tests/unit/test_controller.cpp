@@ -19,8 +19,9 @@ using T = SchedClock::time_point;
 
 constexpr uint16_t kAll = DP_SHARE_SCALE;
 
-Policy lab_policy(bool adaptive) {
-  auto load = load_policy_file(DP_POLICY_DIR "/lab-a.toml");
+// A lab policy with short health timers (hold-down 10 s, ramp steps of 2 s).
+Policy lab_policy(bool adaptive, const std::string& file = "lab-a.toml") {
+  auto load = load_policy_file(DP_POLICY_DIR "/" + file);
   EXPECT_TRUE(load.ok());
   Policy p = *load.policy;
   p.scheduler.adaptive = adaptive;
@@ -358,13 +359,8 @@ namespace dp {
 namespace {
 
 TEST(Controller, InTheSeparateTopologyNewConnectionsLeanTowardTheRailShortOfItsShareOfBytes) {
-  auto load = load_policy_file(DP_POLICY_DIR "/lab-sep-a.toml");
-  ASSERT_TRUE(load.ok());
-  Policy p = *load.policy;
-  p.scheduler.adaptive = false;
-  p.health.holddown = 10s;
-  p.health.ramp = {10, 25, 50, 100};
-  p.health.ramp_interval = 20s;
+  Policy p = lab_policy(false, "lab-sep-a.toml");
+  p.health.ramp_interval = 20s;  // the 10% step lasts the whole test
   Controller c;
   T t{};
   c.set_policy(p, {true, true}, {false, false}, {}, t);
