@@ -44,8 +44,9 @@ static __always_inline void dp_flow_move(struct dp_flow *f, __u32 to, __u8 cls)
 }
 
 /* Returns the rail the flow goes out on, updating the flow table. */
-static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u32 gen,
-					  __u32 rail_here, __u32 len, __u64 flowlet_gap_ns)
+static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u8 rule,
+					  __u32 gen, __u32 rail_here, __u32 len,
+					  __u64 flowlet_gap_ns)
 {
 	__u32 idx = cls;
 	struct dp_decision *d = bpf_map_lookup_elem(&dp_decisions, &idx);
@@ -70,6 +71,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		nf.packets = 1;
 		nf.gen = gen;
 		nf.cls = cls;
+		nf.rule = rule;
 		nf.rail = target;
 		nf.flowlet = 1;
 		if (bpf_map_update_elem(&dp_flows, &pkt->key, &nf, BPF_NOEXIST) == 0) {
@@ -84,6 +86,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 
 	/* flow entries are shared by all CPUs; their statistics are approximate */
 	f->cls = cls;
+	f->rule = rule;
 	f->gen = gen;
 	target = f->rail;
 	/* Flowlets: a flow of a split class that was idle longer than the gap
@@ -189,7 +192,7 @@ int dp_egress(struct __sk_buff *skb)
 	__u32 zero = 0, target, mark = skb->mark;
 	long ret;
 	int exc;
-	__u8 cls;
+	__u8 cls, rule = DP_RULE_NONE;
 
 	if (rail_here == DP_RAIL_NONE) {
 		dp_count_exception(DP_MAX_RAILS, DP_EXC_UNKNOWN_IFINDEX);
@@ -204,7 +207,7 @@ int dp_egress(struct __sk_buff *skb)
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (!cfg)
 		return DP_PASS;
-	cls = dp_classify(&pkt, mark, cfg);
+	cls = dp_classify_rule(&pkt, mark, cfg, &rule, skb, DP_CGROUP_SKB);
 
 	if (mark & DP_MARK_REDIRECTED) {
 		/* steered here by another rail's hook: count it, never re-steer */
@@ -217,7 +220,8 @@ int dp_egress(struct __sk_buff *skb)
 		return DP_PASS;
 	}
 
-	target = dp_flow_rail(&pkt, cls, cfg->active_gen & 1, rail_here, skb->len, cfg->flowlet_gap_ns);
+	target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
+			      cfg->flowlet_gap_ns);
 	dp_apply_qos(skb, &pkt, cls);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);

@@ -15,6 +15,7 @@
 
 #include "daemon.h"
 #include "dualpath/core/encode.h"
+#include "dualpath/core/launch_env.h"
 #include "dualpath/core/views.h"
 #include "dualpath/version.h"
 
@@ -33,6 +34,7 @@ void Daemon::add_commands() {
                    return reply_error("not_found", fmt::format("no path named \"{}\"", *name));
                  }});
   commands_.add({"class.list", false, ok([this] { return classes_json(); })});
+  commands_.add({"class.env", false, [this](const json& args) { return class_env(args); }});
   commands_.add({"flow.list", false, [this](const json& args) { return flows_json(args); }});
   commands_.add({"policy.show", false, ok([this] {
                    std::error_code ec;
@@ -57,6 +59,7 @@ void Daemon::add_commands() {
   commands_.add({"path.undrain", true, [this](const json& args) { return drain(args, false); }});
   commands_.add({"class.set", true, [this](const json& args) { return class_set(args); }});
   commands_.add({"class.unpin", true, [this](const json& args) { return class_unpin(args); }});
+  commands_.add({"class.run", true, [this](const json& args) { return class_run(args); }});
   commands_.add({"policy.reload", true, [this](const json&) {
                    auto r = reload();
                    if (!r) return reply_error("invalid", r.error().what());
@@ -137,6 +140,8 @@ json Daemon::classes_json() const {
     v.topology = policy_.topology;
     v.connections_unmapped = conns[DP_CONNECT_UNMAPPED][v.slot];
     if (auto d = datapath_->decision(i)) v.decision = *d;
+    for (auto& g : datapath_->cgroups())
+      if (g.klass == i) v.cgroups.push_back({g.rule, g.dir, g.id});
     for (size_t p = 0; p < policy_.paths.size(); ++p) {
       size_t rs = datapath_->rail_slot(p);
       v.paths.push_back({policy_.paths[p].name, rs, measurements_.counters()[rs][v.slot],
@@ -262,6 +267,52 @@ json Daemon::drain(const json& args, bool on) {
   spdlog::info("path {} {} by operator", *path, on ? "drained" : "undrained");
   settle();
   return reply_ok({{"path", *path}, {"health", health_json(idx)}});
+}
+
+// dpctl run: the class's run slice, made now and matched at once, so that
+// the first socket of the command is in the class.
+json Daemon::class_run(const json& args) {
+  auto name = string_arg(args, "class");
+  if (!name) return reply_error("bad_request", "class.run needs \"class\"");
+  int k = policy_.class_index(*name);
+  if (k < 0) return reply_error("not_found", fmt::format("no class named \"{}\"", *name));
+  if (datapath_->cgroup_root().empty())
+    return reply_error("unavailable", "no cgroup v2 hierarchy is mounted");
+  auto dir = make_run_slice(datapath_->cgroup_root(), policy_.node, *name);
+  if (!dir) return reply_error("failed", dir.error().what());
+  datapath_->refresh_cgroups(policy_);
+  RunSlice s = run_slice(policy_.node, *name);
+  uint64_t id = 0;
+  for (auto& g : datapath_->cgroups())
+    if (g.klass == static_cast<size_t>(k) && g.dir == s.dir) id = g.id;
+  if (!id) return reply_error("failed", fmt::format("cgroup {} is not matched", *dir));
+  return reply_ok({{"class", *name}, {"cgroup", *dir}, {"slice", s.unit}, {"id", id}});
+}
+
+// dpctl env: launch-time settings for the class's rails now.
+json Daemon::class_env(const json& args) const {
+  auto name = string_arg(args, "class");
+  if (!name) return reply_error("bad_request", "class.env needs \"class\"");
+  int k = policy_.class_index(*name);
+  if (k < 0) return reply_error("not_found", fmt::format("no class named \"{}\"", *name));
+  auto d = datapath_->decision(static_cast<size_t>(k));
+  if (!d) return reply_error("failed", d.error().what());
+  std::vector<EnvRail> rails;
+  for (size_t p = 0; p < policy_.paths.size(); ++p) {
+    uint16_t share = d->share[datapath_->rail_slot(p)];
+    if (!share) continue;
+    EnvRail r{
+        policy_.paths[p].name, policy_.paths[p].interface, 100.0 * share / DP_SHARE_SCALE, {}};
+    for (auto& port : measurements_.rdma_ports(r.interface))
+      r.rdma.push_back(
+          {port.device, port.port, roce_v2_gid_index(policy_.measurement.rdma_sysfs, port)});
+    rails.push_back(std::move(r));
+  }
+  std::stable_sort(rails.begin(), rails.end(),
+                   [](const EnvRail& a, const EnvRail& b) { return a.share > b.share; });
+  auto env = launch_env(*name, policy_.classes[static_cast<size_t>(k)].dscp, rails);
+  if (!env) return reply_error("no_rdma", env.error().what());
+  return reply_ok(*env);
 }
 
 }  // namespace dp

@@ -250,6 +250,12 @@ void Daemon::check_interfaces() {
 
 void Daemon::tick() {
   check_interfaces();
+  // the policy's cgroups once a second: a unit restarted has a new cgroup
+  if (auto now = std::chrono::steady_clock::now();
+      now - cgroups_checked_ >= std::chrono::seconds(1)) {
+    datapath_->refresh_cgroups(policy_);
+    cgroups_checked_ = now;
+  }
   measurements_.collect(policy_, *datapath_, ticks_);
   adapt_flowlet_gap();
   carry_out(controller_.tick(measurements_.tick_input(policy_, *datapath_)));

@@ -80,6 +80,8 @@ class Daemon {
   json policy_disk_hash() const;
   json class_set(const json& args);
   json class_unpin(const json& args);
+  json class_run(const json& args);
+  json class_env(const json& args) const;
   json drain(const json& args, bool on);
   Result<void> place(size_t klass, size_t path, bool operator_pin);
 
@@ -88,6 +90,7 @@ class Daemon {
   bool have_policy_ = false;
   std::chrono::steady_clock::time_point started_;
   uint64_t ticks_ = 0;
+  std::chrono::steady_clock::time_point cgroups_checked_{};
 
   EventLoop loop_;
   std::unique_ptr<ControlServer> control_;

@@ -39,6 +39,13 @@ class Measurements {
   std::vector<std::string> rdma_devices(size_t path) const {
     return path < rdma_by_path_.size() ? rdma_by_path_[path] : std::vector<std::string>{};
   }
+  // The RDMA ports whose netdev is this interface.
+  std::vector<RdmaPort> rdma_ports(const std::string& interface) const {
+    std::vector<RdmaPort> out;
+    for (auto& port : rdma_ports_)
+      if (port.netdev == interface) out.push_back(port);
+    return out;
+  }
   // Each path's median RTT when it has at least 10 samples (the flowlet gap).
   std::vector<std::optional<double>> rtt_p50_us() const;
 

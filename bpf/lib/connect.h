@@ -140,7 +140,7 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	__u32 addr[4] = {}, here, target, idx, mark = 0;
 	__u64 cookie;
 	int any_net = 0;
-	__u8 cls;
+	__u8 cls, rule;
 
 	if (!cfg)
 		return 1;
@@ -155,7 +155,7 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 		mark = sk->mark;
 	pkt.key.proto = (__u8)ctx->protocol;
 	pkt.key.dport = (__u16)ctx->user_port;
-	cls = dp_classify(&pkt, mark, cfg);
+	cls = dp_classify_rule(&pkt, mark, cfg, &rule, ctx, DP_CGROUP_CURRENT);
 	if (cls >= DP_MAX_CLASSES)
 		return 1;
 	if (here == DP_RAIL_NONE) {

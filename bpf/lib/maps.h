@@ -159,4 +159,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_connects SEC(".maps");
 
+/* Classes by cgroup (abi.h) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DP_GENERATIONS *DP_MAX_CLASSES * 16);
+	__type(key, struct dp_cgroup_key);
+	__type(value, struct dp_cgroup_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_cgroups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, DP_CGROUP_CACHE_SIZE);
+	__type(key, struct dp_cgroup_key);
+	__type(value, struct dp_cgroup_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_cgroup_cache SEC(".maps");
+
 #endif /* DP_BPF_MAPS_H */

@@ -45,9 +45,62 @@ static __always_inline __u32 dp_rail_of_ifindex(__u32 ifindex)
 	return v->rail;
 }
 
-/* Socket mark first, then port (destination before source), then default. */
-static __always_inline __u8 dp_classify(const struct dp_pkt *pkt, __u32 mark,
-					const struct dp_config *cfg)
+/* Where a hook finds the cgroup of the socket it classifies. */
+#define DP_CGROUP_NONE 0    /* no socket at hand (ingress, sockops): cgroups not used */
+#define DP_CGROUP_SKB 1     /* the packet's socket (tc egress) */
+#define DP_CGROUP_CURRENT 2 /* the calling task (cgroup sock_addr hooks) */
+
+/* With `how` a constant, only the helpers of that hook are emitted. */
+static __always_inline __u64 dp_cgroup_id(void *ctx, int how)
+{
+	if (how == DP_CGROUP_SKB)
+		return bpf_skb_cgroup_id(ctx);
+	return bpf_get_current_cgroup_id();
+}
+
+static __always_inline __u64 dp_cgroup_ancestor(void *ctx, int how, int level)
+{
+	if (how == DP_CGROUP_SKB)
+		return bpf_skb_ancestor_cgroup_id(ctx, level);
+	return bpf_get_current_ancestor_cgroup_id(level);
+}
+
+/* The class of the socket's cgroup (abi.h, dp_cgroups): one cache lookup; a
+ * miss walks the ancestors from the root down and remembers the deepest
+ * named one's class, or that there is none. */
+static __always_inline __u8 dp_cgroup_class(void *ctx, int how, __u32 gen)
+{
+	struct dp_cgroup_key k = {.gen = gen};
+	struct dp_cgroup_val out = {.cls = DP_CLASS_NONE};
+	struct dp_cgroup_val *v;
+
+	k.id = dp_cgroup_id(ctx, how);
+	if (!k.id)
+		return DP_CLASS_NONE;
+	v = bpf_map_lookup_elem(&dp_cgroup_cache, &k);
+	if (v)
+		return v->cls;
+	for (int level = 1; level <= DP_CGROUP_MAX_LEVEL; level++) {
+		struct dp_cgroup_key a = {.gen = gen};
+
+		a.id = dp_cgroup_ancestor(ctx, how, level);
+		if (!a.id)
+			break;
+		v = bpf_map_lookup_elem(&dp_cgroups, &a);
+		if (v && v->cls < DP_MAX_CLASSES)
+			out.cls = v->cls;
+		if (a.id == k.id)
+			break;
+	}
+	bpf_map_update_elem(&dp_cgroup_cache, &k, &out, BPF_ANY);
+	return out.cls;
+}
+
+/* Socket mark first, then port (destination before source), then the
+ * socket's cgroup, then the default class. `rule` says which matched. */
+static __always_inline __u8 dp_classify_rule(const struct dp_pkt *pkt, __u32 mark,
+					     const struct dp_config *cfg, __u8 *rule, void *ctx,
+					     int how)
 {
 	__u32 gen = cfg->active_gen & 1;
 	struct dp_port_entry *pe;
@@ -59,22 +112,49 @@ static __always_inline __u8 dp_classify(const struct dp_pkt *pkt, __u32 mark,
 		struct dp_mark_key mk = {.gen = gen, .mark = mark};
 		struct dp_mark_val *mv = bpf_map_lookup_elem(&dp_marks, &mk);
 
-		if (mv && mv->cls < DP_MAX_CLASSES)
+		if (mv && mv->cls < DP_MAX_CLASSES) {
+			*rule = DP_RULE_MARK;
 			return mv->cls;
+		}
 	}
 
 	key = gen * DP_PORT_SPACE + bpf_ntohs(pkt->key.dport);
 	pe = bpf_map_lookup_elem(&dp_ports, &key);
-	if (pe && base < DP_PORT_SLOTS && pe->cls[base] < DP_MAX_CLASSES)
+	if (pe && base < DP_PORT_SLOTS && pe->cls[base] < DP_MAX_CLASSES) {
+		*rule = DP_RULE_PORT;
 		return pe->cls[base];
+	}
 	key = gen * DP_PORT_SPACE + bpf_ntohs(pkt->key.sport);
 	pe = bpf_map_lookup_elem(&dp_ports, &key);
-	if (pe && base + 1 < DP_PORT_SLOTS && pe->cls[base + 1] < DP_MAX_CLASSES)
+	if (pe && base + 1 < DP_PORT_SLOTS && pe->cls[base + 1] < DP_MAX_CLASSES) {
+		*rule = DP_RULE_PORT;
 		return pe->cls[base + 1];
+	}
 
-	if (cfg->default_class < DP_MAX_CLASSES)
+	if (how != DP_CGROUP_NONE && (cfg->cgroup_gens & (1u << gen))) {
+		__u8 cls = dp_cgroup_class(ctx, how, gen);
+
+		if (cls < DP_MAX_CLASSES) {
+			*rule = DP_RULE_CGROUP;
+			return cls;
+		}
+	}
+
+	if (cfg->default_class < DP_MAX_CLASSES) {
+		*rule = DP_RULE_DEFAULT;
 		return cfg->default_class;
+	}
+	*rule = DP_RULE_NONE;
 	return DP_CLASS_NONE;
+}
+
+/* Without a socket at hand: mark, ports, default class. */
+static __always_inline __u8 dp_classify(const struct dp_pkt *pkt, __u32 mark,
+					const struct dp_config *cfg)
+{
+	__u8 rule;
+
+	return dp_classify_rule(pkt, mark, cfg, &rule, 0, DP_CGROUP_NONE);
 }
 
 /* A deterministic 32-bit hash of the flow key and a salt (the flowlet number). */

@@ -88,6 +88,42 @@ const ClassSpec* Policy::klass(const std::string& name) const {
     if (c.name == name) return &c;
   return nullptr;
 }
+std::string CgroupSpec::str() const {
+  return fmt::format("{} {}", kind == Kind::Unit ? "unit" : "cgroup", text);
+}
+
+std::string cgroup_path_problem(const std::string& path) {
+  if (path.empty() || path[0] != '/')
+    return "must be a path from the cgroup v2 root, starting with '/' (such as "
+           "\"/system.slice/vllm.service\")";
+  if (path == "/") return "is the root cgroup; a class of every socket is default_class";
+  if (path.size() > 4096) return "is longer than 4096 characters";
+  if (path.back() == '/') return "must not end in '/'";
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(start, end - start);
+    if (part.empty()) return "has an empty component ('//')";
+    if (part == "." || part == "..") return "must not contain '.' or '..' components";
+    if (part.size() > 255) return "has a component longer than 255 characters";
+    for (unsigned char ch : part)
+      if (ch < 0x20 || ch == 0x7f) return "contains a control character";
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string unit_name_problem(const std::string& unit) {
+  static const std::regex re(R"([A-Za-z0-9:_.\\@-]+\.(service|scope|slice|socket))");
+  if (unit.size() > 255) return "is longer than 255 characters";
+  if (!std::regex_match(unit, re))
+    return "is not a systemd unit name: letters, digits and \":-_.\\@\" ending in .service, "
+           ".scope, .slice or .socket";
+  if (unit.find('/') != std::string::npos) return "must not contain '/'";
+  return "";
+}
+
 const char* to_string(Topology t) { return t == Topology::Separate ? "separate" : "shared"; }
 
 namespace {
@@ -714,6 +750,50 @@ void check_port_overlaps(Checker& c, const Policy& p) {
   if (more) c.error(last, fmt::format("... and {} more overlapping port ranges", more));
 }
 
+// cgroups = ["/system.slice/x.service"], units = ["x.service"]: each rule
+// belongs to one class.
+void parse_cgroups(Checker& c, const toml::table& t, const std::string& section, ClassSpec& cs,
+                   std::map<std::string, std::string>& owner) {
+  for (auto [key, kind] :
+       {std::pair{"cgroups", CgroupSpec::Kind::Path}, std::pair{"units", CgroupSpec::Kind::Unit}}) {
+    const toml::node* n = t.get(key);
+    if (!n) continue;
+    auto* a = n->as_array();
+    if (!a) {
+      c.error(*n, fmt::format("{} of {} must be an array like {}", key, section,
+                              kind == CgroupSpec::Kind::Unit ? "[\"vllm.service\"]"
+                                                             : "[\"/system.slice/vllm.service\"]"));
+      continue;
+    }
+    for (auto& e : *a) {
+      auto* str = e.as_string();
+      if (!str) {
+        c.error(e, fmt::format("{} of {} must be strings", key, section));
+        continue;
+      }
+      CgroupSpec g;
+      g.kind = kind;
+      g.text = str->get();
+      g.line = static_cast<int>(e.source().begin.line);
+      g.column = static_cast<int>(e.source().begin.column);
+      std::string problem =
+          kind == CgroupSpec::Kind::Unit ? unit_name_problem(g.text) : cgroup_path_problem(g.text);
+      if (!problem.empty()) {
+        c.error(
+            e, fmt::format("{} \"{}\" of {} {}", kind == CgroupSpec::Kind::Unit ? "unit" : "cgroup",
+                           g.text, section, problem));
+        continue;
+      }
+      auto [it, fresh] = owner.emplace(g.str(), cs.name);
+      if (!fresh) {
+        c.error(e, fmt::format("{} is already a rule of class \"{}\"", g.str(), it->second));
+        continue;
+      }
+      cs.cgroups.push_back(std::move(g));
+    }
+  }
+}
+
 void parse_classes(Checker& c, const toml::table& root, Policy& p) {
   const toml::node* n = root.get("class");
   if (!n) {
@@ -730,13 +810,14 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
                             DP_MAX_CLASSES - 1));
   std::set<std::string> names;
   std::map<uint32_t, std::string> marks;
+  std::map<std::string, std::string> cgroup_owner;  // rule -> class
   for (auto& e : *arr) {
     auto& t = *e.as_table();
     ClassSpec cs;
     std::string section = "[[class]]";
     c.only_keys(t,
-                {"name", "kind", "priority", "prefer", "mark", "ports", "match", "pinned", "dscp",
-                 "skb_priority"},
+                {"name", "kind", "priority", "prefer", "mark", "ports", "cgroups", "units", "match",
+                 "pinned", "dscp", "skb_priority"},
                 section);
     if (auto v = c.string(t, "name", section, true)) {
       cs.name = *v;
@@ -841,9 +922,15 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
           if (auto r = parse_port_range(c, pe, cs.name)) cs.ports.push_back(*r);
       }
     }
-    if (cs.ports.empty() && !cs.mark && !t.get("ports"))
-      c.error(
-          t, fmt::format("{} has neither ports nor mark: no traffic could ever match it", section));
+    parse_cgroups(c, t, section, cs, cgroup_owner);
+    size_t rules_written = 0;  // a rule written wrong has its own error already
+    for (auto key : {"ports", "cgroups", "units"})
+      if (const toml::node* rn = t.get(key))
+        rules_written += rn->as_array() ? rn->as_array()->size() : 1;
+    if (!cs.mark && !t.get("mark") && rules_written == 0)
+      c.error(t.get("ports") ? *t.get("ports") : static_cast<const toml::node&>(t),
+              fmt::format("{} has no ports, mark, cgroups or units: no traffic could ever match it",
+                          section));
     p.classes.push_back(std::move(cs));
   }
 

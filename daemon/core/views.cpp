@@ -168,6 +168,12 @@ json render_class(const ClassView& v) {
   for (auto& r : cs.ports) ports.push_back(r.str());
   json connections = json::object();
   for (const auto& p : v.paths) connections[p.name] = p.connections;
+  json cgroups = json::array();
+  for (const auto& g : v.cgroups)
+    cgroups.push_back({{"rule", g.rule},
+                       {"cgroup", g.dir.empty() ? json(nullptr) : json(g.dir)},
+                       {"id", g.id ? json(g.id) : json(nullptr)},
+                       {"present", g.id != 0}});
   return {
       {"name", cs.name},
       {"slot", v.slot},
@@ -176,6 +182,7 @@ json render_class(const ClassView& v) {
       {"ports", ports},
       {"match", to_string(cs.match)},
       {"mark", cs.mark ? json(*cs.mark) : json(nullptr)},
+      {"cgroups", cgroups},
       {"prefer", cs.prefer},
       {"rail", rail ? json(*rail) : json(nullptr)},
       {"shares", shares},
@@ -219,6 +226,21 @@ json render_steering(const Policy& p) {
   return out;
 }
 
+const char* rule_name(int rule) {
+  switch (rule) {
+    case DP_RULE_MARK:
+      return "mark";
+    case DP_RULE_PORT:
+      return "port";
+    case DP_RULE_CGROUP:
+      return "cgroup";
+    case DP_RULE_DEFAULT:
+      return "default";
+    default:
+      return "";
+  }
+}
+
 json render_flows(const std::vector<FlowRow>& rows, size_t total,
                   const std::array<std::string, DP_MAX_CLASSES>& class_name,
                   const std::array<std::string, DP_MAX_RAILS>& rail_name, uint64_t now_ns) {
@@ -231,6 +253,7 @@ json render_flows(const std::vector<FlowRow>& rows, size_t total,
         {"dst", address(r.key.daddr)},
         {"dport", ntohs(r.key.dport)},
         {"class", class_name[r.flow.cls]},
+        {"rule", rule_name(r.flow.rule)},
         {"path", rail_name[r.flow.rail]},
         {"bytes", r.flow.bytes},
         {"packets", r.flow.packets},

@@ -106,6 +106,8 @@ DP_SKELETON_MAP(owned)
 DP_SKELETON_MAP(rail_nets)
 DP_SKELETON_MAP(sock_orig)
 DP_SKELETON_MAP(connects)
+DP_SKELETON_MAP(cgroups)
+DP_SKELETON_MAP(cgroup_cache)
 #undef DP_SKELETON_MAP
 
 Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <spdlog/spdlog.h>
 
@@ -100,6 +101,7 @@ Result<std::unique_ptr<Datapath>> Datapath::open(const std::string& dir) {
   else
     spdlog::warn("{}; sockops will count sockets of every namespace", cookie.error().what());
   d->ifreq_fd_.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (auto root = cgroup2_root()) d->cgroup_root_ = *root;
   return d;
 }
 
@@ -127,7 +129,79 @@ Result<Datapath::Staged> Datapath::stage(const Policy& next, bool running) {
   s.gen = running ? gen_ ^ 1u : gen_;
   DP_TRY(write_ports(skel_->ports(), s.gen, s.enc.ports));
   DP_TRY(write_marks(skel_->marks(), s.gen, s.enc.marks));
+  if (!cgroup_root_.empty()) s.cgroups = resolve_cgroups(next, cgroup_root_);
+  DP_TRY(write_cgroups(s.gen, s.cgroups, s.class_slot));
   return s;
+}
+
+Result<size_t> Datapath::write_cgroups(uint32_t gen, const std::vector<CgroupRule>& rules,
+                                       const std::vector<int>& class_slot) {
+  BpfMap m = skel_->cgroups();
+  std::map<uint64_t, uint8_t> want;
+  for (auto& r : rules) {
+    if (!r.id) continue;
+    auto [it, fresh] = want.emplace(r.id, static_cast<uint8_t>(class_slot.at(r.klass)));
+    if (!fresh && it->second != class_slot.at(r.klass))
+      spdlog::warn("cgroup {} ({}) is named by two classes; the first in the policy takes it",
+                   r.dir, r.rule);
+  }
+  for (auto& [id, slot] : want) {
+    dp_cgroup_key k{id, gen, 0};
+    dp_cgroup_val v{slot, {}};
+    DP_TRY(m.update(&k, &v));
+  }
+  for (auto& k : keys_of<dp_cgroup_key>(m))
+    if (k.gen == gen && !want.count(k.id)) (void)m.remove(&k);
+  clear_cgroup_cache(gen);
+  return want.size();
+}
+
+void Datapath::clear_cgroup_cache(uint32_t gen) {
+  BpfMap cache = skel_->cgroup_cache();
+  for (auto& k : keys_of<dp_cgroup_key>(cache))
+    if (k.gen == gen) (void)cache.remove(&k);
+}
+
+Result<void> Datapath::set_cgroup_gens(uint32_t gens) {
+  uint32_t zero = 0;
+  dp_config cfg{};
+  BpfMap m = skel_->config();
+  DP_TRY(m.lookup(&zero, &cfg));
+  if (cfg.cgroup_gens == gens) return {};
+  cfg.cgroup_gens = gens;
+  return m.update(&zero, &cfg);
+}
+
+bool Datapath::refresh_cgroups(const Policy& p) {
+  if (cgroup_root_.empty() || class_slot_.size() != p.classes.size()) return false;
+  if (cgroup_cache_dirty_) {
+    // a packet that walked the ancestors just before the last change may
+    // have cached the old answer after the cache was emptied
+    clear_cgroup_cache(gen_);
+    cgroup_cache_dirty_ = false;
+  }
+  auto now = resolve_cgroups(p, cgroup_root_);
+  if (now == cgroups_) return false;
+  for (auto& r : now) {
+    auto was = std::find_if(cgroups_.begin(), cgroups_.end(), [&](const CgroupRule& o) {
+      return o.klass == r.klass && o.rule == r.rule;
+    });
+    uint64_t before = was == cgroups_.end() ? 0 : was->id;
+    if (r.id && r.id != before)
+      spdlog::info("class {}: {} is cgroup {} (id {})", p.classes[r.klass].name, r.rule, r.dir,
+                   r.id);
+    else if (!r.id && before)
+      spdlog::info("class {}: {} is gone", p.classes[r.klass].name, r.rule);
+  }
+  auto n = write_cgroups(gen_, now, class_slot_);
+  if (!n) {
+    spdlog::error("{}", n.error().str());
+    return false;
+  }
+  if (auto r = set_cgroup_gens(*n ? 1u << gen_ : 0u); !r) spdlog::error("{}", r.error().str());
+  cgroups_ = std::move(now);
+  cgroup_cache_dirty_ = true;
+  return true;
 }
 
 Result<void> Datapath::attach(const Policy& next, const Staged& s) {
@@ -195,6 +269,10 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   cfg.default_class = s.enc.default_class;
   cfg.flowlet_gap_ns = static_cast<uint64_t>(next.scheduler.flowlet_gap.count());
   cfg.netns_cookie = netns_cookie_;
+  cfg.cgroup_gens =
+      std::any_of(s.cgroups.begin(), s.cgroups.end(), [](auto& r) { return r.id != 0; })
+          ? 1u << s.gen
+          : 0u;
   DP_TRY(skel_->config().update(&zero, &cfg));
   flowlet_gap_ns_ = cfg.flowlet_gap_ns;
   gen_ = s.gen;
@@ -233,6 +311,13 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   rail_ifindex_ = s.ifindex;
   vanished_.assign(s.ifindex.size(), false);
   topology_ = next.topology;
+  cgroups_ = s.cgroups;
+  cgroup_cache_dirty_ = true;
+  if (!cgroup_root_.empty()) {
+    std::vector<std::string> keep;
+    for (auto& c : next.classes) keep.push_back(c.name);
+    remove_run_slices(cgroup_root_, next.node, keep);  // classes the policy dropped
+  }
 
   std::vector<OperatorPin> pins;
   for (size_t i = 0; i < next.classes.size(); ++i) {
@@ -377,6 +462,7 @@ Result<void> Datapath::cleanup(const Policy& p, const std::string& bpffs_root) {
   if (!routed) return routed.error();
   spdlog::info("removed {} rules and routes of node {}", routed->removed, p.node);
   DP_TRY(remove_pin_dir(dir));
+  if (auto root = cgroup2_root()) remove_run_slices(*root, p.node);
   return {};
 }
 

@@ -107,4 +107,25 @@ void add_rdma(RdmaCounters& into, const RdmaCounters& c) {
   into.local_ack_timeouts += c.local_ack_timeouts;
 }
 
+std::optional<int> roce_v2_gid_index(const std::string& root, const RdmaPort& port) {
+  fs::path base = fs::path(root) / port.device / "ports" / std::to_string(port.port);
+  std::error_code ec;
+  std::vector<int> found;
+  for (auto& e : fs::directory_iterator(base / "gid_attrs" / "types", ec)) {
+    char* end = nullptr;
+    long i = std::strtol(e.path().filename().c_str(), &end, 10);
+    if (!end || *end || i < 0 || i > 65535) continue;
+    if (read_line(e.path()) != "RoCE v2") continue;
+    if (read_line(base / "gid_attrs" / "ndevs" / std::to_string(i)) != port.netdev) continue;
+    found.push_back(static_cast<int>(i));
+  }
+  if (found.empty()) return std::nullopt;
+  std::sort(found.begin(), found.end());
+  for (int i : found)  // an IPv4-mapped GID: 0000:0000:0000:0000:0000:ffff:....
+    if (read_line(base / "gids" / std::to_string(i)).rfind("0000:0000:0000:0000:0000:ffff:", 0) ==
+        0)
+      return i;
+  return found.front();
+}
+
 }  // namespace dp

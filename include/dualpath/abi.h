@@ -72,6 +72,8 @@ struct dp_config {
   __u32 default_class;  /* class slot for unmatched TCP/UDP, or DP_CLASS_NONE */
   __u64 flowlet_gap_ns; /* 0 = flows keep their rail until it loses its share */
   __u64 netns_cookie;   /* sockops only counts sockets of this netns (0: any) */
+  __u32 cgroup_gens;    /* bit g: generation g classifies by cgroup (dp_cgroups) */
+  __u32 pad;
 };
 
 enum dp_rail_flags {
@@ -154,11 +156,11 @@ struct dp_flow {
   __u64 last_seen_ns;
   __u64 bytes;
   __u64 packets;
-  __u32 gen;  /* classification generation the class was taken from */
-  __u8 cls;   /* class slot */
-  __u8 rail;  /* rail slot the flow is placed on */
-  __u8 flags; /* enum dp_flow_flags */
-  __u8 pad;
+  __u32 gen;          /* classification generation the class was taken from */
+  __u8 cls;           /* class slot */
+  __u8 rail;          /* rail slot the flow is placed on */
+  __u8 flags;         /* enum dp_flow_flags */
+  __u8 rule;          /* enum dp_rule: what classified the flow */
   __u32 flowlet;      /* flowlets started for this flow */
   __u32 replacements; /* times the flow changed rail */
   /* TCP, from sockops (0 for UDP and until the first RTT sample) */
@@ -166,6 +168,44 @@ struct dp_flow {
   __u32 retrans_segs; /* retransmitted segments */
   __u32 rto_events;
   __u32 data_segs_out; /* last value seen, to count deltas per rail and class */
+};
+
+/* What classified a packet, in the order the classifier tries them: the
+ * socket's mark, the destination then the source port, the socket's cgroup,
+ * the policy's default class. */
+enum dp_rule {
+  DP_RULE_NONE = 0,
+  DP_RULE_MARK,
+  DP_RULE_PORT,
+  DP_RULE_CGROUP,
+  DP_RULE_DEFAULT,
+};
+
+/*
+ * Classes by cgroup (policy keys cgroups and units, and dpctl run). The
+ * egress program reads the cgroup v2 id of the packet's socket (the cgroup
+ * the socket was created in; an accepted socket has its listener's), and the
+ * connect-time programs the cgroup of the calling task.
+ *
+ * dp_cgroups: HASH, {gen, cgroup id} -> class slot: the cgroups a policy
+ * names (a class takes their whole subtree; the deepest named one wins).
+ * dp_cgroup_cache: LRU_HASH, {gen, cgroup id} -> class slot or
+ * DP_CLASS_NONE: the answer for a socket's own cgroup, so that a packet
+ * costs one lookup. A miss walks the cgroup's ancestors, at most
+ * DP_CGROUP_MAX_LEVEL levels below the root. The daemon empties a
+ * generation's cache whenever what its dp_cgroups holds changes.
+ */
+#define DP_CGROUP_MAX_LEVEL 16
+#define DP_CGROUP_CACHE_SIZE 16384
+struct dp_cgroup_key {
+  __u64 id;
+  __u32 gen;
+  __u32 pad;
+};
+
+struct dp_cgroup_val {
+  __u8 cls;
+  __u8 pad[3];
 };
 
 /* dp_counters: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class slot
@@ -253,8 +293,8 @@ struct dp_rail_net {
 struct dp_sock_place {
   __u32 placed[4]; /* IPv4 in [0], network byte order */
   __u32 orig[4];
-  __u16 port;      /* network byte order */
-  __u16 family;    /* AF_INET or AF_INET6; 0 = unused */
+  __u16 port;   /* network byte order */
+  __u16 family; /* AF_INET or AF_INET6; 0 = unused */
 };
 struct dp_sock_orig {
   struct dp_sock_place p[DP_SOCK_PLACES];

@@ -7,11 +7,17 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <fstream>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include "dualpath/core/encode.h"
 #include "dualpath/kernel/attach.h"
+#include "dualpath/kernel/cgroups.h"
 #include "packet.h"
 
 using dptest::build_packet;
@@ -62,9 +68,10 @@ class Classifier : public ::testing::Test {
       ASSERT_TRUE(skel_->ports().update(&key, &enc.ports[p]));
     }
   }
-  void set_config(uint32_t gen, uint32_t default_class, uint64_t flowlet_gap_ns = 0) {
+  void set_config(uint32_t gen, uint32_t default_class, uint64_t flowlet_gap_ns = 0,
+                  uint32_t cgroup_gens = 0) {
     uint32_t zero = 0;
-    dp_config c{gen, default_class, flowlet_gap_ns, 0};
+    dp_config c{gen, default_class, flowlet_gap_ns, 0, cgroup_gens, 0};
     ASSERT_TRUE(skel_->config().update(&zero, &c));
   }
   void set_rail(uint32_t slot, uint32_t ifindex, bool enabled, bool gw4, bool gw6) {
@@ -471,3 +478,116 @@ TEST_F(Classifier, EmptyBaselineProgramLoads) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- classes by cgroup
+
+namespace {
+
+// This test process in a cgroup of its own (outer/inner under the cgroup v2
+// root) for as long as it lives; moved back and both removed after, even
+// when a test fails.
+class ScopedCgroup {
+ public:
+  ScopedCgroup() {
+    auto root = dp::cgroup2_root();
+    auto own = dp::own_cgroup();
+    if (!root || !own) return;
+    root_ = *root;
+    back_ = *root + *own;
+    outer_ = fmt::format("{}/dp-test-{}", root_, ::getpid());
+    inner_ = outer_ + "/inner";
+    if (::mkdir(outer_.c_str(), 0755) != 0 || ::mkdir(inner_.c_str(), 0755) != 0) return;
+    ok_ = join(inner_);
+  }
+  ~ScopedCgroup() {
+    if (!back_.empty()) join(back_);
+    ::rmdir(inner_.c_str());
+    ::rmdir(outer_.c_str());
+  }
+  bool ok() const { return ok_; }
+  const std::string& outer() const { return outer_; }
+  const std::string& inner() const { return inner_; }
+
+ private:
+  static bool join(const std::string& dir) {
+    std::ofstream procs(dir + "/cgroup.procs");
+    procs << "0\n";
+    procs.flush();
+    return static_cast<bool>(procs);
+  }
+  std::string root_, back_, outer_, inner_;
+  bool ok_ = false;
+};
+
+}  // namespace
+
+TEST_F(Classifier, SocketsOfACgroupSubtreeTakeItsClassAfterMarksAndPorts) {
+  ScopedCgroup cg;
+  if (!cg.ok()) GTEST_SKIP() << "cannot make a cgroup v2 directory here";
+  // BPF_PROG_TEST_RUN's skb has a socket of the calling process: its cgroup
+  // is inner, whose parent the policy names
+  auto outer = dp::cgroup_id(cg.outer());
+  ASSERT_TRUE(outer) << outer.error().str();
+  dp_cgroup_key k{*outer, 0, 0};
+  dp_cgroup_val v{static_cast<uint8_t>(kCombine), {}};
+  ASSERT_TRUE(skel_->cgroups().update(&k, &v));
+  auto rule_of = [&](const PacketSpec& s) {
+    auto key = dptest::flow_key_of(s);
+    dp_flow f{};
+    EXPECT_TRUE(skel_->flows().lookup(key.bytes, &f));
+    return std::pair<int, int>{f.cls, f.rule};
+  };
+
+  // cgroup classification off in this generation: unclassified
+  PacketSpec plain = tcp4(40000, 40001);
+  EXPECT_EQ(egress(plain).ret, DP_PASS);
+  EXPECT_EQ(counters(0, DP_CLASS_UNCLASSIFIED).tx_packets, 1u);
+
+  set_config(0, DP_CLASS_NONE, 0, 1u << 0);
+  PacketSpec by_cgroup = tcp4(40002, 40001);
+  egress(by_cgroup);
+  EXPECT_EQ(rule_of(by_cgroup), std::make_pair(kCombine, static_cast<int>(DP_RULE_CGROUP)));
+  // ports come first, and a mark before them
+  PacketSpec by_port = tcp4(40003, 52001);
+  egress(by_port);
+  EXPECT_EQ(rule_of(by_port), std::make_pair(kParamSync, static_cast<int>(DP_RULE_PORT)));
+  PacketSpec by_mark = tcp4(40004, 40001);
+  egress(by_mark, 0x54);
+  EXPECT_EQ(rule_of(by_mark), std::make_pair(kLogs, static_cast<int>(DP_RULE_MARK)));
+
+  // the answer for inner was cached: one lookup per packet
+  auto inner = dp::cgroup_id(cg.inner());
+  ASSERT_TRUE(inner);
+  dp_cgroup_key ck{*inner, 0, 0};
+  dp_cgroup_val cached{};
+  ASSERT_TRUE(skel_->cgroup_cache().lookup(&ck, &cached));
+  EXPECT_EQ(cached.cls, kCombine);
+
+  // the other generation's cgroups are not this one's; after the flip with
+  // none named there, the default class takes the packet
+  set_config(1, DP_CLASS_NONE, 0, 1u << 0);
+  write_ports(1, dp::encode_policy(policy_, {0, 1, 2, 3, 4}, {0, 1}));
+  set_config(1, kControl, 0, 1u << 1);
+  PacketSpec after_flip = tcp4(40005, 40001);
+  egress(after_flip);
+  EXPECT_EQ(rule_of(after_flip), std::make_pair(kControl, static_cast<int>(DP_RULE_DEFAULT)));
+}
+
+TEST_F(Classifier, TheDeepestNamedCgroupWins) {
+  ScopedCgroup cg;
+  if (!cg.ok()) GTEST_SKIP() << "cannot make a cgroup v2 directory here";
+  auto outer = dp::cgroup_id(cg.outer()), inner = dp::cgroup_id(cg.inner());
+  ASSERT_TRUE(outer && inner);
+  dp_cgroup_key ko{*outer, 0, 0}, ki{*inner, 0, 0};
+  dp_cgroup_val vo{static_cast<uint8_t>(kCombine), {}}, vi{static_cast<uint8_t>(kLogs), {}};
+  ASSERT_TRUE(skel_->cgroups().update(&ko, &vo));
+  ASSERT_TRUE(skel_->cgroups().update(&ki, &vi));
+  set_config(0, DP_CLASS_NONE, 0, 1u << 0);
+  PacketSpec s = tcp4(40010, 40001);
+  egress(s);
+  auto key = dptest::flow_key_of(s);
+  dp_flow f{};
+  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
+  EXPECT_EQ(f.cls, kLogs);
+  EXPECT_EQ(f.rule, DP_RULE_CGROUP);
+}

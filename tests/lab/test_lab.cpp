@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -821,6 +822,97 @@ TEST_F(Lab, ClassQosReachesTheQdiscAndTheWire) {
       << "param-sync and logs did not";
 }
 
+// dpctl run on both ends: iperf3 on ephemeral ports (and iperf3's port 5301,
+// in no class) is classified by the cgroup it runs in.
+std::string dpctl_run(const std::string& ns, const std::string& cls, const std::string& cmd) {
+  return nsenter(ns) + DP_BUILD_DIR "/tools/dpctl/dpctl -s /run/dualpath/" + ns +
+         ".sock run --class " + cls + " -- " + cmd;
+}
+
+// iperf3 (server in dpl-b, client in dpl-a), each under `run_b` / `run_a`
+// ("" = plainly); returns the bytes that left dpl-a by rail0 and rail1.
+std::pair<uint64_t, uint64_t> iperf(const std::string& cls_a, const std::string& cls_b,
+                                    uint16_t port = 5301) {
+  std::string server = "iperf3 -s -1 -p " + std::to_string(port);
+  std::string client = "iperf3 -c 10.99.0.2 -p " + std::to_string(port) + " -n 4M";
+  std::string srv_cmd =
+      cls_b.empty() ? nsenter("dpl-b") + server : dpctl_run("dpl-b", cls_b, server);
+  pid_t srv = fork();
+  if (srv == 0) {
+    ::execl("/bin/sh", "sh", "-c", (srv_cmd + " >/dev/null 2>&1").c_str(), nullptr);
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  uint64_t r0 = lab::tx_bytes("dpl-a", "rail0"), r1 = lab::tx_bytes("dpl-a", "rail1");
+  Cmd c = sh(cls_a.empty() ? nsenter("dpl-a") + client : dpctl_run("dpl-a", cls_a, client));
+  std::pair<uint64_t, uint64_t> d{lab::tx_bytes("dpl-a", "rail0") - r0,
+                                  lab::tx_bytes("dpl-a", "rail1") - r1};
+  EXPECT_EQ(c.rc, 0) << c.out;
+  int status = 0;
+  for (int i = 0; i < 50 && ::waitpid(srv, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (::waitpid(srv, &status, WNOHANG) == 0) {
+    ::kill(srv, SIGKILL);
+    ::waitpid(srv, &status, 0);
+  }
+  return d;
+}
+
+// At least 95% of what left dpl-a by the rails left by `rail` (iperf3 -n
+// stops counting before its last bytes are on the wire: no exact total).
+void expect_mostly_on(int rail, std::pair<uint64_t, uint64_t> d, const std::string& what) {
+  uint64_t on = rail == 0 ? d.first : d.second, total = d.first + d.second;
+  EXPECT_GE(total, 2u << 20) << what << ": only " << total << " bytes left by the rails";
+  EXPECT_GE(static_cast<double>(on), 0.95 * static_cast<double>(total))
+      << what << ": rail" << rail << " sent " << on << " of " << total << " bytes";
+}
+
+TEST_F(Lab, DpctlRunPutsACommandsSocketsInItsClass) {
+  if (sh("command -v iperf3").rc != 0) GTEST_SKIP() << "iperf3 is not installed";
+  // param-sync is elastic: pinned, so that the scheduler does not split it
+  ASSERT_EQ(lab::dpctl("a", "class set param-sync rail1").value("pinned", false), true);
+  ASSERT_EQ(lab::dpctl("b", "class set param-sync rail1").value("pinned", false), true);
+  auto d = iperf("param-sync", "param-sync");
+  expect_mostly_on(1, d, "iperf3 under dpctl run --class param-sync (rail1)");
+  json c = klass("a", "param-sync");
+  ASSERT_EQ(c["cgroups"].size(), 1u) << c.dump();
+  EXPECT_EQ(c["cgroups"][0]["rule"], "dpctl run");
+  EXPECT_EQ(c["cgroups"][0]["present"], true);
+  json flows = lab::dpctl("a", "flow list --class param-sync --top 50")["flows"];
+  bool by_cgroup = false;
+  for (auto& f : flows) by_cgroup |= f["dport"] == 5301 && f["rule"] == "cgroup";
+  EXPECT_TRUE(by_cgroup) << flows.dump();
+
+  // it follows class set
+  lab::dpctl("a", "class set param-sync rail0");
+  lab::dpctl("b", "class set param-sync rail0");
+  d = iperf("param-sync", "param-sync", 5302);
+  expect_mostly_on(0, d, "after class set param-sync rail0");
+  lab::dpctl("a", "class set param-sync rail1");
+  lab::dpctl("b", "class set param-sync rail1");
+
+  // a process outside the cgroup is not classified: the route (rail0) takes it
+  d = iperf("", "", 5303);
+  expect_mostly_on(0, d, "iperf3 without dpctl run");
+  // a port rule comes before the cgroup: expert-dispatch's port goes by rail0
+  d = iperf("param-sync", "param-sync", 50020);
+  expect_mostly_on(0, d, "dpctl run --class param-sync to an expert-dispatch port");
+
+  // a class that is not in the policy: an error, and the command does not run
+  Cmd bad = sh(dpctl_run("dpl-a", "nosuch", "touch /tmp/dp-run-must-not-exist"));
+  EXPECT_EQ(bad.rc, 125) << bad.out;
+  EXPECT_NE(bad.out.find("no class named \"nosuch\""), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists("/tmp/dp-run-must-not-exist"));
+  // dpctl env: the lab's rails have no RDMA device
+  Cmd env = sh(lab::dp_lab() + " dpctl a env --class param-sync");
+  EXPECT_NE(env.rc, 0);
+  EXPECT_NE(env.out.find("path rail1 (interface rail1) of class param-sync has no RDMA device"),
+            std::string::npos)
+      << env.out;
+  lab::dpctl("a", "class unpin param-sync");
+  lab::dpctl("b", "class unpin param-sync");
+}
+
 TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
   for (const char* ns : {"dpl-a", "dpl-b"}) {
     pid_t pid = daemon_pid(ns);
@@ -853,6 +945,10 @@ TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
       << "the clsact dualpath created is removed";
   EXPECT_FALSE(fs::exists("/sys/fs/bpf/dualpath/dpl-a"));
   EXPECT_FALSE(fs::exists("/sys/fs/bpf/dualpath/dpl-b"));
+  // the run slices dpctl run used (DpctlRunPutsACommandsSocketsInItsClass)
+  std::string cg = must("findmnt -n -t cgroup2 -o TARGET | head -1");
+  cg.erase(cg.find_last_not_of(" \n") + 1);
+  EXPECT_FALSE(fs::exists(cg + "/dualpath.slice/dualpath-dpl\\x2da.slice")) << cg;
   // cleanup twice is fine
   must(a + DP_BUILD_DIR "/daemon/dualpathd --cleanup --policy " + g_policies + "/lab-a.toml");
 }

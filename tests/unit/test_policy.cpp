@@ -212,7 +212,43 @@ TEST(Policy, BadGatewayFamily) {
 
 TEST(Policy, ClassWithoutPortsOrMark) {
   expect_one_error(replace(kBase, "mark = 0x54\nports = [\"tcp:54000-54099\", \"udp:514\"]\n", ""),
-                   27, "neither ports nor mark");
+                   27, "no ports, mark, cgroups or units");
+  // an empty port list matches nothing either
+  expect_one_error(
+      replace(kBase, "mark = 0x54\nports = [\"tcp:54000-54099\", \"udp:514\"]\n", "ports = []\n"),
+      31, "no traffic could ever match it");
+}
+
+TEST(Policy, ClassByCgroupAndUnit) {
+  auto r = dp::parse_policy(
+      replace(kBase, "mark = 0x54\nports = [\"tcp:54000-54099\", \"udp:514\"]\n",
+              "cgroups = [\"/system.slice/vllm.service\", \"/kubepods.slice/x y\"]\n"
+              "units = [\"sglang@0.service\"]\n"),
+      "p.toml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].str();
+  const auto& c = r.policy->classes.back();
+  ASSERT_EQ(c.cgroups.size(), 3u);
+  EXPECT_EQ(c.cgroups[0].str(), "cgroup /system.slice/vllm.service");
+  EXPECT_EQ(c.cgroups[0].line, 31);
+  EXPECT_EQ(c.cgroups[2].kind, dp::CgroupSpec::Kind::Unit);
+  EXPECT_EQ(c.cgroups[2].str(), "unit sglang@0.service");
+}
+
+TEST(Policy, BadCgroupRulesRefusedWithTheirLine) {
+  auto with = [](const std::string& rules) {
+    return replace(kBase, "mark = 0x54\nports = [\"tcp:54000-54099\", \"udp:514\"]\n", rules);
+  };
+  expect_one_error(with("cgroups = [\"system.slice/x.service\"]\n"), 31, "starting with '/'");
+  expect_one_error(with("cgroups = [\"/\"]\n"), 31, "root cgroup");
+  expect_one_error(with("cgroups = [\"/a/../b\"]\n"), 31, "'.' or '..'");
+  expect_one_error(with("cgroups = [\"/a//b\"]\n"), 31, "empty component");
+  expect_one_error(with("cgroups = [\"/a/\"]\n"), 31, "end in '/'");
+  expect_one_error(with("cgroups = \"/a\"\n"), 31, "must be an array");
+  expect_one_error(with("cgroups = [1]\n"), 31, "must be strings");
+  expect_one_error(with("units = [\"vllm\"]\n"), 31, "not a systemd unit name");
+  expect_one_error(with("units = [\"a b.service\"]\n"), 31, "not a systemd unit name");
+  expect_one_error(with("units = [\"x.service\", \"x.service\"]\n"), 31,
+                   "unit x.service is already a rule of class \"logs\"");
 }
 
 TEST(Policy, DefaultClassMustExist) {

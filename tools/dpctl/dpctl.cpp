@@ -2,13 +2,18 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <thread>
 
 #include "dpctl.h"
 #include "dualpath/client/control_socket.h"
+#include "dualpath/core/launch_env.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/units.h"
 #include "dualpath/version.h"
@@ -299,14 +304,15 @@ int cmd_flow_list(const Globals& g, const json& args) {
                 : fmt::format("{}:{}", f[a].get<std::string>(), f[p].get<int>());
     };
     rows.push_back(
-        {str(f["proto"]), ep("src", "sport"), ep("dst", "dport"), str(f["class"]), str(f["path"]),
+        {str(f["proto"]), ep("src", "sport"), ep("dst", "dport"), str(f["class"]),
+         f.value("rule", "").empty() ? "-" : str(f["rule"]), str(f["path"]),
          dp::format_bytes(f["bytes"].get<double>()),
          f["srtt_us"].get<uint32_t>() ? fmt::format("{} us", f["srtt_us"].get<uint32_t>()) : "-",
          std::to_string(f["retrans_segs"].get<uint32_t>()),
          fmt::format("{:.1f}s", f["idle_s"].get<double>())});
   }
   print_table(
-      {"PROTO", "SOURCE", "DESTINATION", "CLASS", "PATH", "BYTES", "SRTT", "RETRANS", "IDLE"},
+      {"PROTO", "SOURCE", "DESTINATION", "CLASS", "BY", "PATH", "BYTES", "SRTT", "RETRANS", "IDLE"},
       rows);
   std::cout << rows.size() << " of " << (*d)["total"] << " flows in the flow table\n";
   return 0;
@@ -349,12 +355,16 @@ int cmd_class_list(const Globals& g) {
       if (uint64_t u = c["connections_unmapped"].get<uint64_t>())
         by_path += fmt::format(", {} left alone", u);
     }
+    std::string cgroups;
+    for (auto& cg : c.value("cgroups", json::array()))
+      cgroups += fmt::format("{}{}{}", cgroups.empty() ? "" : ",", str(cg["rule"]),
+                             cg["present"].get<bool>() ? "" : " (absent)");
     rows.push_back({str(c["name"]), str(c["kind"]), std::to_string(c["priority"].get<int>()),
-                    ports.empty() ? "-" : ports,
+                    ports.empty() ? "-" : ports, cgroups.empty() ? "-" : cgroups,
                     c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),
                     rail + (c["pinned"].get<bool>() ? " (pinned)" : ""), by_path});
   }
-  print_table({"CLASS", "KIND", "PRIO", "PORTS", "MARK", "RAIL", "TX BYTES"}, rows);
+  print_table({"CLASS", "KIND", "PRIO", "PORTS", "CGROUPS", "MARK", "RAIL", "TX BYTES"}, rows);
   return 0;
 }
 
@@ -410,6 +420,58 @@ int cmd_class_unpin(const Globals& g, const std::string& cls) {
   if (!d) return rc;
   if (g.json_out) return print_json(g, *d), 0;
   std::cout << "class " << cls << " unpinned: the scheduler decides its rails again\n";
+  return 0;
+}
+
+// dpctl run: the command's process joins the class's run slice, through
+// systemd when it is PID 1 (a transient scope in the slice), directly
+// otherwise; then it becomes the command. Exit codes as env(1): 125 dpctl,
+// 126 not executable, 127 not found.
+int cmd_run(const Globals& g, const std::string& cls, const std::vector<std::string>& argv) {
+  int rc;
+  auto d = request(g, "class.run", {{"class", cls}}, &rc);
+  if (!d) return 125;
+  std::string cgroup = str((*d)["cgroup"]), slice = str((*d)["slice"]);
+  std::vector<std::string> args;
+  std::error_code ec;
+  if (std::filesystem::exists("/run/systemd/system", ec) &&
+      ::access("/usr/bin/systemd-run", X_OK) == 0) {
+    args = {"/usr/bin/systemd-run", "--scope", "--quiet", "--collect", "--slice=" + slice, "--"};
+  } else {
+    std::ofstream procs(cgroup + "/cgroup.procs");
+    procs << "0\n";  // 0: the writing process
+    procs.flush();
+    if (!procs) {
+      std::cerr << "dpctl: cannot join cgroup " << cgroup << ": " << std::strerror(errno) << "\n";
+      return 125;
+    }
+  }
+  args.insert(args.end(), argv.begin(), argv.end());
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  ::execvp(cargs[0], cargs.data());
+  int err = errno;
+  std::cerr << "dpctl: cannot run " << args.front() << ": " << std::strerror(err) << "\n";
+  return err == ENOENT ? 127 : 126;
+}
+
+int cmd_env(const Globals& g, const std::string& cls, const std::string& format) {
+  int rc;
+  auto d = request(g, "class.env", {{"class", cls}}, &rc);
+  if (!d) return rc;
+  if (g.json_out || format == "json") return print_json(g, *d), 0;
+  std::cout << "# dualpath: launch settings for class " << cls << " (";
+  bool first = true;
+  for (auto& r : (*d)["rails"]) {
+    std::cout << (first ? "" : ", ") << str(r["path"]) << " "
+              << fmt::format("{:.0f}%", r["share"].get<double>()) << " on " << str(r["rdma_device"])
+              << ":" << r["rdma_port"] << "/" << str(r["interface"]);
+    first = false;
+  }
+  std::cout << ")\n";
+  for (auto& n : (*d)["notes"]) std::cout << "# " << str(n) << "\n";
+  std::cout << dp::env_as_shell((*d)["env"]);
   return 0;
 }
 
@@ -476,6 +538,24 @@ int main(int argc, char** argv) {
       return cmd_flow_list(g, args);
     };
   });
+
+  std::string run_class;
+  std::vector<std::string> run_argv;
+  auto* run = app.add_subcommand(
+      "run", "run a command so that its sockets belong to a class (its cgroup is the class's)");
+  run->add_option("--class", run_class, "class name")->required();
+  run->add_option("COMMAND", run_argv, "the command and its arguments, after --")->required();
+  run->callback([&] { action = [&] { return cmd_run(g, run_class, run_argv); }; });
+
+  std::string env_class, env_format = "shell";
+  auto* envc = app.add_subcommand(
+      "env",
+      "launch settings (NCCL_*, UCX_*) that put a framework's RDMA traffic on a class's rails");
+  envc->add_option("--class", env_class, "class name")->required();
+  envc->add_option("--format", env_format, "shell or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"shell", "json"}));
+  envc->callback([&] { action = [&] { return cmd_env(g, env_class, env_format); }; });
 
   auto* unpin =
       cls->add_subcommand("unpin", "give a class pinned with `class set` back to the scheduler");

@@ -54,6 +54,22 @@ struct PortRange {
   std::string str() const;  // "tcp:50000-50999"
 };
 
+// A class's cgroup rule: a cgroup v2 directory (relative to the cgroup v2
+// root) or a systemd unit, whose subtree's sockets belong to the class.
+struct CgroupSpec {
+  enum class Kind { Path, Unit };
+  Kind kind = Kind::Path;
+  std::string text;  // "/system.slice/vllm.service" or "vllm.service"
+  int line = 0;
+  int column = 0;
+  std::string str() const;  // "cgroup /system.slice/vllm.service", "unit vllm.service"
+};
+
+// Syntax checks of the policy's cgroup paths and unit names: "" when
+// valid, else why not.
+std::string cgroup_path_problem(const std::string& path);
+std::string unit_name_problem(const std::string& unit);
+
 struct PathSpec {
   std::string name;
   std::string interface;
@@ -82,6 +98,7 @@ struct ClassSpec {
   std::string prefer;
   std::optional<uint32_t> mark;
   std::vector<PortRange> ports;
+  std::vector<CgroupSpec> cgroups;  // keys cgroups and units, in that order
   PortMatch match = PortMatch::Any;
   bool pinned = false;                   // the scheduler never moves a pinned class
   std::optional<uint8_t> dscp;           // stamped on its packets (0-63)
@@ -145,6 +162,7 @@ struct Policy {
   int class_index(const std::string& name) const;  // -1 if none
   // The class of a socket, in the datapath's order: its mark, then its
   // destination port, then its source port, then default_class; -1 if none.
+  // (The datapath tries the socket's cgroup after the ports; this does not.)
   int classify(Proto proto, uint16_t sport, uint16_t dport, uint32_t mark) const;
 };
 

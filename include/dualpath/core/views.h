@@ -61,9 +61,18 @@ struct ClassView {
   std::vector<OnPath> paths;  // per policy path
   Topology topology = Topology::Shared;
   uint64_t connections_unmapped = 0;  // left alone: no rail's network holds the destination
+  struct Cgroup {
+    std::string rule;  // "cgroup /x", "unit x.service", "dpctl run"
+    std::string dir;   // "" when not found
+    uint64_t id = 0;   // 0: absent now
+  };
+  std::vector<Cgroup> cgroups;
 };
 // An element of class.list.
 json render_class(const ClassView& v);
+
+// "mark", "port", "cgroup", "default" for enum dp_rule ("" for none).
+const char* rule_name(int rule);
 
 // flow.list's data: its rows, and how many flows the table holds; class and
 // rail names by slot.

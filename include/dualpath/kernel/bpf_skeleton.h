@@ -79,6 +79,8 @@ class DpSkeleton {
   BpfMap rail_nets() const;        // dp_rail_nets
   BpfMap sock_orig() const;        // dp_sock_orig
   BpfMap connects() const;         // dp_connects
+  BpfMap cgroups() const;          // dp_cgroups
+  BpfMap cgroup_cache() const;     // dp_cgroup_cache
 
   // Records (slot) or forgets (nullopt) that ifindex is a rail, in both
   // dp_rail_by_ifindex and dp_ifindex.

@@ -22,6 +22,7 @@
 #include "dualpath/core/views.h"
 #include "dualpath/kernel/attach.h"
 #include "dualpath/kernel/bpf_skeleton.h"
+#include "dualpath/kernel/cgroups.h"
 
 namespace dp {
 
@@ -48,6 +49,7 @@ class Datapath {
     std::vector<uint32_t> ifindex;           // per policy path
     std::vector<std::string> existing_classes;
     EncodedPolicy enc;
+    std::vector<CgroupRule> cgroups;  // the policy's cgroup rules, as found now
     uint32_t gen = 0;
   };
   // `running`: a policy is live (this daemon's or an adopted one), so the
@@ -71,6 +73,14 @@ class Datapath {
   Result<void> clear_operator_pin(size_t klass);
   Result<void> set_flowlet_gap(uint64_t ns);
   uint64_t flowlet_gap_ns() const { return flowlet_gap_ns_; }
+
+  // Classes by cgroup: finds the policy's cgroups again (a unit restarted,
+  // a cgroup made, dpctl run) and updates the live generation when they
+  // moved. Returns true when something changed.
+  bool refresh_cgroups(const Policy& p);
+  const std::vector<CgroupRule>& cgroups() const { return cgroups_; }
+  // The cgroup v2 root the policy's cgroup paths are relative to ("" if none).
+  const std::string& cgroup_root() const { return cgroup_root_; }
 
   // A rail whose interface was deleted (or has another ifindex now) stops
   // being a redirect target: returns true when `path` has just vanished.
@@ -114,6 +124,16 @@ class Datapath {
   std::vector<bool> vanished_;          // interface gone: not a redirect target
   Topology topology_ = Topology::Shared;
   Fd ifreq_fd_;  // for SIOCGIFINDEX (ifindex_of)
+  std::string cgroup_root_;
+  std::vector<CgroupRule> cgroups_;  // as written to the live generation
+  bool cgroup_cache_dirty_ = false;  // emptied once more at the next refresh
+
+  // dp_cgroups of generation `gen` made to hold `rules` (by class slot), and
+  // that generation's cache emptied. Returns how many cgroups it holds.
+  Result<size_t> write_cgroups(uint32_t gen, const std::vector<CgroupRule>& rules,
+                               const std::vector<int>& class_slot);
+  void clear_cgroup_cache(uint32_t gen);
+  Result<void> set_cgroup_gens(uint32_t gens);
 };
 
 }  // namespace dp

@@ -9,6 +9,7 @@
 //   <root>/<dev>/ports/<n>/gid_attrs/ndevs/<i>                         the netdev of a RoCE port
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,5 +43,11 @@ std::vector<std::string> ibverbs_devices();
 Result<RdmaCounters> read_rdma_counters(const std::string& root, const RdmaPort& port);
 
 void add_rdma(RdmaCounters& into, const RdmaCounters& c);
+
+// The GID index a RoCE v2 connection over `port` uses for its netdev (what
+// NCCL_IB_GID_INDEX names): the first index whose gid_attrs/types entry is
+// "RoCE v2" and whose gid_attrs/ndevs entry is the netdev, preferring one
+// whose GID (gids/<i>) is IPv4-mapped when the port has both.
+std::optional<int> roce_v2_gid_index(const std::string& root, const RdmaPort& port);
 
 }  // namespace dp
