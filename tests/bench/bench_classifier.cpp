@@ -18,14 +18,20 @@
 #include "../bpf/packet.h"
 #include "dualpath/core/encode.h"
 #include "dualpath/kernel/attach.h"
+#include "dualpath/kernel/cgroups.h"
 
 namespace {
+
+// Classes by cgroup for a case: off in the generation, on and this
+// process's cgroup named by a class, or on and no class naming it.
+enum class Cgroups { Off, Match, NoMatch };
 
 struct Case {
   const char* name;
   dptest::PacketSpec pkt;
   uint32_t mark;
   bool baseline;
+  Cgroups cgroups = Cgroups::Off;
 };
 
 double run_ns(int fd, const std::vector<uint8_t>& pkt, uint32_t mark, uint32_t repeat, int* ret) {
@@ -108,6 +114,31 @@ int main(int argc, char** argv) {
       {"v4 tcp, split class (flowlet clock)", {4, IPPROTO_TCP, 40002, 51001}, 0, false},
       {"v4 tcp, unclassified", {4, IPPROTO_TCP, 40000, 40001}, 0, false},
       {"v4 fragment (passed)", {4, IPPROTO_TCP, 40000, 50001, 0, false, true}, 0, false},
+      {"v4 tcp, class by cgroup", {4, IPPROTO_TCP, 40000, 40001}, 0, false, Cgroups::Match},
+      {"v4 tcp, no class, cgroups on", {4, IPPROTO_TCP, 40000, 40001}, 0, false, Cgroups::NoMatch},
+      {"v4 tcp, class by port, cgroups on",
+       {4, IPPROTO_TCP, 40000, 50001},
+       0,
+       false,
+       Cgroups::Match},
+  };
+  // BPF_PROG_TEST_RUN's skb has a socket made by this process: its cgroup is ours
+  uint64_t own_id = 0;
+  if (auto root = dp::cgroup2_root(); root)
+    if (auto own = dp::own_cgroup(); own)
+      if (auto id = dp::cgroup_id(*root + *own); id) own_id = *id;
+  if (!own_id) std::fprintf(stderr, "cannot find this process's cgroup v2 id\n");
+  auto set_cgroups = [&](Cgroups mode) {
+    dp_cgroup_key k{own_id, 0, 0};
+    dp_cgroup_val v{4, {}};  // logs
+    if (mode == Cgroups::Match)
+      (void)s.cgroups().update(&k, &v);
+    else
+      (void)s.cgroups().remove(&k);
+    (void)s.cgroup_cache().remove(&k);
+    dp_config c = cfg;
+    c.cgroup_gens = mode == Cgroups::Off ? 0 : 1;
+    (void)s.config().update(&zero, &c);
   };
   const size_t n = std::size(cases);
   std::vector<std::vector<uint8_t>> pkts;
@@ -115,16 +146,18 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> samples(n);
   std::vector<int> rets(n);
   for (int r = 0; r < rounds; ++r)
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < n; ++i) {
+      set_cgroups(cases[i].cgroups);
       samples[i].push_back(run_ns(cases[i].baseline ? s.empty_fd() : s.egress_fd(), pkts[i],
                                   cases[i].mark, repeat, &rets[i]));
+    }
 
   double base = median(samples[0]);
   std::printf(
       "dualpath egress classifier, BPF_PROG_TEST_RUN, repeat %u, %d interleaved rounds "
       "(median)\n\n",
       repeat, rounds);
-  std::printf("%-34s %10s %12s %10s  %s\n", "case", "ns/packet", "minus empty", "goal", "verdict");
+  std::printf("%-36s %10s %12s %10s  %s\n", "case", "ns/packet", "minus empty", "goal", "verdict");
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < n; ++i) {
     double m = median(samples[i]);
@@ -133,9 +166,9 @@ int main(int argc, char** argv) {
                           : rets[i] == TC_ACT_REDIRECT    ? "redirect"
                                                        : (rets[i] == TC_ACT_UNSPEC ? "pass" : "ok");
     if (cases[i].baseline)
-      std::printf("%-34s %10.1f %12s %10s  %s\n", cases[i].name, m, "-", "-", verdict);
+      std::printf("%-36s %10.1f %12s %10s  %s\n", cases[i].name, m, "-", "-", verdict);
     else
-      std::printf("%-34s %10.1f %12.1f %10s  %s%s\n", cases[i].name, m, extra, "<= 50", verdict,
+      std::printf("%-36s %10.1f %12.1f %10s  %s%s\n", cases[i].name, m, extra, "<= 50", verdict,
                   extra <= 50 ? "" : "   (over goal)");
     out.push_back({{"case", cases[i].name},
                    {"ns_per_packet", m},
