@@ -176,4 +176,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_cgroup_cache SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_cgroup_gens SEC(".maps");
+
 #endif /* DP_BPF_MAPS_H */

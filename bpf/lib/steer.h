@@ -131,12 +131,17 @@ static __always_inline __u8 dp_classify_rule(const struct dp_pkt *pkt, __u32 mar
 		return pe->cls[base + 1];
 	}
 
-	if (how != DP_CGROUP_NONE && (cfg->cgroup_gens & (1u << gen))) {
-		__u8 cls = dp_cgroup_class(ctx, how, gen);
+	if (how != DP_CGROUP_NONE) {
+		__u32 zero = 0;
+		__u32 *gens = bpf_map_lookup_elem(&dp_cgroup_gens, &zero);
 
-		if (cls < DP_MAX_CLASSES) {
-			*rule = DP_RULE_CGROUP;
-			return cls;
+		if (gens && (*gens & (1u << gen))) {
+			__u8 cls = dp_cgroup_class(ctx, how, gen);
+
+			if (cls < DP_MAX_CLASSES) {
+				*rule = DP_RULE_CGROUP;
+				return cls;
+			}
 		}
 	}
 

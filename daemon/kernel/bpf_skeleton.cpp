@@ -108,6 +108,7 @@ DP_SKELETON_MAP(sock_orig)
 DP_SKELETON_MAP(connects)
 DP_SKELETON_MAP(cgroups)
 DP_SKELETON_MAP(cgroup_cache)
+DP_SKELETON_MAP(cgroup_gens)
 #undef DP_SKELETON_MAP
 
 Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {

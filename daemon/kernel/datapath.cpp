@@ -164,12 +164,7 @@ void Datapath::clear_cgroup_cache(uint32_t gen) {
 
 Result<void> Datapath::set_cgroup_gens(uint32_t gens) {
   uint32_t zero = 0;
-  dp_config cfg{};
-  BpfMap m = skel_->config();
-  DP_TRY(m.lookup(&zero, &cfg));
-  if (cfg.cgroup_gens == gens) return {};
-  cfg.cgroup_gens = gens;
-  return m.update(&zero, &cfg);
+  return skel_->cgroup_gens().update(&zero, &gens);
 }
 
 bool Datapath::refresh_cgroups(const Policy& p) {
@@ -269,10 +264,14 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   cfg.default_class = s.enc.default_class;
   cfg.flowlet_gap_ns = static_cast<uint64_t>(next.scheduler.flowlet_gap.count());
   cfg.netns_cookie = netns_cookie_;
-  cfg.cgroup_gens =
-      std::any_of(s.cgroups.begin(), s.cgroups.end(), [](auto& r) { return r.id != 0; })
-          ? 1u << s.gen
-          : 0u;
+  // the generation about to be live classifies by cgroup from the flip on;
+  // the other one's bit is kept until then
+  bool by_cgroup =
+      std::any_of(s.cgroups.begin(), s.cgroups.end(), [](auto& r) { return r.id != 0; });
+  uint32_t gens = 0;
+  (void)skel_->cgroup_gens().lookup(&zero, &gens);
+  gens = by_cgroup ? gens | (1u << s.gen) : gens & ~(1u << s.gen);
+  DP_TRY(set_cgroup_gens(gens));
   DP_TRY(skel_->config().update(&zero, &cfg));
   flowlet_gap_ns_ = cfg.flowlet_gap_ns;
   gen_ = s.gen;

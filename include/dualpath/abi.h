@@ -72,8 +72,6 @@ struct dp_config {
   __u32 default_class;  /* class slot for unmatched TCP/UDP, or DP_CLASS_NONE */
   __u64 flowlet_gap_ns; /* 0 = flows keep their rail until it loses its share */
   __u64 netns_cookie;   /* sockops only counts sockets of this netns (0: any) */
-  __u32 cgroup_gens;    /* bit g: generation g classifies by cgroup (dp_cgroups) */
-  __u32 pad;
 };
 
 enum dp_rail_flags {
@@ -194,6 +192,10 @@ enum dp_rule {
  * costs one lookup. A miss walks the cgroup's ancestors, at most
  * DP_CGROUP_MAX_LEVEL levels below the root. The daemon empties a
  * generation's cache whenever what its dp_cgroups holds changes.
+ * dp_cgroup_gens: ARRAY with one __u32: bit g set when generation g names a
+ * cgroup; the lookup is skipped otherwise. (A map of its own, not a field of
+ * dp_config: the pinned dp_config of a running node keeps its layout, so an
+ * upgrade adopts it.)
  */
 #define DP_CGROUP_MAX_LEVEL 16
 #define DP_CGROUP_CACHE_SIZE 16384

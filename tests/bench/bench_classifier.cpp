@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     (void)s.marks().update(&k, &v);
   }
   uint32_t zero = 0, lo = 1;
-  dp_config cfg{0, DP_CLASS_NONE, 500'000, 0, 0, 0};  // the default 500 us flowlet gap
+  dp_config cfg{0, DP_CLASS_NONE, 500'000, 0};  // the default 500 us flowlet gap
   (void)s.config().update(&zero, &cfg);
   for (uint32_t r = 0; r < 2; ++r) {
     dp_rail rail = dp::encode_rail(p.paths[r], r == 0 ? 1 : 4242, true);
@@ -136,9 +136,8 @@ int main(int argc, char** argv) {
     else
       (void)s.cgroups().remove(&k);
     (void)s.cgroup_cache().remove(&k);
-    dp_config c = cfg;
-    c.cgroup_gens = mode == Cgroups::Off ? 0 : 1;
-    (void)s.config().update(&zero, &c);
+    uint32_t gens = mode == Cgroups::Off ? 0 : 1;
+    (void)s.cgroup_gens().update(&zero, &gens);
   };
   const size_t n = std::size(cases);
   std::vector<std::vector<uint8_t>> pkts;

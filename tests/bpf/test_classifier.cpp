@@ -71,8 +71,9 @@ class Classifier : public ::testing::Test {
   void set_config(uint32_t gen, uint32_t default_class, uint64_t flowlet_gap_ns = 0,
                   uint32_t cgroup_gens = 0) {
     uint32_t zero = 0;
-    dp_config c{gen, default_class, flowlet_gap_ns, 0, cgroup_gens, 0};
+    dp_config c{gen, default_class, flowlet_gap_ns, 0};
     ASSERT_TRUE(skel_->config().update(&zero, &c));
+    ASSERT_TRUE(skel_->cgroup_gens().update(&zero, &cgroup_gens));
   }
   void set_rail(uint32_t slot, uint32_t ifindex, bool enabled, bool gw4, bool gw6) {
     dp::PathSpec ps = policy_.paths[slot];
@@ -547,6 +548,9 @@ TEST_F(Classifier, SocketsOfACgroupSubtreeTakeItsClassAfterMarksAndPorts) {
   PacketSpec by_cgroup = tcp4(40002, 40001);
   egress(by_cgroup);
   EXPECT_EQ(rule_of(by_cgroup), std::make_pair(kCombine, static_cast<int>(DP_RULE_CGROUP)));
+  PacketSpec udp_v6 = udp6(40006, 40001);  // any protocol, any family: the socket's cgroup
+  egress(udp_v6);
+  EXPECT_EQ(rule_of(udp_v6), std::make_pair(kCombine, static_cast<int>(DP_RULE_CGROUP)));
   // ports come first, and a mark before them
   PacketSpec by_port = tcp4(40003, 52001);
   egress(by_port);

@@ -81,6 +81,7 @@ class DpSkeleton {
   BpfMap connects() const;         // dp_connects
   BpfMap cgroups() const;          // dp_cgroups
   BpfMap cgroup_cache() const;     // dp_cgroup_cache
+  BpfMap cgroup_gens() const;      // dp_cgroup_gens
 
   // Records (slot) or forgets (nullopt) that ifindex is a rail, in both
   // dp_rail_by_ifindex and dp_ifindex.
