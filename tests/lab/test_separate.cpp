@@ -296,6 +296,37 @@ TEST_F(Separate, ClassSetPlacesNewConnectionsAndEstablishedOnesStay) {
   EXPECT_EQ(s.local, "10.10.1.1") << "back on its policy rail (static lab)";
 }
 
+// A command run with dpctl run connects on ports no class names: its
+// connection is placed by the class of its cgroup when it is made.
+TEST_F(Separate, DpctlRunPlacesACommandsConnectionsByItsClass) {
+  lab::dpctl("a", "class set param-sync rail1");
+  auto connections = [] {
+    return klass("a", "param-sync")["connections_by_path"]["rail1"].get<uint64_t>();
+  };
+  const std::string send =
+      "bash -c 'head -c 1000000 /dev/zero > /dev/tcp/" + std::string(kB4[0]) + "/5311'";
+  uint64_t before = connections();
+  {
+    Sink sink(5311);
+    must(nsenter("dpl-a") + DP_BUILD_DIR "/tools/dpctl/dpctl -s /run/dualpath/dpl-a.sock run " +
+         "--class param-sync -- " + send);
+  }
+  EXPECT_EQ(connections(), before + 1) << "toward rail0's address, placed on rail1";
+  bool placed = false;
+  json flows = lab::dpctl("a", "flow list --class param-sync --top 50")["flows"];
+  for (auto& f : flows)
+    placed |= f["dport"] == 5311 && f["dst"] == std::string(kB4[1]) && f["rule"] == "cgroup";
+  EXPECT_TRUE(placed) << flows.dump();
+  // the same command outside the cgroup is no class's: left as it was asked
+  {
+    Sink sink(5312);
+    must(nsenter("dpl-a") + "bash -c 'head -c 1000000 /dev/zero > /dev/tcp/" + std::string(kB4[0]) +
+         "/5312'");
+  }
+  EXPECT_EQ(connections(), before + 1);
+  lab::dpctl("a", "class unpin param-sync");
+}
+
 TEST_F(Separate, ADestinationNoRailsNetworkHoldsIsLeftAloneAndCounted) {
   uint64_t before = klass("a", "logs")["connections_unmapped"].get<uint64_t>();
   // 192.0.2.1 is in neither rail's network: sendto() reaches routing unchanged
