@@ -37,36 +37,7 @@ Nanos fresh_wait(Nanos tick) {
 // Class port ranges inside the kernel's ephemeral range would classify any
 // connection that happens to draw such a source port. Warn unless reserved.
 void warn_ephemeral_overlap(const Policy& p) {
-  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-  unsigned lo = 0, hi = 0;
-  if (!(range >> lo >> hi)) return;
-  std::ifstream res("/proc/sys/net/ipv4/ip_local_reserved_ports");
-  std::string list;
-  std::getline(res, list);
-  std::vector<bool> reserved(65536, false);
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');) {
-    unsigned a = 0, b = 0;
-    if (std::sscanf(item.c_str(), "%u-%u", &a, &b) == 2 ||
-        (b = a, std::sscanf(item.c_str(), "%u", &a) == 1)) {
-      if (b < a) b = a;
-      for (unsigned x = a; x <= b && x < 65536; ++x) reserved[x] = true;
-    }
-  }
-  for (const auto& c : p.classes) {
-    if (c.match == PortMatch::Dst) continue;  // source ports are not matched
-    for (const auto& r : c.ports) {
-      unsigned n = 0;
-      for (unsigned x = std::max<unsigned>(r.lo, lo); x <= std::min<unsigned>(r.hi, hi); ++x)
-        n += !reserved[x];
-      if (n)
-        spdlog::warn(
-            "class {}: {} of its ports {} are in the ephemeral port range {}-{}: any connection "
-            "given such a source port is classified as {}; reserve them with sysctl "
-            "net.ipv4.ip_local_reserved_ports",
-            c.name, n, r.str(), lo, hi, c.name);
-    }
-  }
+  for (auto& w : ephemeral_port_warnings(p, read_ephemeral_ports())) spdlog::warn("{}", w);
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 
 #include <toml++/toml.h>
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -251,7 +254,7 @@ class Checker {
       error(*n, fmt::format("\"{}\" in {} must be a number", key, section));
       return std::nullopt;
     }
-    if (*v <= lo || *v > hi) {
+    if (!std::isfinite(*v) || *v <= lo || *v > hi) {
       error(*n, fmt::format("\"{}\" = {} in {} must be above {} and at most {}", key, *v, section,
                             lo, hi));
       return std::nullopt;
@@ -259,9 +262,10 @@ class Checker {
     return v;
   }
 
-  std::optional<std::chrono::nanoseconds> duration(const toml::table& t, std::string_view key,
-                                                   std::string_view section,
-                                                   std::chrono::nanoseconds min) {
+  std::optional<std::chrono::nanoseconds> duration(
+      const toml::table& t, std::string_view key, std::string_view section,
+      std::chrono::nanoseconds min, std::chrono::nanoseconds max = std::chrono::hours(24 * 365),
+      const char* why = nullptr) {
     auto s = string(t, key, section, false);
     if (!s) return std::nullopt;
     auto d = parse_duration(*s);
@@ -272,6 +276,11 @@ class Checker {
     if (*d < min) {
       error(*t.get(key),
             fmt::format("\"{}\" in {} must be at least {}", key, section, format_duration(min)));
+      return std::nullopt;
+    }
+    if (*d > max) {
+      error(*t.get(key), fmt::format("\"{}\" in {} must be at most {}{}", key, section,
+                                     format_duration(max), why ? why : ""));
       return std::nullopt;
     }
     return *d;
@@ -320,6 +329,47 @@ std::optional<int64_t> parse_tc_handle(const std::string& s) {
 bool valid_name(const std::string& s) {
   static const std::regex re("[a-z0-9][a-z0-9_-]{0,30}");
   return std::regex_match(s, re);
+}
+
+// The kernel's rule for a network interface name (dev_valid_name): 1-15
+// bytes, not "." or "..", no '/', ':', whitespace or NUL.
+std::string interface_name_problem(const std::string& n) {
+  if (n.empty()) return "it is empty";
+  if (n.size() > 15) return fmt::format("{} bytes; the kernel allows 15", n.size());
+  if (n == "." || n == "..") return "the kernel refuses \".\" and \"..\"";
+  for (unsigned char ch : n) {
+    if (ch == 0) return "it contains a NUL byte";
+    if (ch == '/' || ch == ':') return fmt::format("it contains '{}'", static_cast<char>(ch));
+    if (std::isspace(ch) || ch < 0x20 || ch == 0x7f)
+      return "it contains whitespace or a control character";
+  }
+  return "";
+}
+
+// A name for a message: control bytes escaped.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s)
+    out += ch < 0x20 || ch == 0x7f ? fmt::format("\\x{:02x}", ch)
+                                   : std::string(1, static_cast<char>(ch));
+  return out;
+}
+
+// ADDRESS:PORT with an IPv4 address, [IPv6] or localhost, and a port 1-65535.
+bool valid_listen(const std::string& v) {
+  size_t colon = v.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= v.size() || v.size() - colon - 1 > 5) return false;
+  std::string host = v.substr(0, colon), port = v.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos) return false;
+  long n = std::stol(port);
+  if (n < 1 || n > 65535) return false;
+  if (host == "localhost") return true;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    auto a = IpAddr::parse(host.substr(1, host.size() - 2));
+    return a && a->family == AF_INET6;
+  }
+  auto a = IpAddr::parse(host);
+  return a && a->family == AF_INET;
 }
 
 const toml::node& where(const toml::table& t, std::string_view key) {
@@ -428,7 +478,10 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   if (auto v = c.duration(*t, "latency_tolerance", s, nanoseconds(0))) k.latency_tolerance = *v;
   if (auto v = c.duration(*t, "dead_zone", s, nanoseconds(0))) k.dead_zone = *v;
   if (auto v = c.duration(*t, "cooldown", s, nanoseconds(0))) k.cooldown = *v;
-  if (auto v = c.duration(*t, "tick", s, std::chrono::milliseconds(1))) k.tick = *v;
+  if (auto v = c.duration(*t, "tick", s, std::chrono::milliseconds(1), std::chrono::seconds(1),
+                          ": the daemon tells the systemd watchdog it is alive once per tick "
+                          "(the unit's WatchdogSec is 10s), and health and decisions wait for it"))
+    k.tick = *v;
   if (auto v = c.duration(*t, "flowlet_gap", s, nanoseconds(0))) k.flowlet_gap = *v;
   if (const toml::node* n = t->get("adaptive_flowlet_gap")) {
     if (auto b = n->as_boolean())
@@ -455,7 +508,9 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
     else
       c.error(*n, "bfd in [health] must be true or false");
   }
-  if (auto v = c.duration(*t, "interval", s, std::chrono::milliseconds(10))) h.interval = *v;
+  if (auto v =
+          c.duration(*t, "interval", s, std::chrono::milliseconds(10), std::chrono::seconds(60)))
+    h.interval = *v;
   if (auto v = c.integer(*t, "multiplier", s, false, 1, 255)) h.multiplier = static_cast<int>(*v);
   if (auto v = c.duration(*t, "holddown", s, std::chrono::nanoseconds(0))) h.holddown = *v;
   if (auto v = c.duration(*t, "ramp_interval", s, std::chrono::nanoseconds(0)))
@@ -505,8 +560,7 @@ void parse_measurement(Checker& c, const toml::table& root, Policy& p) {
   if (auto* t = root.get_as<toml::table>("metrics")) {
     c.only_keys(*t, {"listen"}, "[metrics]");
     if (auto v = c.string(*t, "listen", "[metrics]", false)) {
-      static const std::regex re(R"((\[[0-9a-fA-F:.]+\]|[0-9.]+|localhost):[0-9]{1,5})");
-      if (!v->empty() && !std::regex_match(*v, re))
+      if (!v->empty() && !valid_listen(*v))
         c.error(where(*t, "listen"),
                 fmt::format("listen \"{}\" in [metrics] must be ADDRESS:PORT, e.g. "
                             "\"127.0.0.1:9464\" or \"[::1]:9464\", or \"\" to disable",
@@ -553,9 +607,10 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
     }
     if (auto v = c.string(t, "interface", section, true)) {
       ps.interface = *v;
-      if (v->empty() || v->size() > 15 || v->find('/') != std::string::npos)
+      if (std::string why = interface_name_problem(*v); !why.empty())
         c.error(where(t, "interface"),
-                fmt::format("interface \"{}\" of {} is not a valid interface name", *v, section));
+                fmt::format("interface \"{}\" of {} is not a valid interface name: {}",
+                            printable(*v), section, why));
       else if (!ifaces.insert(*v).second)
         c.error(where(t, "interface"),
                 fmt::format("interface \"{}\" is used by more than one path", *v));
@@ -990,6 +1045,58 @@ PolicyLoad load_policy_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_policy(ss.str(), path);
+}
+
+EphemeralPorts parse_ephemeral_ports(const std::string& range, const std::string& reserved) {
+  EphemeralPorts e;
+  std::istringstream r(range);
+  if (!(r >> e.lo >> e.hi) || e.lo > e.hi || e.hi > 65535) e.lo = e.hi = 0;
+  std::stringstream ss(reserved);
+  for (std::string item; std::getline(ss, item, ',');) {
+    unsigned a = 0, b = 0;
+    int n = std::sscanf(item.c_str(), "%u-%u", &a, &b);
+    if (n < 1) continue;
+    if (n == 1 || b < a) b = a;
+    for (unsigned x = a; x <= b && x < 65536; ++x) e.reserved[x] = true;
+  }
+  return e;
+}
+
+EphemeralPorts read_ephemeral_ports() {
+  auto slurp = [](const char* path) {
+    std::ifstream in(path);
+    std::string s;
+    std::getline(in, s);
+    return s;
+  };
+  return parse_ephemeral_ports(slurp("/proc/sys/net/ipv4/ip_local_port_range"),
+                               slurp("/proc/sys/net/ipv4/ip_local_reserved_ports"));
+}
+
+std::vector<std::string> ephemeral_port_warnings(const Policy& p, const EphemeralPorts& e) {
+  std::vector<std::string> out;
+  if (!e.lo && !e.hi) return out;
+  for (const auto& c : p.classes) {
+    if (c.match == PortMatch::Dst) continue;  // source ports are not matched
+    for (const auto& r : c.ports) {
+      unsigned n = 0, first = 0, last = 0;
+      for (unsigned x = std::max<unsigned>(r.lo, e.lo); x <= std::min<unsigned>(r.hi, e.hi); ++x)
+        if (!e.reserved[x]) {
+          if (!n) first = x;
+          last = x;
+          ++n;
+        }
+      if (n)
+        out.push_back(fmt::format(
+            "{}:{}: warning: class {}: {} of its ports {} are in the ephemeral port range {}-{}: "
+            "any "
+            "connection given such a source port is classified as {}; reserve them: add {} to "
+            "net.ipv4.ip_local_reserved_ports (a list: keep what it holds)",
+            p.file, r.line, c.name, n, r.str(), e.lo, e.hi, c.name,
+            first == last ? std::to_string(first) : fmt::format("{}-{}", first, last)));
+    }
+  }
+  return out;
 }
 
 }  // namespace dp

@@ -251,6 +251,40 @@ TEST(Policy, BadCgroupRulesRefusedWithTheirLine) {
                    "unit x.service is already a rule of class \"logs\"");
 }
 
+TEST(Policy, NonFiniteNumbersRefused) {
+  expect_one_error(std::string(kBase) + "\n[scheduler]\nload_threshold = nan\n", 35,
+                   "must be above 0 and at most 1");
+  expect_one_error(std::string(kBase) + "\n[scheduler]\newma_weight = inf\n", 35,
+                   "must be above 0 and at most 1");
+}
+
+TEST(Policy, TimersTheWatchdogCannotLiveWithRefused) {
+  expect_one_error(std::string(kBase) + "\n[scheduler]\ntick = \"1h\"\n", 35, "watchdog");
+  expect_one_error(std::string(kBase) + "\n[health]\ninterval = \"10m\"\n", 35, "must be at most");
+}
+
+TEST(Policy, InterfaceNamesTheKernelRefusesAreRefused) {
+  expect_one_error(replace(kBase, "\"eth0\"", "\"eth 0\""), 6, "whitespace");
+  expect_one_error(replace(kBase, "\"eth0\"", "\"eth0:1\""), 6, "contains ':'");
+  expect_one_error(replace(kBase, "\"eth0\"", "\"averyveryverylongname\""), 6,
+                   "the kernel allows 15");
+  expect_one_error(replace(kBase, "\"eth0\"", "\"..\""), 6, "the kernel refuses");
+  // "eth1\u0000" would be a second path on eth1 to the kernel
+  expect_one_error(replace(kBase, "\"eth0\"", "\"eth1\\u0000\""), 6, "NUL");
+}
+
+TEST(Policy, MetricsListenAddressesChecked) {
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:0", "999.1.1.1:9464", "[fd00::1:9464",
+                          "[10.0.0.1]:9464", "host:9464", "127.0.0.1"})
+    expect_one_error(std::string(kBase) + "\n[metrics]\nlisten = \"" + bad + "\"\n", 35,
+                     "must be ADDRESS:PORT");
+  for (const char* good : {"127.0.0.1:9464", "[::1]:9464", "localhost:1", ""}) {
+    auto r =
+        dp::parse_policy(std::string(kBase) + "\n[metrics]\nlisten = \"" + good + "\"\n", "p.toml");
+    EXPECT_TRUE(r.ok()) << good << ": " << (r.errors.empty() ? "" : r.errors[0].str());
+  }
+}
+
 TEST(Policy, DefaultClassMustExist) {
   expect_one_error(replace(kBase, "name = \"n1\"", "name = \"n1\"\ndefault_class = \"bulk\""), 3,
                    "default_class \"bulk\"");
@@ -419,4 +453,26 @@ TEST(Policy, DscpIsRangeCheckedBeforeItIsNarrowed) {
   // 4294967342 = 2^32 + 46: once taken for EF (46)
   expect_one_error(replace(kBase, "priority = 6\n", "priority = 6\ndscp = 4294967342\n"), 24,
                    "dscp of class \"dispatch\" must be 0-63");
+}
+
+TEST(Policy, ClassPortsInTheEphemeralRangeAreWarnedAbout) {
+  auto r = dp::parse_policy(kBase, "p.toml");
+  ASSERT_TRUE(r.ok());
+  // logs: tcp:54000-54099 and udp:514; dispatch: tcp:50000-50999
+  auto e = dp::parse_ephemeral_ports("32768\t60999", "50000-50999,54000-54049");
+  auto w = dp::ephemeral_port_warnings(*r.policy, e);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("p.toml:32: warning: class logs: 50 of its ports tcp:54000-54099"),
+            std::string::npos)
+      << w[0];
+  EXPECT_NE(w[0].find("add 54050-54099 to net.ipv4.ip_local_reserved_ports"), std::string::npos)
+      << w[0];
+  // all reserved, or a range below the classes': nothing to say
+  EXPECT_TRUE(dp::ephemeral_port_warnings(
+                  *r.policy, dp::parse_ephemeral_ports("32768 60999", "50000-50999,54000-54099"))
+                  .empty());
+  EXPECT_TRUE(
+      dp::ephemeral_port_warnings(*r.policy, dp::parse_ephemeral_ports("1024 4999", "")).empty());
+  EXPECT_TRUE(
+      dp::ephemeral_port_warnings(*r.policy, dp::parse_ephemeral_ports("garbage", "")).empty());
 }

@@ -194,14 +194,18 @@ int cmd_policy_check(const Globals& g, const std::string& file) {
   auto load = dp::load_policy_file(file);
   if (!load.ok()) return print_errors(g, file, load);
   const auto& p = *load.policy;
+  // warnings about this host (exit 0): class ports a source port can draw
+  auto warnings = dp::ephemeral_port_warnings(p, dp::read_ephemeral_ports());
   if (g.json_out) {
     print_json(g, {{"valid", true},
                    {"file", file},
                    {"node", p.node},
                    {"hash", p.hash},
                    {"paths", p.paths.size()},
-                   {"classes", p.classes.size()}});
+                   {"classes", p.classes.size()},
+                   {"warnings", warnings}});
   } else {
+    for (auto& w : warnings) std::cerr << w << "\n";
     std::cout << file << ": valid (node " << p.node << ", " << p.paths.size() << " paths, "
               << p.classes.size() << " classes, hash " << p.hash << ")\n";
   }

@@ -185,4 +185,20 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name);
 
 std::string content_hash(const std::string& bytes);
 
+// The host's ephemeral port range and reserved ports
+// (net.ipv4.ip_local_port_range, ip_local_reserved_ports).
+struct EphemeralPorts {
+  unsigned lo = 0, hi = 0;  // 0, 0: unknown
+  std::vector<bool> reserved = std::vector<bool>(65536, false);
+};
+// Parses the two sysctls' text ("32768\t60999", "50000-50999,53000").
+EphemeralPorts parse_ephemeral_ports(const std::string& range, const std::string& reserved);
+// Reads them from /proc/sys (lo = hi = 0 when they cannot be read).
+EphemeralPorts read_ephemeral_ports();
+// Warnings, not errors: class port ranges that source ports can match
+// inside the ephemeral range and not reserved (any connection that draws
+// such a source port is classified by accident), each with the sysctl that
+// reserves them.
+std::vector<std::string> ephemeral_port_warnings(const Policy& p, const EphemeralPorts& e);
+
 }  // namespace dp
