@@ -112,8 +112,9 @@ std::optional<int> roce_v2_gid_index(const std::string& root, const RdmaPort& po
   std::error_code ec;
   std::vector<int> found;
   for (auto& e : fs::directory_iterator(base / "gid_attrs" / "types", ec)) {
+    const std::string name = e.path().filename().string();  // `end` points into it
     char* end = nullptr;
-    long i = std::strtol(e.path().filename().c_str(), &end, 10);
+    long i = std::strtol(name.c_str(), &end, 10);
     if (!end || *end || i < 0 || i > 65535) continue;
     if (read_line(e.path()) != "RoCE v2") continue;
     if (read_line(base / "gid_attrs" / "ndevs" / std::to_string(i)) != port.netdev) continue;
