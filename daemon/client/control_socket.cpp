@@ -52,8 +52,15 @@ Result<json> call(const std::string& socket_path, const json& request, int timeo
   if (!addr) return addr.error();
   Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return DP_SYS_ERROR(errno, "creating a socket failed");
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0)
-    return DP_SYS_ERROR(errno, "cannot reach dualpathd at {} (is it running?)", socket_path);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    int err = errno;
+    if (err == EACCES || err == EPERM)
+      return DP_SYS_ERROR(err,
+                          "no permission to use dualpathd's socket {} (root may, and members of "
+                          "the group the daemon was given with --socket-group)",
+                          socket_path);
+    return DP_SYS_ERROR(err, "cannot reach dualpathd at {} (is it running?)", socket_path);
+  }
   std::string out = request.dump() + "\n";
   for (size_t off = 0; off < out.size();) {
     ssize_t n = ::send(fd.get(), out.data() + off, out.size() - off, MSG_NOSIGNAL);

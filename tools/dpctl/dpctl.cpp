@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -46,7 +48,8 @@ std::string str(const json& j) {
 std::optional<json> request(const Globals& g, const std::string& cmd, json args, int* rc) {
   auto r = dp::call(g.socket, json{{"cmd", cmd}, {"args", std::move(args)}});
   if (!r) {
-    *rc = fail(g, r.error().what());
+    fail(g, r.error().what());
+    *rc = kExitUnreachable;
     return std::nullopt;
   }
   if (!(*r).value("ok", false)) {
@@ -475,11 +478,74 @@ int cmd_env(const Globals& g, const std::string& cls, const std::string& format)
   return 0;
 }
 
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> d(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = d[0];
+    d[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = d[j];
+      d[j] = std::min({d[j] + 1, d[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return d[b.size()];
+}
+
+// The words naming an object and a command, as ip(8) takes them: an
+// unambiguous prefix stands for the word ("dpctl p l" is "dpctl path list");
+// a word that is no command's is named, with the nearest one. Returns an
+// error message, or "" with argv's words expanded.
+std::string expand_commands(CLI::App& app, std::vector<std::string>& args) {
+  CLI::App* level = &app;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a == "-s" || a == "--socket") {
+      ++i;  // its value
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') continue;
+    auto subs = level->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) break;  // an argument, not a command
+    std::vector<CLI::App*> hits;
+    for (auto* sc : subs) {
+      if (sc->get_name() == a) {
+        hits = {sc};
+        break;
+      }
+      if (sc->get_name().rfind(a, 0) == 0) hits.push_back(sc);
+    }
+    std::string where = level == &app ? "" : level->get_name() + " ";
+    // as ip(8): a prefix of several commands is the first of them in the
+    // order `dpctl --help` lists them ("p" is path, "po" policy)
+    if (!hits.empty()) {
+      args[i] = hits[0]->get_name();
+      level = hits[0];
+      continue;
+    }
+    std::string names, nearest;
+    size_t best = SIZE_MAX;
+    for (auto* sc : subs) {
+      names += (names.empty() ? "" : ", ") + sc->get_name();
+      size_t dist = edit_distance(a, sc->get_name());
+      if (dist < best) best = dist, nearest = sc->get_name();
+    }
+    return fmt::format("no command \"{}{}\"{}; the commands{} are {}", where, a,
+                       best <= 2 ? fmt::format(" (did you mean \"{}{}\"?)", where, nearest) : "",
+                       where.empty() ? "" : " of " + level->get_name(), names);
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dpctl - operate dualpathd (dualpath " + std::string(dp::kVersion) + ")"};
+  app.name("dpctl");  // not the path it was run by
   app.require_subcommand(1);
+  app.fallthrough();  // -j, -p and -s anywhere on the line, as ip(8) and bpftool take them
   Globals g;
   if (const char* s = std::getenv("DPCTL_SOCKET")) g.socket = s;
   app.add_flag("-j,--json", g.json_out, "JSON output, errors included");
@@ -573,7 +639,7 @@ int main(int argc, char** argv) {
   auto* pol = app.add_subcommand("policy", "policy files")->require_subcommand(1);
   std::string policy_file;
   auto* check = pol->add_subcommand("check", "validate a policy file offline (no daemon needed)");
-  check->add_option("FILE", policy_file, "policy file")->required();
+  check->add_option("FILE", policy_file, "policy file, or - for standard input")->required();
   check->callback([&] { action = [&] { return cmd_policy_check(g, policy_file); }; });
   pol->add_subcommand("reload", "make the daemon re-read its policy file (like SIGHUP)")
       ->callback([&] { action = [&] { return cmd_policy_reload(g); }; });
@@ -593,8 +659,20 @@ int main(int argc, char** argv) {
   pol->add_subcommand("rollback", "apply the policy the last apply replaced (POLICY.prev)")
       ->callback([&] { action = [&] { return cmd_policy_rollback(g); }; });
 
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (std::string err = expand_commands(app, args); !err.empty()) {
+    bool json_mode = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+      return a == "-j" || a == "--json" || a == "-p" || a == "--pretty";
+    });
+    if (json_mode)
+      std::cout << json{{"error", err}}.dump() << "\n";
+    else
+      std::cerr << "dpctl: " << err << "\n";
+    return kExitUsage;
+  }
   try {
-    app.parse(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     bool json_mode = false;
@@ -606,7 +684,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     app.exit(e);
-    return 2;  // a usage error, as dpctl(8) says (CLI11's own codes vary)
+    return kExitUsage;  // as dpctl(8) says (CLI11's own codes vary)
   }
   if (g.pretty) g.json_out = true;
   return action ? action() : 2;

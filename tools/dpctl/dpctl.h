@@ -22,7 +22,14 @@ void print_json(const Globals& g, const json& j);
 // Errors: {"error": ...} on stdout under -j, a sentence on stderr otherwise. Returns 1.
 int fail(const Globals& g, const std::string& message, const json& extra = nullptr);
 std::string str(const json& j);  // a string as is, null as "-", anything else as JSON
-// Sends a request; prints the error reply and returns nullopt on failure.
+// Exit codes (dpctl(8), EXIT STATUS).
+inline constexpr int kExitRefused = 1;  // the command or the daemon reported an error
+inline constexpr int kExitUsage = 2;    // a usage error
+inline constexpr int kExitUnreachable =
+    3;  // the daemon cannot be reached (not running, permission)
+
+// Sends a request; prints the error reply and returns nullopt on failure
+// (*rc: kExitRefused for an error reply, kExitUnreachable when there was none).
 std::optional<json> request(const Globals& g, const std::string& cmd, json args, int* rc);
 
 // policy.cpp: policy files, with or without a daemon

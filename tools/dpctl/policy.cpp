@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -191,14 +192,18 @@ int install(const Globals& g, const std::string& bytes, const std::string& label
 }  // namespace
 
 int cmd_policy_check(const Globals& g, const std::string& file) {
-  auto load = dp::load_policy_file(file);
+  // "-": the policy on standard input (errors name it <stdin>)
+  auto load = file == "-" ? dp::parse_policy(std::string(std::istreambuf_iterator<char>(std::cin),
+                                                         std::istreambuf_iterator<char>()),
+                                             "<stdin>")
+                          : dp::load_policy_file(file);
   if (!load.ok()) return print_errors(g, file, load);
   const auto& p = *load.policy;
   // warnings about this host (exit 0): class ports a source port can draw
   auto warnings = dp::ephemeral_port_warnings(p, dp::read_ephemeral_ports());
   if (g.json_out) {
     print_json(g, {{"valid", true},
-                   {"file", file},
+                   {"file", p.file},
                    {"node", p.node},
                    {"hash", p.hash},
                    {"paths", p.paths.size()},
@@ -206,7 +211,7 @@ int cmd_policy_check(const Globals& g, const std::string& file) {
                    {"warnings", warnings}});
   } else {
     for (auto& w : warnings) std::cerr << w << "\n";
-    std::cout << file << ": valid (node " << p.node << ", " << p.paths.size() << " paths, "
+    std::cout << p.file << ": valid (node " << p.node << ", " << p.paths.size() << " paths, "
               << p.classes.size() << " classes, hash " << p.hash << ")\n";
   }
   return 0;

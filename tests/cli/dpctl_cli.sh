@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# dpctl's command line without a daemon: abbreviations, unknown words named
+# with a suggestion, options anywhere, stdin as '-', and the exit codes of
+# dpctl(8): 2 usage, 3 unreachable (not running, no permission).
+set -uo pipefail
+dpctl=$1
+src=$(cd "$(dirname "$0")/../.." && pwd)
+fails=0
+check() {  # check NAME WANT_RC WANT_TEXT CMD...
+  local name=$1 want_rc=$2 want=$3
+  shift 3
+  local out rc
+  out=$("$@" 2>&1 </dev/null)
+  rc=$?
+  if [[ $rc != "$want_rc" || $out != *"$want"* ]]; then
+    echo "FAIL $name: rc $rc (want $want_rc), output: $out"
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+none=/nonexistent/dualpathd.sock
+check "typo named with a suggestion" 2 'no command "statsu" (did you mean "status"?)' "$dpctl" statsu
+check "typo of a subcommand" 2 'no command "class lst" (did you mean "class list"?)' "$dpctl" class lst
+check "typo under -j is JSON" 2 '{"error":"no command \"pth\"' "$dpctl" -j pth list
+check "prefixes as ip(8): p l is path list" 3 "cannot reach dualpathd at $none" "$dpctl" -s $none p l
+check "po ch is policy check" 0 "valid (node" "$dpctl" po ch "$src/policies/lab-a.toml"
+check "options after the command" 3 '{"error":"cannot reach dualpathd' "$dpctl" status -j -s $none
+check "not running: exit 3" 3 "(is it running?)" "$dpctl" -s $none status
+check "a usage error: exit 2" 2 "" "$dpctl" flow list --top 0
+out=$("$dpctl" policy check - <"$src/policies/lab-a.toml" 2>/dev/null)
+if [[ $? == 0 && $out == "<stdin>: valid"* ]]; then echo "ok   policy check - reads stdin"; else
+  echo "FAIL policy check -: $out"; fails=$((fails + 1)); fi
+out=$(printf '[node]\nname = "x"\n' | "$dpctl" policy check - 2>&1)
+if [[ $? == 1 && $out == "<stdin>:"*"error"* ]]; then echo "ok   errors of stdin name <stdin>"; else
+  echo "FAIL policy check - with errors: $out"; fails=$((fails + 1)); fi
+
+# no permission: a socket only root may use, tried as nobody
+if [[ $(id -u) == 0 ]] && command -v python3 >/dev/null && id nobody >/dev/null 2>&1; then
+  dir=$(mktemp -d)
+  trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+  chmod 755 "$dir"
+  python3 -c 'import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o600); s.listen(1)
+time.sleep(30)' "$dir/sock" &
+  pid=$!
+  for _ in $(seq 50); do [[ -S $dir/sock ]] && break; sleep 0.1; done
+  check "no permission: exit 3, said so" 3 "no permission to use dualpathd's socket" \
+    setpriv --reuid=nobody --regid=nogroup --clear-groups "$dpctl" -s "$dir/sock" status
+fi
+exit $((fails > 0))
