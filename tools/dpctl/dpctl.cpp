@@ -359,9 +359,14 @@ int cmd_class_list(const Globals& g) {
         by_path += fmt::format(", {} left alone", u);
     }
     std::string cgroups;
-    for (auto& cg : c.value("cgroups", json::array()))
-      cgroups += fmt::format("{}{}{}", cgroups.empty() ? "" : ",", str(cg["rule"]),
-                             cg["present"].get<bool>() ? "" : " (absent)");
+    // one word per rule, so that the table splits on whitespace: the
+    // cgroup's path, the unit's name, or dpctl-run; "(absent)" when missing
+    for (auto& cg : c.value("cgroups", json::array())) {
+      std::string rule = str(cg["rule"]);
+      std::string word = rule == "dpctl run" ? "dpctl-run" : rule.substr(rule.find(' ') + 1);
+      cgroups += fmt::format("{}{}{}", cgroups.empty() ? "" : ",", word,
+                             cg["present"].get<bool>() ? "" : "(absent)");
+    }
     rows.push_back({str(c["name"]), str(c["kind"]), std::to_string(c["priority"].get<int>()),
                     ports.empty() ? "-" : ports, cgroups.empty() ? "-" : cgroups,
                     c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),
