@@ -35,6 +35,14 @@ out=$(printf '[node]\nname = "x"\n' | "$dpctl" policy check - 2>&1)
 if [[ $? == 1 && $out == "<stdin>:"*"error"* ]]; then echo "ok   errors of stdin name <stdin>"; else
   echo "FAIL policy check - with errors: $out"; fails=$((fails + 1)); fi
 
+# budget: the reference article's example, offline
+check "budget: 32 x 18 MB/s x 1.2 = 5.53 Gbit/s" 0 "5.53 Gbit/s" \
+  "$dpctl" -s $none budget --policy "$src/policies/example-node.toml" --class param-sync \
+  --concurrency 32 --rate 18MB/s --amplification 1.2
+check "budget -j: the exact figure" 0 '"total_bps":5529600000' \
+  "$dpctl" -j -s $none budget --concurrency 32 --rate 18MB/s --amplification 1.2
+check "budget: a bad rate is refused" 1 'unknown unit' "$dpctl" -s $none budget --rate 18XB/s
+
 # no permission: a socket only root may use, tried as nobody
 if [[ $(id -u) == 0 ]] && command -v python3 >/dev/null && id nobody >/dev/null 2>&1; then
   dir=$(mktemp -d)

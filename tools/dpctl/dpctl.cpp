@@ -628,6 +628,25 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"shell", "json"}));
   envc->callback([&] { action = [&] { return cmd_env(g, env_class, env_format); }; });
 
+  BudgetArgs budget;
+  auto* bud = app.add_subcommand(
+      "budget", "bandwidth a planned load needs on each rail, and the KV-cache size (offline)");
+  bud->add_option("FILE", budget.file, "a budget TOML ([[load]] sections, [kv])");
+  bud->add_option("--policy", budget.policy, "the node's policy (default: the running one)");
+  bud->add_option("--class", budget.klass, "the class of the load given by --rate");
+  bud->add_option("--concurrency", budget.concurrency, "requests at once")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  bud->add_option("--rate", budget.rate, "per request: \"18MB/s\", \"2Gbit\"");
+  bud->add_option("--amplification", budget.amplification, "sharding, replicas, protocol")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  bud->add_option("--headroom", budget.headroom, "multiply every demand by this (default 1)")
+      ->check(CLI::Range(1.0, 1e6));
+  bud->add_option("--kv", budget.kv,
+                  "KV cache: LAYERS,KV_HEADS,HEAD_DIM,BYTES_PER_ELEMENT,TOKENS[,SEQUENCES]");
+  bud->callback([&] { action = [&] { return cmd_budget(g, budget); }; });
+
   auto* unpin =
       cls->add_subcommand("unpin", "give a class pinned with `class set` back to the scheduler");
   std::string unpin_class;

@@ -40,4 +40,12 @@ int cmd_policy_diff(const Globals& g, const std::vector<std::string>& files);
 int cmd_policy_apply(const Globals& g, const std::string& file);
 int cmd_policy_rollback(const Globals& g);
 
+// budget.cpp: bandwidth arithmetic of a planned load (no daemon needed)
+struct BudgetArgs {
+  std::string file, policy, klass, rate, kv;
+  double concurrency = 1, amplification = 1;
+  std::optional<double> headroom;
+};
+int cmd_budget(const Globals& g, const BudgetArgs& a);
+
 }  // namespace dpctl
