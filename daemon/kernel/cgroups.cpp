@@ -38,16 +38,16 @@ Result<std::string> own_cgroup() {
 
 std::optional<std::string> find_unit_cgroup(const std::string& root, const std::string& unit,
                                             int max_depth) {
-  std::deque<std::pair<fs::path, int>> todo{{fs::path(root), 0}};
+  std::deque<std::pair<fs::path, int>> queue{{fs::path(root), 0}};  // breadth-first
   std::error_code ec;
-  while (!todo.empty()) {
-    auto [dir, depth] = todo.front();
-    todo.pop_front();
+  while (!queue.empty()) {
+    auto [dir, depth] = queue.front();
+    queue.pop_front();
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
       const fs::path& p = it->path();
       if (p.filename() == unit) return "/" + fs::relative(p, root, ec).string();
-      if (depth + 1 < max_depth) todo.push_back({p, depth + 1});
+      if (depth + 1 < max_depth) queue.push_back({p, depth + 1});
     }
     ec.clear();
   }
@@ -73,13 +73,21 @@ RunSlice run_slice(const std::string& node, const std::string& klass) {
   return r;
 }
 
-std::vector<CgroupRule> resolve_cgroups(const Policy& p, const std::string& root) {
+std::vector<CgroupRule> resolve_cgroups(const Policy& p, const std::string& root,
+                                        const std::vector<CgroupRule>& before) {
   std::vector<CgroupRule> out;
   for (size_t k = 0; k < p.classes.size(); ++k) {
     for (auto& g : p.classes[k].cgroups) {
       CgroupRule r{k, g.str(), "", 0};
+      // a unit found before is looked for where it was first: the tree is
+      // searched only when it is gone from there
+      auto was = std::find_if(before.begin(), before.end(), [&](const CgroupRule& b) {
+        return b.klass == k && b.rule == r.rule && !b.dir.empty();
+      });
       if (g.kind == CgroupSpec::Kind::Path)
         r.dir = g.text;
+      else if (was != before.end() && fs::is_directory(root + was->dir))
+        r.dir = was->dir;
       else if (auto d = find_unit_cgroup(root, g.text))
         r.dir = *d;
       if (!r.dir.empty())

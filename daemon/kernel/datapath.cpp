@@ -175,7 +175,7 @@ bool Datapath::refresh_cgroups(const Policy& p) {
     clear_cgroup_cache(gen_);
     cgroup_cache_dirty_ = false;
   }
-  auto now = resolve_cgroups(p, cgroup_root_);
+  auto now = resolve_cgroups(p, cgroup_root_, cgroups_);
   if (now == cgroups_) return false;
   for (auto& r : now) {
     auto was = std::find_if(cgroups_.begin(), cgroups_.end(), [&](const CgroupRule& o) {

@@ -92,5 +92,33 @@ TEST(RunSlice, FindsAUnitsDirectoryByName) {
             "/user.slice/user-1000.slice/app.slice/x.service");
   EXPECT_EQ(dp::find_unit_cgroup(root, "x.service", 2), std::nullopt) << "deeper than allowed";
   EXPECT_EQ(dp::find_unit_cgroup(root, "gone.service"), std::nullopt);
+
+  // a policy naming the unit: found by search, then where it was found
+  auto load = dp::parse_policy(R"([node]
+name = "n"
+[[path]]
+name = "r0"
+interface = "eth0"
+gateway = "10.0.0.1"
+capacity = "1Gbit"
+table = 100
+fwmark = 0x100
+[[class]]
+name = "c"
+kind = "elastic"
+prefer = "r0"
+units = ["x.service"]
+)",
+                               "p.toml");
+  ASSERT_TRUE(load.ok()) << load.errors[0].str();
+  auto first = dp::resolve_cgroups(*load.policy, root.string());
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].dir, "/user.slice/user-1000.slice/app.slice/x.service");
+  EXPECT_EQ(first[0].id, 0u) << "not a cgroup v2 filesystem: no id";
+  // the unit restarted elsewhere: the old place is gone, so the tree is searched
+  fs::remove_all(root / "user.slice");
+  fs::create_directories(root / "system.slice" / "x.service");
+  auto again = dp::resolve_cgroups(*load.policy, root.string(), first);
+  EXPECT_EQ(again[0].dir, "/system.slice/x.service");
   fs::remove_all(root);
 }

@@ -52,8 +52,10 @@ struct CgroupRule {
 };
 
 // Every class's rules in the tree under root: its cgroups and units, then its
-// dpctl run slice (which is listed only when its directory exists).
-std::vector<CgroupRule> resolve_cgroups(const Policy& p, const std::string& root);
+// dpctl run slice (which is listed only when its directory exists). A unit
+// found in `before` is looked for in the same directory first.
+std::vector<CgroupRule> resolve_cgroups(const Policy& p, const std::string& root,
+                                        const std::vector<CgroupRule>& before = {});
 
 // Creates a class's run slice directory (and its parents) under root; returns
 // it, absolute.
