@@ -17,6 +17,7 @@
 #include "dualpath/core/encode.h"
 #include "dualpath/core/launch_env.h"
 #include "dualpath/core/views.h"
+#include "dualpath/kernel/routing.h"
 #include "dualpath/version.h"
 
 namespace dp {
@@ -34,6 +35,7 @@ void Daemon::add_commands() {
                    return reply_error("not_found", fmt::format("no path named \"{}\"", *name));
                  }});
   commands_.add({"class.list", false, ok([this] { return classes_json(); })});
+  commands_.add({"node.check", false, ok([this] { return node_check_json(); })});
   commands_.add({"class.env", false, [this](const json& args) { return class_env(args); }});
   commands_.add({"flow.list", false, [this](const json& args) { return flows_json(args); }});
   commands_.add({"policy.show", false, ok([this] {
@@ -68,6 +70,75 @@ void Daemon::add_commands() {
 }
 
 // ---------------------------------------------------------------- queries
+
+// dpctl validate's local half: the node's rails against the policy, now.
+json Daemon::node_check_json() const {
+  json checks = json::array();
+  auto add = [&](const std::string& path, const std::string& what, bool good, std::string detail) {
+    checks.push_back(
+        {{"path", path}, {"check", what}, {"ok", good}, {"detail", std::move(detail)}});
+  };
+  json mtus = json::object();
+  auto missing = Routing::missing(policy_, controller_.routed_around_for(policy_));
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+    const auto& ps = policy_.paths[i];
+    int mtu = interface_mtu(ps.interface);
+    mtus[ps.name] = mtu;
+    bool carrier = Rails::carrier_of(ps.interface);
+    add(ps.name, "link", carrier,
+        mtu == 0 ? fmt::format("{} does not exist", ps.interface)
+        : carrier
+            ? fmt::format("{} up, carrier, mtu {}", ps.interface, mtu)
+            : fmt::format("{} has no carrier or is down (mtu {}): check the cable, the switch "
+                          "port and `ip link show {}`",
+                          ps.interface, mtu, ps.interface));
+    if (!missing) {
+      add(ps.name, "routes", false, "cannot list routes: " + missing.error().what());
+    } else {
+      std::string gone;
+      for (const auto& o : *missing)
+        if (o.text.find(fmt::format("table {} ", ps.table)) != std::string::npos ||
+            o.text.find(fmt::format("lookup {}", ps.table)) != std::string::npos)
+          gone += (gone.empty() ? "" : "; ") + o.text;
+      add(ps.name, "routes", gone.empty(),
+          gone.empty()
+              ? fmt::format("rules and routes of table {} in place", ps.table)
+              : "missing (removed by someone else? dpctl policy reload puts them back): " + gone);
+    }
+    auto h = health_json(i);
+    std::string state = h["state"];
+    bool usable = state == "up" || state == "ramping";
+    add(ps.name, "health", usable,
+        fmt::format(
+            "{} for {:.0f}s{}", state, h["seconds"].get<double>(),
+            h["reason"].get<std::string>().empty() ? "" : ": " + h["reason"].get<std::string>()));
+    if (policy_.health.bfd && !h["bfd"].is_null()) {
+      const auto& b = h["bfd"];
+      std::string st = b["state"];
+      add(ps.name, "bfd", st == "up",
+          st == "up"
+              ? fmt::format("session to {} up", b["peer"].get<std::string>())
+              : fmt::format("session to {} is {} (remote {}, diag {}): the peer's "
+                            "dualpathd or BFD is not answering over this rail",
+                            b["peer"].get<std::string>(), st, b["remote_state"].get<std::string>(),
+                            b["diag"].get<std::string>()));
+    }
+  }
+  for (const auto& c : check_node(policy_)) add(c.path, c.what, c.ok, c.detail);
+  auto eph = read_ephemeral_ports();
+  auto warnings = ephemeral_port_warnings(policy_, eph);
+  add("-", "ports", warnings.empty(),
+      warnings.empty()
+          ? fmt::format("class ports are outside the ephemeral range {}-{} or reserved", eph.lo,
+                        eph.hi)
+          : warnings.front() +
+                (warnings.size() > 1 ? fmt::format(" (and {} more)", warnings.size() - 1) : ""));
+  return {{"node", policy_.node},
+          {"topology", to_string(policy_.topology)},
+          {"checks", checks},
+          {"mtu", mtus},
+          {"responder", responder_.status()}};
+}
 
 json Daemon::status_json() const {
   return json{

@@ -134,7 +134,27 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     else
       spdlog::warn("path {}: {}: {}", c.path, c.what, c.detail);
   }
+  restart_responder(next);
   return {};
+}
+
+// The responder restarts only when what it listens on or answers changed,
+// so that a reload does not cut a peer's validation short. It never refuses
+// a policy: a rail without its address yet is what node checks report.
+void Daemon::restart_responder(const Policy& next) {
+  json key = {next.responder.enable,
+              next.responder.port,
+              next.responder.max_sessions,
+              next.responder.max_duration.count(),
+              next.node,
+              to_string(next.topology)};
+  for (const auto& pf : next.responder_allowed()) key.push_back(pf.str());
+  for (const auto& ps : next.paths)
+    key.push_back({ps.name, ps.interface, ps.fwmark, ps.source ? ps.source->str() : "",
+                   ps.source6 ? ps.source6->str() : ""});
+  if (key == responder_key_) return;
+  responder_key_ = key;
+  if (auto r = responder_.start(next); !r) spdlog::warn("{}", r.error().what());
 }
 
 Result<void> Daemon::reload() {

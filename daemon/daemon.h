@@ -28,6 +28,7 @@
 #include "event_loop.h"
 #include "measurements.h"
 #include "rails.h"
+#include "responder.h"
 
 namespace dp {
 
@@ -63,6 +64,7 @@ class Daemon {
   void tick();
   void check_interfaces();
   void adapt_flowlet_gap();
+  void restart_responder(const Policy& next);
   // Carries a controller plan out: events, decisions first, then routing.
   void carry_out(Plan plan);
   void settle() { carry_out(controller_.settle(SchedClock::now())); }
@@ -73,6 +75,7 @@ class Daemon {
   // commands.cpp: the control socket's command table and what it renders
   void add_commands();
   json status_json() const;
+  json node_check_json() const;
   json paths_json() const;
   json classes_json() const;
   json flows_json(const json& args) const;
@@ -100,6 +103,8 @@ class Daemon {
   Controller controller_;
   Rails rails_;
   EventLog events_;
+  Responder responder_;  // dpctl validate/probe from other nodes
+  json responder_key_;   // what it was started with
 
   std::unique_ptr<MetricsExporter> metrics_;
   std::string metrics_listen_;

@@ -116,6 +116,11 @@ static __always_inline __u8 dp_classify_rule(const struct dp_pkt *pkt, __u32 mar
 			*rule = DP_RULE_MARK;
 			return mv->cls;
 		}
+		/* a path's fwmark: the socket asked for that path; not steered */
+		if (mv && mv->cls == DP_CLASS_NONE) {
+			*rule = DP_RULE_NONE;
+			return DP_CLASS_NONE;
+		}
 	}
 
 	key = gen * DP_PORT_SPACE + bpf_ntohs(pkt->key.dport);

@@ -62,6 +62,9 @@ EncodedPolicy encode_policy(const Policy& p, const std::vector<int>& class_slot,
     }
     if (c.mark) e.marks.emplace_back(*c.mark, slot);
   }
+  // A socket marked with a path's fwmark asked for that path (the policy's
+  // own fwmark rule routes it there): the classifier leaves it alone.
+  for (const auto& ps : p.paths) e.marks.emplace_back(ps.fwmark, DP_CLASS_NONE);
   if (p.default_class) {
     for (size_t i = 0; i < p.classes.size(); ++i)
       if (p.classes[i].name == *p.default_class)

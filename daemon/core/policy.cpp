@@ -59,6 +59,15 @@ std::optional<Prefix> Prefix::parse(const std::string& text) {
   return Prefix{*addr, len};
 }
 
+bool Prefix::contains(const IpAddr& a) const {
+  if (a.family != addr.family) return false;
+  int whole = len / 8, rest = len % 8;
+  if (!std::equal(addr.bytes.begin(), addr.bytes.begin() + whole, a.bytes.begin())) return false;
+  if (!rest) return true;
+  auto mask = static_cast<uint8_t>(0xff << (8 - rest));
+  return (addr.bytes[whole] & mask) == (a.bytes[whole] & mask);
+}
+
 std::string Prefix::str() const { return fmt::format("{}/{}", addr.str(), len); }
 
 const char* to_string(Proto p) { return p == Proto::Tcp ? "tcp" : "udp"; }
@@ -140,8 +149,23 @@ std::optional<Prefix> first_of(const std::vector<Prefix>& routes, int family) {
 std::optional<Prefix> PathSpec::network() const { return first_of(routes, AF_INET); }
 std::optional<Prefix> PathSpec::network6() const { return first_of(routes, AF_INET6); }
 
+std::vector<Prefix> Policy::responder_allowed() const {
+  if (!responder.allow.empty()) return responder.allow;
+  std::vector<Prefix> out;
+  auto host = [](const IpAddr& a) { return Prefix{a, a.family == AF_INET ? 32 : 128}; };
+  for (const auto& ps : paths) {
+    out.insert(out.end(), ps.routes.begin(), ps.routes.end());
+    for (const auto& a : {ps.gateway, ps.gateway6, ps.bfd_peer})
+      if (a) out.push_back(host(*a));
+  }
+  return out;
+}
+
 int Policy::classify(Proto proto, uint16_t sport, uint16_t dport, uint32_t mark) const {
   mark &= ~DP_MARK_REDIRECTED;
+  if (mark)
+    for (const auto& ps : paths)
+      if (ps.fwmark == mark) return -1;
   if (mark)
     for (size_t i = 0; i < classes.size(); ++i)
       if (classes[i].mark == mark) return static_cast<int>(i);
@@ -569,6 +593,69 @@ void parse_measurement(Checker& c, const toml::table& root, Policy& p) {
         p.metrics.listen = *v;
     }
   }
+}
+
+void parse_responder(Checker& c, const toml::table& root, Policy& p) {
+  auto* t = root.get_as<toml::table>("responder");
+  if (!t) return;
+  const char* s = "[responder]";
+  c.only_keys(*t, {"enable", "port", "max_sessions", "max_duration", "allow"}, s);
+  auto& r = p.responder;
+  if (const toml::node* n = t->get("enable")) {
+    if (auto b = n->as_boolean())
+      r.enable = b->get();
+    else
+      c.error(*n, "enable in [responder] must be true or false");
+  }
+  if (auto v = c.integer(*t, "port", s, false, 1, 65535)) r.port = static_cast<uint16_t>(*v);
+  if (auto v = c.integer(*t, "max_sessions", s, false, 1, 64))
+    r.max_sessions = static_cast<int>(*v);
+  if (auto v = c.duration(*t, "max_duration", s, std::chrono::milliseconds(100),
+                          std::chrono::seconds(60)))
+    r.max_duration = *v;
+  if (const toml::node* n = t->get("allow")) {
+    auto* arr = n->as_array();
+    if (!arr) c.error(*n, "allow in [responder] must be an array of prefixes");
+    for (size_t i = 0; arr && i < arr->size(); ++i) {
+      auto* e = arr->get(i);
+      auto* str = e->as_string();
+      auto pf = str ? Prefix::parse(str->get()) : std::nullopt;
+      if (!pf)
+        c.error(*e, "allow in [responder] takes prefixes such as \"10.0.0.0/8\" or \"fd00::/8\"");
+      else
+        r.allow.push_back(*pf);
+    }
+  }
+}
+
+// The responder's ports (one per rail) must be free of class ports: a
+// probe must not be classified, or it would be steered off the rail it
+// measures.
+void check_responder(Checker& c, const toml::table& root, const Policy& p) {
+  auto* t = root.get_as<toml::table>("responder");
+  if (!p.responder.enable || p.paths.empty()) return;
+  size_t first = p.responder.port, last = first + p.paths.size() - 1;
+  const toml::node* at = t && t->get("port") ? t->get("port") : nullptr;
+  auto fail = [&](std::string msg) {
+    if (at)
+      c.error(*at, std::move(msg));
+    else
+      c.error(root.source(), std::move(msg));
+  };
+  if (last > 65535) {
+    fail(
+        fmt::format("port {} in [responder]: the responder takes one port per rail, {} to {}, "
+                    "beyond 65535",
+                    first, first, last));
+    return;
+  }
+  for (const auto& k : p.classes)
+    for (const auto& r : k.ports)
+      if (r.proto == Proto::Tcp && r.lo <= last && r.hi >= first)
+        fail(
+            fmt::format("the responder's ports {}-{} (one per rail, [responder] port) overlap "
+                        "{} of class \"{}\"; move one, or set enable = false in [responder]",
+                        first, last, r.str(), k.name));
 }
 
 void parse_paths(Checker& c, const toml::table& root, Policy& p) {
@@ -1016,7 +1103,8 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   p.hash = content_hash(text);
   p.text = text;
   c.only_keys(root,
-              {"node", "routing", "scheduler", "health", "measurement", "metrics", "path", "class"},
+              {"node", "routing", "scheduler", "health", "measurement", "metrics", "responder",
+               "path", "class"},
               "the top level");
   parse_node(c, root, p);
   parse_routing(c, root, p);
@@ -1026,6 +1114,8 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   parse_paths(c, root, p);
   check_topology(c, root, p);
   parse_classes(c, root, p);
+  parse_responder(c, root, p);
+  check_responder(c, root, p);
   out.errors = c.take();
   std::stable_sort(out.errors.begin(), out.errors.end(), [](auto& a, auto& b) {
     return a.line != b.line ? a.line < b.line : a.column < b.column;

@@ -4,13 +4,18 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include "dualpath/core/result.h"
 
 namespace dp {
 
@@ -114,6 +119,14 @@ std::vector<NodeCheck> check_node(const Policy& p) {
     }
   }
   return out;
+}
+
+int interface_mtu(const std::string& ifname) {
+  Fd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname.c_str());
+  if (!s.valid() || ::ioctl(s.get(), SIOCGIFMTU, &ifr) != 0) return 0;
+  return ifr.ifr_mtu;
 }
 
 json to_json(const std::vector<NodeCheck>& checks) {

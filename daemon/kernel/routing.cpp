@@ -342,4 +342,20 @@ Result<std::vector<RoutingObject>> Routing::owned(const Policy& p) {
   return out;
 }
 
+Result<std::vector<RoutingObject>> Routing::missing(const Policy& p,
+                                                    const std::vector<bool>& failed) {
+  auto have = owned(p);
+  if (!have) return have.error();
+  std::set<std::string> keys;
+  for (auto& o : *have) keys.insert(o.text);
+  std::vector<RoutingObject> out;
+  for (auto& w : wanted_rules(p, failed))
+    if (!keys.count(rule_key(w))) out.push_back({"rule", rule_key(w)});
+  auto routes = wanted_routes(p, failed);
+  if (!routes) return routes.error();
+  for (auto& w : *routes)
+    if (!keys.count(w.key)) out.push_back({"route", w.key});
+  return out;
+}
+
 }  // namespace dp

@@ -55,7 +55,9 @@ struct dp_port_entry {
   __u8 cls[DP_PORT_SLOTS]; /* class slot or DP_CLASS_NONE */
 };
 
-/* dp_marks: HASH, socket mark (skb->mark) -> class slot, per generation. */
+/* dp_marks: HASH, socket mark (skb->mark) -> class slot, per generation.
+ * DP_CLASS_NONE for the paths' fwmarks: a socket marked with one asked for
+ * that path (the policy's fwmark rule routes it there) and is not steered. */
 struct dp_mark_key {
   __u32 gen;
   __u32 mark;

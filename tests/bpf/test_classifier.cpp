@@ -168,6 +168,8 @@ const Case kCases[] = {
     {"v6_tcp_combine_src_port_stays", tcp6(51000, 33333), 0, DP_PASS, kCombine, -1},
     {"mark_beats_port", tcp4(40000, 50001), 0x54, TC_ACT_REDIRECT, kLogs, -1},
     {"unknown_mark_falls_back_to_port", tcp4(40000, 52001), 0x999, TC_ACT_REDIRECT, kParamSync, -1},
+    // the probe of dpctl validate/probe, or any socket given a path's fwmark
+    {"path_fwmark_is_never_steered", tcp4(40000, 52001), 0x100, DP_PASS, DP_CLASS_UNCLASSIFIED, -1},
     {"dst_port_beats_src_port", tcp4(52001, 50001), 0, DP_PASS, kDispatch, -1},
     {"already_redirected_passes_untouched", tcp4(40000, 52001), DP_MARK_REDIRECTED, DP_PASS,
      kParamSync, -1},

@@ -55,8 +55,11 @@ TEST(Encode, PortsMatchEitherDirectionByDefault) {
   // outside every range
   EXPECT_EQ(e.ports[49999].cls[DP_PORT_TCP_DST], DP_CLASS_NONE);
   EXPECT_EQ(e.ports[53100].cls[DP_PORT_TCP_SRC], DP_CLASS_NONE);
-  ASSERT_EQ(e.marks.size(), 1u);
+  ASSERT_EQ(e.marks.size(), 3u);
   EXPECT_EQ(e.marks[0], (std::pair<uint32_t, uint8_t>{0x54, 4}));
+  // the paths' fwmarks: a socket that asked for a path is not steered
+  EXPECT_EQ(e.marks[1], (std::pair<uint32_t, uint8_t>{0x100, DP_CLASS_NONE}));
+  EXPECT_EQ(e.marks[2], (std::pair<uint32_t, uint8_t>{0x101, DP_CLASS_NONE}));
   EXPECT_EQ(e.default_class, static_cast<uint32_t>(DP_CLASS_NONE));
 }
 

@@ -61,12 +61,6 @@ std::optional<json> request(const Globals& g, const std::string& cmd, json args,
   return (*r)["data"];
 }
 
-}  // namespace dpctl
-
-namespace {
-
-using namespace dpctl;
-
 // Column-aligned table.
 void print_table(const std::vector<std::string>& head,
                  const std::vector<std::vector<std::string>>& rows) {
@@ -85,6 +79,12 @@ void print_table(const std::vector<std::string>& head,
   line(head);
   for (auto& r : rows) line(r);
 }
+
+}  // namespace dpctl
+
+namespace {
+
+using namespace dpctl;
 
 int cmd_status(const Globals& g) {
   int rc;
@@ -682,6 +682,47 @@ int main(int argc, char** argv) {
   apply->callback([&] { action = [&] { return cmd_policy_apply(g, policy_file); }; });
   pol->add_subcommand("rollback", "apply the policy the last apply replaced (POLICY.prev)")
       ->callback([&] { action = [&] { return cmd_policy_rollback(g); }; });
+
+  ValidateArgs val;
+  auto* valc = app.add_subcommand(
+      "validate", "check this node before it takes traffic: go/no-go (exit 0 go, 1 no-go)");
+  valc->add_option("--peer", val.peers, "a node running dualpathd to measure toward (repeat)");
+  valc->add_option("--port", val.port, "the peers' responder port ([responder] port)")
+      ->capture_default_str();
+  valc->add_option("--duration", val.duration, "seconds per throughput test")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 30.0));
+  valc->add_option("--streams", val.streams, "connections of the multi-stream tests")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  valc->add_option("--min-throughput", val.min_throughput,
+                   "no-go below this fraction of a path's capacity (multi-stream)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  valc->callback([&] { action = [&] { return cmd_validate(g, val); }; });
+
+  ProbeArgs prb;
+  auto* prbc = app.add_subcommand(
+      "probe", "TCP connect time, RTT percentiles and loss to PEER over each rail");
+  prbc->add_option("PEER", prb.peer, "a node running dualpathd")->required();
+  prbc->add_option("--class", prb.klass, "also show which rails this class uses now");
+  prbc->add_option("--count", prb.count, "connects and round trips per rail")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  prbc->add_option("--port", prb.port, "the peer's responder port")->capture_default_str();
+  prbc->callback([&] { action = [&] { return cmd_probe(g, prb); }; });
+
+  DiagnoseArgs dia;
+  auto* diac = app.add_subcommand(
+      "diagnose",
+      "the path, a common upstream, or inside the node? (live figures, optional probes)");
+  diac->add_option("--peer", dia.peers, "also probe this node over each rail (repeat)");
+  diac->add_option("--class", dia.klass, "look only at this class's connections");
+  diac->add_option("--seconds", dia.seconds, "how long to watch sockets and CPUs")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 60.0));
+  diac->add_option("--port", dia.port, "the peers' responder port")->capture_default_str();
+  diac->callback([&] { action = [&] { return cmd_diagnose(g, dia); }; });
 
   std::vector<std::string> args(argv + 1, argv + argc);
   if (std::string err = expand_commands(app, args); !err.empty()) {

@@ -21,7 +21,11 @@ struct Globals {
 void print_json(const Globals& g, const json& j);
 // Errors: {"error": ...} on stdout under -j, a sentence on stderr otherwise. Returns 1.
 int fail(const Globals& g, const std::string& message, const json& extra = nullptr);
-std::string str(const json& j);  // a string as is, null as "-", anything else as JSON
+std::string str(const json& j);
+// Columns aligned under their heads.
+void print_table(const std::vector<std::string>& head,
+                 const std::vector<std::vector<std::string>>&
+                     rows);  // a string as is, null as "-", anything else as JSON
 // Exit codes (dpctl(8), EXIT STATUS).
 inline constexpr int kExitRefused = 1;  // the command or the daemon reported an error
 inline constexpr int kExitUsage = 2;    // a usage error
@@ -47,5 +51,28 @@ struct BudgetArgs {
   std::optional<double> headroom;
 };
 int cmd_budget(const Globals& g, const BudgetArgs& a);
+
+// diagnose.cpp: validate, probe and diagnose (dpctl(8), "Diagnostics")
+struct ValidateArgs {
+  std::vector<std::string> peers;
+  uint16_t port = 7862;
+  double duration = 1;  // seconds per throughput test
+  int streams = 4;
+  double min_throughput = 0.5;  // of the path's capacity, multi-stream
+};
+int cmd_validate(const Globals& g, const ValidateArgs& a);
+struct ProbeArgs {
+  std::string peer, klass;
+  uint16_t port = 7862;
+  int count = 20;
+};
+int cmd_probe(const Globals& g, const ProbeArgs& a);
+struct DiagnoseArgs {
+  std::vector<std::string> peers;
+  std::string klass;
+  uint16_t port = 7862;
+  double seconds = 2;  // how long sockets and CPUs are watched
+};
+int cmd_diagnose(const Globals& g, const DiagnoseArgs& a);
 
 }  // namespace dpctl

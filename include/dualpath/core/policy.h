@@ -25,6 +25,7 @@ struct Prefix {
   int len = 0;
   std::string str() const;
   static std::optional<Prefix> parse(const std::string& text);  // "default" = 0.0.0.0/0
+  bool contains(const IpAddr& a) const;
 };
 
 enum class Proto : uint8_t { Tcp = 6, Udp = 17 };
@@ -136,6 +137,18 @@ struct MetricsSettings {
   std::string listen = "127.0.0.1:9464";  // Prometheus endpoint; "" disables it
 };
 
+// The probe responder (dpctl validate and probe from a peer node): TCP
+// listeners on each rail's source addresses, one port per rail (port + the
+// rail's index), that answer only addresses the policy routes to.
+struct ResponderSettings {
+  bool enable = true;
+  uint16_t port = 7862;
+  int max_sessions = 4;                                              // concurrent; more are refused
+  std::chrono::nanoseconds max_duration = std::chrono::seconds(10);  // per session
+  // Who may connect; empty: the paths' routes, networks, gateways and BFD peers.
+  std::vector<Prefix> allow;
+};
+
 struct RoutingSettings {
   uint32_t rule_priority = 10000;  // the service owns [rule_priority, rule_priority + 99]
   uint8_t route_protocol = 200;    // rtnetlink protocol tag of our rules and routes
@@ -153,6 +166,7 @@ struct Policy {
   HealthSettings health;
   MeasurementSettings measurement;
   MetricsSettings metrics;
+  ResponderSettings responder;
   std::vector<PathSpec> paths;
   std::vector<ClassSpec> classes;
 
@@ -160,10 +174,13 @@ struct Policy {
   const ClassSpec* klass(const std::string& name) const;
   int path_index(const std::string& name) const;   // -1 if none
   int class_index(const std::string& name) const;  // -1 if none
-  // The class of a socket, in the datapath's order: its mark, then its
+  // The class of a socket, in the datapath's order: its mark (a path's
+  // fwmark pins the socket to that path: no class), then its
   // destination port, then its source port, then default_class; -1 if none.
   // (The datapath tries the socket's cgroup after the ports; this does not.)
   int classify(Proto proto, uint16_t sport, uint16_t dport, uint32_t mark) const;
+  // Who the responder answers: responder.allow, or what the paths reach.
+  std::vector<Prefix> responder_allowed() const;
 };
 
 struct Diagnostic {

@@ -20,6 +20,8 @@ struct NodeCheck {
 };
 
 std::vector<NodeCheck> check_node(const Policy& p);
+// An interface's MTU in this network namespace; 0 if it does not exist.
+int interface_mtu(const std::string& ifname);
 json to_json(const std::vector<NodeCheck>& checks);
 
 }  // namespace dp

@@ -36,6 +36,11 @@ class Routing {
   static Result<RoutingChange> remove(const Policy& p);
   // What dualpath owns right now.
   static Result<std::vector<RoutingObject>> owned(const Policy& p);
+  // What apply(p, failed) would add: rules and routes the policy expects
+  // that the kernel does not have (someone removed them, or an interface
+  // went away).
+  static Result<std::vector<RoutingObject>> missing(const Policy& p,
+                                                    const std::vector<bool>& failed = {});
 };
 
 }  // namespace dp

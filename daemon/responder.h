@@ -1,0 +1,69 @@
+// The probe responder: what `dpctl validate --peer` and `dpctl probe` on
+// another node measure against (protocol: dualpath/client/probe.h).
+//
+// One listener per rail and address family, on the rail's source address
+// and port [responder] port + the rail's index, marked with the rail's
+// fwmark so that handshake and replies return over the rail they measure.
+// It runs on its own thread, so that a throughput test never delays the
+// daemon's loop (BFD, the tick). Limits, so that it cannot be used to load
+// the node from outside: only addresses the policy routes to (or
+// [responder] allow) are answered, at most max_sessions at a time, each at
+// most max_duration; everything else is closed at once and counted.
+#pragma once
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dualpath/core/policy.h"
+#include "dualpath/core/protocol.h"
+#include "dualpath/core/result.h"
+
+namespace dp {
+
+class Responder {
+ public:
+  Responder() = default;
+  ~Responder();
+  Responder(const Responder&) = delete;
+  Responder& operator=(const Responder&) = delete;
+
+  // (Re)starts for `p`: stops what runs, then listens if p.responder.enable.
+  // A listener that cannot be opened is reported and the others still run.
+  Result<void> start(const Policy& p);
+  void stop();
+
+  json status() const;
+
+ private:
+  struct Listener {
+    Fd fd;
+    size_t path = 0;
+    std::string where;  // "10.99.0.1:7862 (rail0)"
+  };
+  struct Session {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    int fd = -1;
+  };
+  void accept_loop();
+  void serve(int fd, size_t path, Session* self);
+  json hello_json(size_t path) const;
+  void reap(bool all);
+
+  Policy policy_;
+  std::vector<Listener> listeners_;
+  std::vector<std::string> errors_;
+  Fd wake_;  // eventfd: stop()
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;  // sessions_ and the counters
+  std::list<Session> sessions_;
+  uint64_t served_ = 0, refused_address_ = 0, refused_busy_ = 0, bad_requests_ = 0;
+};
+
+}  // namespace dp
