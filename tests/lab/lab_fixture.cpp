@@ -48,6 +48,22 @@ void wait_gone(pid_t pid) {
 
 std::string nsenter(const std::string& ns) { return "nsenter --net=/run/netns/" + ns + " -- "; }
 
+bool wait_all_up(std::chrono::seconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    bool all = true;
+    for (const char* n : {"a", "b"})
+      for (auto& p : dpctl(n, "path list")) {
+        const json& h = p["health"];
+        all = all && h.is_object() && h["state"] == "up" && h["bfd"].is_object() &&
+              h["bfd"]["state"] == "up";
+      }
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000,
                         bool detach) {
   return in_netns(ns, [&]() -> std::string {

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <utility>
@@ -27,6 +28,8 @@ pid_t daemon_pid(const std::string& ns);
 // Waits until a process has exited (not just been signalled).
 void wait_gone(pid_t pid);
 std::string nsenter(const std::string& ns);
+// Waits until every rail of both nodes is up with BFD up; false on timeout.
+bool wait_all_up(std::chrono::seconds timeout);
 
 // Runs fn() with this thread in network namespace ns, then returns to the
 // original one. Returns fn()'s error message, or why ns could not be entered.

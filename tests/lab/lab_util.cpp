@@ -138,6 +138,13 @@ void run_server(const TransferSpec& s, int out, int ready) {
     if (n == 0) break;
     w.sum = fnv(w.sum, buf.data(), static_cast<size_t>(n));
     w.bytes += static_cast<uint64_t>(n);
+    if (s.server_us_per_kib > 0) {
+      auto until = std::chrono::steady_clock::now() +
+                   std::chrono::duration<double, std::micro>(s.server_us_per_kib *
+                                                             static_cast<double>(n) / 1024);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
   }
   ::close(fd);
   finish(out, w);

@@ -37,6 +37,8 @@ struct TransferSpec {
   uint32_t mark = 0;   // SO_MARK on the client socket
   uint64_t bytes = 4 << 20;
   double rate_bps = 0;  // 0: as fast as possible
+  // A CPU-bound receiver: the server spins this long per KiB it reads.
+  double server_us_per_kib = 0;
 };
 
 struct TransferResult {

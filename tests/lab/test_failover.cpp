@@ -35,22 +35,6 @@ class Failover : public Fixture {
     return p.contains("health") && p["health"].is_object() ? p["health"]["state"].get<std::string>()
                                                            : "?";
   }
-  // Waits until every rail of both nodes is up with BFD up; false on timeout.
-  static bool wait_all_up(std::chrono::seconds timeout) {
-    auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      bool all = true;
-      for (const char* n : {"a", "b"})
-        for (auto& p : dpctl(n, "path list")) {
-          const json& h = p["health"];
-          all = all && h.is_object() && h["state"] == "up" && h["bfd"].is_object() &&
-                h["bfd"]["state"] == "up";
-        }
-      if (all) return true;
-      std::this_thread::sleep_for(100ms);
-    }
-    return false;
-  }
   static uint64_t last_event(const std::string& node) {
     json e = dpctl(node, "events");
     return e.is_object() ? e.value("last", uint64_t{0}) : 0;

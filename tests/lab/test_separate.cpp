@@ -188,6 +188,42 @@ TEST_F(Separate, StatusSaysSeparateAndTheChecksPass) {
   }
 }
 
+// dpctl validate in the separate topology: the peer's address on each rail
+// is learnt from its responder, and each rail is measured to that address.
+TEST_F(Separate, ValidateMeasuresEachRailToThePeersAddressOnItAndNamesABlackhole) {
+  auto validate = [] {
+    lab::Cmd c = lab::sh(lab::dp_lab() + " dpctl a -j validate --peer 10.10.2.2 --duration 0.3");
+    json j = json::parse(c.out, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << c.out;
+    if (j.is_object()) {
+      EXPECT_EQ(c.rc, j["go"].get<bool>() ? 0 : 1);
+    }
+    return j.is_object() ? j : json::object();
+  };
+  json v = validate();
+  EXPECT_TRUE(v.value("go", false)) << v.dump(2);
+  ASSERT_EQ(v["peers"].size(), 1u);
+  const json& rails = v["peers"][0]["rails"];
+  ASSERT_EQ(rails.size(), 2u);
+  EXPECT_EQ(rails[0]["target"].get<std::string>().rfind("10.10.2.2:7862 from 10.10.1.1", 0), 0u)
+      << rails[0].dump();
+  EXPECT_EQ(rails[1]["target"].get<std::string>().rfind("10.20.2.2:7863 from 10.20.1.1", 0), 0u)
+      << rails[1].dump();
+  EXPECT_LT(rails[1]["throughput_bps"]["in_4"].get<double>(), 260e6) << "rail1 is 250 Mbit/s";
+
+  lab::must(lab::dp_lab() + " fault b blackhole rail1");
+  json bad = validate();
+  lab::sh(lab::dp_lab() + " fault clear");
+  EXPECT_FALSE(bad.value("go", true));
+  bool named = false;
+  for (const auto& c : bad["checks"])
+    if (!c["ok"].get<bool>()) {
+      EXPECT_EQ(c["path"], "rail1") << c.dump();
+      named |= c["check"].get<std::string>().rfind("peer 10.10.2.2", 0) == 0;
+    }
+  EXPECT_TRUE(named) << bad["checks"].dump(2);
+}
+
 TEST_F(Separate, EveryClassCrossesItsRailInBothDirectionsAndTheAppSeesItsAddress) {
   constexpr uint64_t kBytes = 4 << 20;
   struct Probe {

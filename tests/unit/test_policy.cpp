@@ -417,6 +417,52 @@ TEST(Policy, ClassifyFollowsTheDatapathsOrder) {
   EXPECT_EQ(pol.classify(Proto::Udp, 40000, 50001, 0), -1) << "dispatch is TCP only";
   EXPECT_EQ(pol.classify(Proto::Udp, 40000, 514, 0), pol.class_index("logs"));
   EXPECT_EQ(pol.classify(Proto::Tcp, 40000, 40001, 0), -1);
+  EXPECT_EQ(pol.classify(Proto::Tcp, 40000, 50001, 0x101), -1)
+      << "a path's fwmark asked for that path: never classified (steered)";
+}
+
+TEST(Policy, ResponderKeysHaveDefaultsAndRanges) {
+  auto p = dp::parse_policy(kBase, "p.toml");
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p.policy->responder.enable);
+  EXPECT_EQ(p.policy->responder.port, 7862);
+  EXPECT_EQ(p.policy->responder.max_sessions, 4);
+  EXPECT_EQ(p.policy->responder.max_duration, std::chrono::seconds(10));
+  // by default it answers what the paths reach: gateways here
+  auto allowed = p.policy->responder_allowed();
+  auto ok = [&](const char* a) {
+    auto ip = *dp::IpAddr::parse(a);
+    return std::any_of(allowed.begin(), allowed.end(), [&](auto& pf) { return pf.contains(ip); });
+  };
+  EXPECT_TRUE(ok("10.0.0.1"));
+  EXPECT_TRUE(ok("fd00::1"));
+  EXPECT_FALSE(ok("192.0.2.7"));
+
+  std::string with = std::string(kBase) +
+                     "\n[responder]\nport = 9000\nmax_sessions = 2\nmax_duration = \"3s\"\n"
+                     "allow = [\"192.0.2.0/24\"]\n";
+  auto q = dp::parse_policy(with, "p.toml");
+  ASSERT_TRUE(q.ok()) << q.errors.front().str();
+  EXPECT_EQ(q.policy->responder.port, 9000);
+  EXPECT_EQ(q.policy->responder.max_sessions, 2);
+  ASSERT_EQ(q.policy->responder_allowed().size(), 1u);
+  EXPECT_TRUE(q.policy->responder_allowed()[0].contains(*dp::IpAddr::parse("192.0.2.7")));
+  EXPECT_FALSE(q.policy->responder_allowed()[0].contains(*dp::IpAddr::parse("192.0.3.7")));
+}
+
+TEST(Policy, ResponderMistakesAreRefusedWithTheirLine) {
+  auto base = std::string(kBase) + "\n[responder]\n";
+  expect_one_error(base + "port = 70000\n", 35, "out of range");
+  expect_one_error(base + "max_sessions = 0\n", 35, "out of range");
+  expect_one_error(base + "max_duration = \"2m\"\n", 35, "at most");
+  expect_one_error(base + "allow = [\"10.0.0.0/33\"]\n", 35, "takes prefixes");
+  expect_one_error(base + "enable = 1\n", 35, "true or false");
+  expect_one_error(base + "listen = 1\n", 35, "unknown key \"listen\"");
+  // one port per rail: 65535 and 65536
+  expect_one_error(base + "port = 65535\n", 35, "beyond 65535");
+  // the responder's ports may not be class ports (a probe would be steered)
+  expect_one_error(base + "port = 50998\n", 35, "overlap tcp:50000-50999 of class \"dispatch\"");
+  EXPECT_TRUE(dp::parse_policy(base + "port = 50998\nenable = false\n", "p.toml").ok());
 }
 
 // Issue 13: two classes each listing "tcp:1" 4,000 times made 16 million

@@ -21,7 +21,6 @@
 #include <fmt/format.h>
 
 #include "dpctl.h"
-#include "dualpath/abi.h"
 #include "dualpath/client/probe.h"
 #include "dualpath/client/sock_diag.h"
 #include "dualpath/core/policy.h"
@@ -72,10 +71,15 @@ struct Peer {
 Peer discover(const dp::Policy& p, const dp::IpAddr& addr, uint16_t port) {
   Peer peer;
   peer.addr = addr.str();
+  // Routed as usual to the first rail's port, then over each rail to its
+  // port (in the separate topology the address is on one rail's network,
+  // whose responder port is port + that rail's index).
   std::vector<probe::Target> tries{{addr, port, std::nullopt, 0}};
-  for (const auto& ps : p.paths) {
+  for (size_t i = 0; i < p.paths.size(); ++i) {
+    const auto& ps = p.paths[i];
     auto src = addr.family == AF_INET ? ps.source : ps.source6;
-    tries.push_back({addr, port, src, ps.fwmark});
+    tries.push_back({addr, static_cast<uint16_t>(port + i), std::nullopt, 0});
+    tries.push_back({addr, static_cast<uint16_t>(port + i), src, ps.fwmark});
   }
   for (const auto& t : tries) {
     auto h = probe::hello(t, milliseconds(1500));
@@ -96,6 +100,8 @@ Peer discover(const dp::Policy& p, const dp::IpAddr& addr, uint16_t port) {
     if (!r.target.source)
       r.error = fmt::format("{} has no {} source address", ps.name,
                             addr.family == AF_INET ? "IPv4" : "IPv6");
+    if (!peer.hello.is_object() && p.topology == dp::Topology::Separate && r.error.empty())
+      r.error = "the peer's responder did not answer, so its address on this rail is unknown";
     if (peer.hello.is_object()) {
       const json& paths = peer.hello["paths"];
       const json* match = nullptr;
@@ -135,6 +141,13 @@ std::string triple(const probe::Percentiles& p, const char* unit, int digits) {
   if (!p.n) return "-";
   return fmt::format("{:.{}f}/{:.{}f}/{:.{}f} {}", p.p50, digits, p.p95, digits, p.p99, digits,
                      unit);
+}
+
+// A number inside an object that may be null (no samples yet): 0 then.
+double num(const json& j, const char* key) {
+  if (!j.is_object()) return 0;
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0;
 }
 
 struct Row {
@@ -179,6 +192,9 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
                         ? "not listening: " + str(resp["errors"])
                         : fmt::format("listening on {}", fmt::join(resp["listening"], ", "))});
 
+  std::map<std::string, bool> path_usable;
+  for (const auto& c : (*node)["checks"])
+    if (c["check"] == "health") path_usable[c["path"]] = c["ok"];
   std::map<std::string, int> local_mtu;
   for (const auto& m : (*node)["mtu"].items()) local_mtu[m.key()] = m.value();
 
@@ -212,6 +228,17 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
         continue;
       }
       if (!peer.hello.is_object()) continue;
+      // A failed path's fwmark is routed over a survivor: its probes would
+      // measure the survivor, so they are not run.
+      if (!path_usable[ps.name]) {
+        rows.push_back({ps.name, who, false,
+                        fmt::format("not measured: {} is failed over (health above), so its "
+                                    "fwmark is routed over another rail",
+                                    ps.name)});
+        rj["error"] = "failed over";
+        pj["rails"].push_back(rj);
+        continue;
+      }
       // MTU: the same on both ends, or large packets are lost one way.
       int mine = local_mtu[ps.name];
       rj["mtu"] = {{"local", mine}, {"peer", r.peer_mtu}};
@@ -376,8 +403,8 @@ int cmd_probe(const Globals& g, const ProbeArgs& a) {
     if (p.echo) rp = probe::percentiles(p.echo->us);
     std::string use = "-";
     if (klass.is_object()) {
-      double share = klass["shares"].value(ps.name, 0.0) / DP_SHARE_SCALE;
-      if (share > 0) use = fmt::format("{} {:.0f}%", a.klass, share * 100);
+      double share = klass["shares"].value(ps.name, 0.0);  // percent
+      if (share > 0) use = fmt::format("{} {:.0f}%", a.klass, share);
     }
     json rj = {{"path", ps.name},
                {"target", probe::to_string(r.target)},
@@ -497,19 +524,20 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   // --- the rails
   struct RailView {
     std::string name;
-    bool bad = false;
+    bool bad = false, usable = true;
     std::vector<std::string> evidence;
   };
   std::vector<RailView> rails;
   for (const auto& p : *paths) {
-    RailView r{p["name"], false, {}};
+    RailView r{p["name"], false, true, {}};
     const json& h = p["health"];
     std::string state = h["state"];
-    if (state != "up" && state != "ramping") {
-      r.bad = true;
+    r.usable = state == "up" || state == "ramping";
+    // down or suspect: a fault now; holddown, ramping or drained: not now
+    if (state == "down" || state == "suspect") r.bad = true;
+    if (state != "up")
       r.evidence.push_back(fmt::format("health {} for {:.0f} s ({})", state,
                                        h["seconds"].get<double>(), str(h["reason"])));
-    }
     if (h["bfd"].is_object() && h["bfd"]["state"] != "up") {
       r.bad = true;
       r.evidence.push_back(fmt::format("BFD to {} {} (diag {})", str(h["bfd"]["peer"]),
@@ -517,21 +545,21 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
     }
     const json& m = p["measure"];
     if (m.is_object()) {
-      double loss = m["loss"].value("ratio", 0.0);
+      double loss = num(m["loss"], "ratio");
       if (loss >= 0.01) {
         r.bad = true;
         r.evidence.push_back(fmt::format("TCP retransmitted {:.1f}% of segments over {:.0f} s",
-                                         loss * 100, m["loss"].value("window_s", 0.0)));
+                                         loss * 100, num(m["loss"], "window_s")));
       }
-      if (!m["link"]["oper_up"].get<bool>()) {
+      if (m["link"].is_object() && !m["link"].value("oper_up", true)) {
         r.bad = true;
         r.evidence.push_back("link down");
       }
       if (!r.bad)
-        r.evidence.push_back(fmt::format(
-            "health {}, RTT p50/p95 {:.0f}/{:.0f} us, retransmitted {:.2f}%, utilisation {:.0f}%",
-            state, m["rtt"].value("p50_us", 0.0), m["rtt"].value("p95_us", 0.0), loss * 100,
-            m.value("utilisation", 0.0) * 100));
+        r.evidence.push_back(
+            fmt::format("RTT p50/p95 {:.0f}/{:.0f} us, retransmitted {:.2f}%, utilisation {:.0f}%",
+                        num(m["rtt"], "p50_us"), num(m["rtt"], "p95_us"), loss * 100,
+                        num(m, "utilisation") * 100));
     }
     rails.push_back(r);
   }
@@ -540,8 +568,12 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   for (const auto& addr : peers) {
     Peer peer = discover(*pol, addr, a.port);
     for (const auto& pr : peer.rails) {
-      RailProbe p = probe_rail(pr, 5);
       auto& r = rails[pr.path];
+      if (!r.usable) {  // its fwmark is routed over another rail now
+        r.evidence.push_back(fmt::format("not probed: failed over to another rail"));
+        continue;
+      }
+      RailProbe p = probe_rail(pr, 5);
       json pj = {{"peer", peer.addr}, {"path", r.name}, {"loss", loss_of(p)}};
       if (!p.error.empty() || p.connect.lost) {
         r.bad = true;

@@ -1,0 +1,160 @@
+// The probe protocol (dualpath/client/probe.h) and the daemon's responder
+// (daemon/responder.cpp) on loopback: requests, limits and refusals.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "dualpath/client/probe.h"
+#include "responder.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace probe = dp::probe;
+
+TEST(ProbeProtocol, RequestsAreCheckedBeforeAnythingIsDone) {
+  auto ok = probe::parse_request(R"({"op":"echo","size":128})");
+  ASSERT_TRUE(ok) << ok.error().what();
+  EXPECT_EQ(ok->op, "echo");
+  EXPECT_EQ(ok->size, 128);
+  EXPECT_TRUE(probe::parse_request(R"({"op":"source","seconds":0.5})"));
+  for (const char* bad :
+       {"", "[]", "{}", R"({"op":1})", R"({"op":"flood"})", R"({"op":"echo","size":0})",
+        R"({"op":"echo","size":65537})", R"({"op":"echo","size":1.5})",
+        R"({"op":"source","seconds":-1})", R"({"op":"source","seconds":"1"})", "{\"op\":\"hello\""})
+    EXPECT_FALSE(probe::parse_request(bad)) << bad;
+}
+
+TEST(ProbeProtocol, PercentilesAreNearestRank) {
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);
+  auto p = probe::percentiles(v);
+  EXPECT_EQ(p.n, 100u);
+  EXPECT_EQ(p.p50, 50);
+  EXPECT_EQ(p.p95, 95);
+  EXPECT_EQ(p.p99, 99);
+  EXPECT_EQ(p.min, 1);
+  EXPECT_EQ(p.max, 100);
+  EXPECT_EQ(probe::percentiles({7}).p99, 7);
+  EXPECT_EQ(probe::percentiles({}).n, 0u);
+}
+
+// A one-rail policy on loopback; the responder listens on 127.0.0.1:port.
+dp::Policy loopback_policy(uint16_t port, const std::string& allow, int sessions = 4) {
+  std::string text = R"([node]
+name = "probe-test"
+[[path]]
+name = "lo0"
+interface = "lo"
+gateway = "127.0.0.1"
+source = "127.0.0.1"
+capacity = "1Gbit"
+table = 190
+fwmark = 0x190
+[[class]]
+name = "c"
+kind = "elastic"
+prefer = "lo0"
+ports = ["tcp:1-2"]
+[responder]
+port = )" + std::to_string(port) +
+                     "\nmax_sessions = " + std::to_string(sessions) +
+                     "\nmax_duration = \"2s\"\nallow = [\"" + allow + "\"]\n";
+  auto load = dp::parse_policy(text, "probe.toml");
+  EXPECT_TRUE(load.ok()) << (load.errors.empty() ? "" : load.errors.front().str());
+  return *load.policy;
+}
+
+class Responder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "the responder marks its sockets (CAP_NET_ADMIN)";
+  }
+  // A port free now (the kernel picks it), for the responder to take.
+  static uint16_t free_port() {
+    dp::Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+    auto sa = probe::sockaddr_of(*dp::IpAddr::parse("127.0.0.1"), 0);
+    EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa.ss), sa.len), 0);
+    socklen_t len = sa.len;
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa.ss), &len);
+    return ntohs(reinterpret_cast<sockaddr_in*>(&sa.ss)->sin_port);
+  }
+  probe::Target target(uint16_t port) { return {*dp::IpAddr::parse("127.0.0.1"), port, {}, 0}; }
+};
+
+TEST_F(Responder, AnswersHelloEchoSinkAndSource) {
+  uint16_t port = free_port();
+  dp::Responder r;
+  ASSERT_TRUE(r.start(loopback_policy(port, "127.0.0.0/8")));
+  auto t = target(port);
+  auto h = probe::hello(t, 2000ms);
+  ASSERT_TRUE(h) << h.error().what();
+  EXPECT_EQ((*h)["node"], "probe-test");
+  EXPECT_EQ((*h)["topology"], "shared");
+  ASSERT_EQ((*h)["paths"].size(), 1u);
+  EXPECT_EQ((*h)["paths"][0]["port"], port);
+  EXPECT_GT((*h)["paths"][0]["mtu"].get<int>(), 0);
+
+  auto e = probe::echo(t, 20, 100, 0ms);
+  ASSERT_TRUE(e) << e.error().what();
+  EXPECT_EQ(e->us.size(), 20u);
+
+  auto c = probe::connects(t, 5, 1000ms);
+  EXPECT_EQ(c.ms.size(), 5u);
+  EXPECT_EQ(c.lost + c.refused, 0);
+
+  for (bool up : {true, false}) {
+    auto bps = probe::throughput(t, up, 2, 0.2);
+    ASSERT_TRUE(bps) << bps.error().what();
+    EXPECT_GT(*bps, 0) << (up ? "sink" : "source");
+  }
+  // hello, echo and four streams at least (a connect-only probe that finds
+  // every session taken is counted busy: nothing is served to it)
+  EXPECT_GE(r.status()["served"].get<int>(), 6);
+}
+
+TEST_F(Responder, RefusesAddressesItDoesNotServeAndBadRequests) {
+  uint16_t port = free_port();
+  dp::Responder r;
+  ASSERT_TRUE(r.start(loopback_policy(port, "192.0.2.0/24")));
+  auto h = probe::hello(target(port), 1000ms);
+  EXPECT_FALSE(h) << "127.0.0.1 is not allowed";
+  EXPECT_EQ(r.status()["refused_address"], 1);
+
+  ASSERT_TRUE(r.start(loopback_policy(port, "127.0.0.0/8")));
+  auto c = probe::connect_to(target(port), 1000ms);
+  ASSERT_TRUE(c);
+  auto reply = probe::exchange(*c, {{"op", "flood"}}, 1000ms);
+  ASSERT_FALSE(reply);
+  EXPECT_NE(reply.error().message.find("unknown op"), std::string::npos) << reply.error().what();
+  EXPECT_EQ(r.status()["bad_requests"], 1);
+}
+
+TEST_F(Responder, KeepsToItsSessionLimitAndItsTimeLimit) {
+  uint16_t port = free_port();
+  dp::Responder r;
+  ASSERT_TRUE(r.start(loopback_policy(port, "127.0.0.0/8", 1)));
+  auto t = target(port);
+  {
+    auto first = probe::open_session(t, {{"op", "echo"}, {"size", 8}}, 1000ms);
+    ASSERT_TRUE(first) << first.error().what();
+    // the only session is taken: a second is told "busy" (and gives up after its timeout)
+    auto second = probe::open_session(t, {{"op", "hello"}}, 200ms);
+    ASSERT_FALSE(second);
+    EXPECT_NE(second.error().message.find("busy"), std::string::npos) << second.error().what();
+    EXPECT_GE(r.status()["refused_busy"].get<int>(), 1);
+  }  // the echo session ends
+  std::this_thread::sleep_for(100ms);
+  // a source asked for 30 s ends at max_duration (2 s)
+  auto start = std::chrono::steady_clock::now();
+  auto bps = probe::throughput(t, false, 1, 30);
+  ASSERT_TRUE(bps) << bps.error().what();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
+  r.stop();
+  EXPECT_FALSE(probe::hello(t, 500ms)) << "stopped: nothing listens";
+}
+
+}  // namespace
