@@ -43,6 +43,32 @@ check "budget -j: the exact figure" 0 '"total_bps":5529600000' \
   "$dpctl" -j -s $none budget --concurrency 32 --rate 18MB/s --amplification 1.2
 check "budget: a bad rate is refused" 1 'unknown unit' "$dpctl" -s $none budget --rate 18XB/s
 
+# validate, probe and diagnose
+check "probe needs a peer: exit 2" 2 "PEER is required" "$dpctl" probe
+check "probe --count is bounded: exit 2" 2 "--count" "$dpctl" probe 10.0.0.1 --count 0
+check "validate without a daemon: exit 3" 3 "cannot reach dualpathd" "$dpctl" -s $none validate
+check "diagnose without a daemon: exit 3" 3 "cannot reach dualpathd" "$dpctl" -s $none diagnose
+
+# bash completion against the command tree: every command, subcommand and
+# long option dpctl --help names is offered
+comp="$src/tools/completion/dpctl"
+subcommands() { "$dpctl" "$@" --help 2>/dev/null | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF { print $1 }'; }
+objects=" $(sed -n 's/^ *local objects="\(.*\)"/\1/p' "$comp") "
+missing=""
+for c in $(subcommands); do
+  [[ $objects == *" $c "* ]] || missing+=" $c"
+  for sub in "" $(subcommands "$c"); do
+    # shellcheck disable=SC2086
+    for o in $("$dpctl" $c $sub --help 2>/dev/null | grep -o -- ' --[a-z][a-z-]*' | sort -u); do
+      [[ $o == --help ]] && continue
+      grep -q -- "$o\b" "$comp" || missing+=" $c $sub $o"
+    done
+    [[ -z $sub ]] || grep -qw -- "$sub" "$comp" || missing+=" $c $sub"
+  done
+done
+check "completion offers the whole command tree" 0 "" test -z "$missing"
+[[ -z $missing ]] || echo "  not offered:$missing"
+
 # no permission: a socket only root may use, tried as nobody
 if [[ $(id -u) == 0 ]] && command -v python3 >/dev/null && id nobody >/dev/null 2>&1; then
   dir=$(mktemp -d)
