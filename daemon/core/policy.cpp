@@ -149,6 +149,13 @@ std::optional<Prefix> first_of(const std::vector<Prefix>& routes, int family) {
 std::optional<Prefix> PathSpec::network() const { return first_of(routes, AF_INET); }
 std::optional<Prefix> PathSpec::network6() const { return first_of(routes, AF_INET6); }
 
+bool Policy::same_settings(const Policy& o) const {
+  return node == o.node && default_class == o.default_class && routing == o.routing &&
+         scheduler == o.scheduler && topology == o.topology && health == o.health &&
+         measurement == o.measurement && metrics == o.metrics && responder == o.responder &&
+         paths == o.paths && classes == o.classes;
+}
+
 std::vector<Prefix> Policy::responder_allowed() const {
   if (!responder.allow.empty()) return responder.allow;
   std::vector<Prefix> out;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "dualpath/core/policy.h"
+
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -51,26 +53,49 @@ std::string render(const toml::node& n) {
   return out.str();
 }
 
-struct Differ {
-  std::vector<PolicyChange> out;
+// Where a change is in the document: keys, and for [[path]]/[[class]]
+// entries the entry's name.
+struct Step {
+  std::string key;
+  std::optional<std::string> name;
+};
 
-  void node(const std::string& where, const toml::node* a, const toml::node* b) {
+struct Found {
+  PolicyChange change;
+  std::vector<Step> steps;
+  const toml::node* after = nullptr;  // the new value (null: removed)
+};
+
+struct Differ {
+  std::vector<Found> out;
+
+  void record(PolicyChange c, const std::vector<Step>& steps, const toml::node* after) {
+    out.push_back({std::move(c), steps, after});
+  }
+
+  void node(const std::string& where, const std::vector<Step>& steps, const toml::node* a,
+            const toml::node* b) {
     if (a && !b) {
-      out.push_back({PolicyChange::Kind::Removed, where, render(*a), std::nullopt, line_of(*a)});
+      record({PolicyChange::Kind::Removed, where, render(*a), std::nullopt, line_of(*a)}, steps,
+             nullptr);
       return;
     }
     if (!a && b) {
-      out.push_back({PolicyChange::Kind::Added, where, std::nullopt, render(*b), line_of(*b)});
+      record({PolicyChange::Kind::Added, where, std::nullopt, render(*b), line_of(*b)}, steps, b);
       return;
     }
-    if (a->is_table() && b->is_table()) return table(where, *a->as_table(), *b->as_table());
+    if (a->is_table() && b->is_table()) return table(where, steps, *a->as_table(), *b->as_table());
     std::string ra = render(*a), rb = render(*b);
     if (a->type() == b->type() && ra == rb) return;
-    out.push_back({PolicyChange::Kind::Changed, where, ra, rb, line_of(*b)});
+    record({PolicyChange::Kind::Changed, where, ra, rb, line_of(*b)}, steps, b);
   }
 
   static std::string join(const std::string& where, const std::string& key) {
     return where.empty() ? key : where + "." + key;
+  }
+  static std::vector<Step> then(std::vector<Step> steps, Step s) {
+    steps.push_back(std::move(s));
+    return steps;
   }
 
   // [[path]] / [[class]]: entries matched by name, in the new file's order,
@@ -88,26 +113,59 @@ struct Differ {
     auto label = [&](const std::string& name) { return key + " \"" + name + "\""; };
     for (auto& [name, t] : vb) {
       auto it = ma.find(name);
-      node(label(name), it == ma.end() ? nullptr : it->second, t);
+      node(label(name), {{key, name}}, it == ma.end() ? nullptr : it->second, t);
     }
     for (auto& [name, t] : va)
-      if (!mb.count(name)) node(label(name), t, nullptr);
+      if (!mb.count(name)) node(label(name), {{key, name}}, t, nullptr);
   }
 
   // in the new file's order; what it no longer has right after the table's
   // other entries
-  void table(const std::string& where, const toml::table& a, const toml::table& b) {
+  void table(const std::string& where, const std::vector<Step>& steps, const toml::table& a,
+             const toml::table& b) {
     for (auto& [key, v] : in_file_order(b)) {
       const toml::node* old = a.get(key);
       if (where.empty() && named_array(key) && old && old->is_array() && v->is_array())
         named(key, *old->as_array(), *v->as_array());
       else
-        node(join(where, key), old, v);
+        node(join(where, key), then(steps, {key, std::nullopt}), old, v);
     }
     for (auto& [key, v] : in_file_order(a))
-      if (!b.contains(key)) node(join(where, key), v, nullptr);
+      if (!b.contains(key)) node(join(where, key), then(steps, {key, std::nullopt}), v, nullptr);
   }
 };
+
+// Whether one key's change, made alone to the old document, leaves the
+// policy the same: another spelling of the value (0x110 and 272, "500us"
+// and "0.5ms", "EF" and 46), or a default written out or left out.
+bool no_effect(const toml::table& old_doc, const Policy& old_policy, const Found& f) {
+  if (f.steps.empty() || f.steps.back().name) return false;  // a whole [[path]]/[[class]]
+  toml::table doc = old_doc;
+  toml::table* t = &doc;
+  for (size_t i = 0; i + 1 < f.steps.size(); ++i) {
+    const Step& s = f.steps[i];
+    toml::node* n = t->get(s.key);
+    if (n && s.name) {
+      toml::node* entry = nullptr;
+      if (auto* arr = n->as_array())
+        for (auto& e : *arr)
+          if (e.is_table() && (*e.as_table())["name"].value_or(std::string{}) == *s.name)
+            entry = &e;
+      n = entry;
+    }
+    t = n ? n->as_table() : nullptr;
+    if (!t) return false;
+  }
+  const std::string& key = f.steps.back().key;
+  if (f.after)
+    f.after->visit([&](const auto& v) { t->insert_or_assign(key, v); });
+  else
+    t->erase(key);
+  std::ostringstream text;
+  text << doc;
+  auto load = parse_policy(text.str(), old_policy.file);
+  return load.ok() && load.policy->same_settings(old_policy);
+}
 
 Result<toml::table> parse(const std::string& text, const std::string& name) {
   try {
@@ -153,8 +211,14 @@ Result<std::vector<PolicyChange>> diff_policies(const std::string& before_text,
   auto b = parse(after_text, after_name);
   if (!b) return b.error();
   Differ d;
-  d.table("", *a, *b);
-  return std::move(d.out);
+  d.table("", {}, *a, *b);
+  // Changes that make no difference to the policy are not changes. Only when
+  // the old text is a valid policy: otherwise every difference is shown.
+  auto old_policy = parse_policy(before_text, before_name);
+  std::vector<PolicyChange> out;
+  for (auto& f : d.out)
+    if (!old_policy.ok() || !no_effect(*a, *old_policy.policy, f)) out.push_back(f.change);
+  return out;
 }
 
 }  // namespace dp

@@ -51,7 +51,7 @@ TEST(PolicyDiff, ChangedAddedAndRemovedKeysAndEntriesWithTheirLines) {
   std::string b = replace(kLab, "load_threshold = 0.60", "load_threshold = 0.70");
   b = replace(b, "name = \"param-sync\"\nkind = \"elastic\"\npriority = 3\nprefer = \"rail1\"",
               "name = \"param-sync\"\nkind = \"elastic\"\npriority = 3\nprefer = \"rail0\"");
-  b = replace(b, "holddown = \"5m\"\n", "");
+  b = replace(b, "window = \"2s\"", "");  // not the default (10s): a change
   b += "\n[[class]]\nname = \"kv-cache\"\nkind = \"elastic\"\nprefer = \"rail1\"\n"
        "ports = [\"tcp:55000-55999\"]\n";
   auto at = b.find("[[class]]\nname = \"logs\"");
@@ -63,7 +63,7 @@ TEST(PolicyDiff, ChangedAddedAndRemovedKeysAndEntriesWithTheirLines) {
   for (auto& c : *d) got.push_back(c.str());
   EXPECT_EQ(got, (std::vector<std::string>{
                      "~ scheduler.load_threshold: 0.6 -> 0.7",
-                     "- health.holddown: '5m'",
+                     "- measurement.window: '2s'",
                      "~ class \"param-sync\".prefer: 'rail1' -> 'rail0'",
                      "+ class \"kv-cache\": { name = 'kv-cache', kind = 'elastic', prefer = "
                      "'rail1', ports = ['tcp:55000-55999'] }",
@@ -76,10 +76,38 @@ TEST(PolicyDiff, ChangedAddedAndRemovedKeysAndEntriesWithTheirLines) {
     return 1 + static_cast<int>(std::count(pre.begin(), pre.end(), '\n'));
   };
   EXPECT_EQ((*d)[0].line, line_in(b, "load_threshold = 0.70"));
-  EXPECT_EQ((*d)[1].line, line_in(kLab, "holddown = \"5m\"")) << "a removal: the old file's line";
+  EXPECT_EQ((*d)[1].line, line_in(kLab, "window = \"2s\"")) << "a removal: the old file's line";
   EXPECT_EQ((*d)[2].line, line_in(b, "prefer = \"rail0\"\ndscp = \"AF11\""));
   EXPECT_EQ(d->front().kind, dp::PolicyChange::Kind::Changed);
   EXPECT_EQ(std::string(dp::to_string(d->back().kind)), "removed");
+}
+
+// Issue 14: values, not their spelling.
+TEST(PolicyDiff, AnotherSpellingOfTheSameValueOrAWrittenOutDefaultIsNoChange) {
+  std::string same = replace(kLab, "fwmark = 0x100", "fwmark = 256");
+  same = replace(same, "dead_zone = \"0.2ms\"", "dead_zone = \"200us\"");
+  same = replace(same, "dscp = \"EF\"", "dscp = 46");
+  same = replace(same, "capacity = \"1Gbit\"", "capacity = \"1000Mbit\"");
+  same = replace(same, "gateway6 = \"fd98:0::2\"", "gateway6 = \"fd98::2\"");
+  same = replace(same, "multiplier = 3\n", "multiplier = 3\nramp_interval = \"30s\"\n");
+  same = replace(same, "[[path]]", "[responder]\nenable = true\n\n[[path]]");
+  auto d = lines(kLab, same);
+  EXPECT_TRUE(d.empty()) << [&] {
+    std::string all;
+    for (auto& l : d) all += l + "\n";
+    return all;
+  }();
+  // and a real change beside them is still one
+  auto real = lines(kLab, replace(same, "multiplier = 3", "multiplier = 4"));
+  ASSERT_EQ(real.size(), 1u);
+  EXPECT_EQ(real[0], "~ health.multiplier: 3 -> 4");
+  // a default written out that differs from the default is a change
+  auto other =
+      lines(kLab, replace(kLab, "multiplier = 3\n", "multiplier = 3\nramp_interval = \"10s\"\n"));
+  ASSERT_EQ(other.size(), 1u);
+  EXPECT_EQ(other[0], "+ health.ramp_interval: '10s'");
+  // and taking out a key whose value was the default is no change either
+  EXPECT_TRUE(lines(kLab, replace(kLab, "holddown = \"5m\"\n", "")).empty());
 }
 
 TEST(PolicyDiff, ANonTomlFileIsAnErrorWithItsPosition) {

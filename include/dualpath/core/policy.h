@@ -26,6 +26,7 @@ struct Prefix {
   std::string str() const;
   static std::optional<Prefix> parse(const std::string& text);  // "default" = 0.0.0.0/0
   bool contains(const IpAddr& a) const;
+  bool operator==(const Prefix&) const = default;
 };
 
 enum class Proto : uint8_t { Tcp = 6, Udp = 17 };
@@ -52,7 +53,10 @@ struct PortRange {
   uint16_t hi = 0;
   int line = 0;  // where it was written, for diagnostics
   int column = 0;
-  std::string str() const;  // "tcp:50000-50999"
+  std::string str() const;                     // "tcp:50000-50999"
+  bool operator==(const PortRange& o) const {  // where it was written is no difference
+    return proto == o.proto && lo == o.lo && hi == o.hi;
+  }
 };
 
 // A class's cgroup rule: a cgroup v2 directory (relative to the cgroup v2
@@ -64,6 +68,7 @@ struct CgroupSpec {
   int line = 0;
   int column = 0;
   std::string str() const;  // "cgroup /system.slice/vllm.service", "unit vllm.service"
+  bool operator==(const CgroupSpec& o) const { return kind == o.kind && text == o.text; }
 };
 
 // Syntax checks of the policy's cgroup paths and unit names: "" when
@@ -90,6 +95,7 @@ struct PathSpec {
   const std::optional<IpAddr>& bfd_address() const {
     return bfd_peer ? bfd_peer : gateway ? gateway : gateway6;
   }
+  bool operator==(const PathSpec&) const = default;
 };
 
 struct ClassSpec {
@@ -104,6 +110,7 @@ struct ClassSpec {
   bool pinned = false;                   // the scheduler never moves a pinned class
   std::optional<uint8_t> dscp;           // stamped on its packets (0-63)
   std::optional<uint32_t> skb_priority;  // skb->priority: a tc class id or 0-7
+  bool operator==(const ClassSpec&) const = default;
 };
 
 struct SchedulerSettings {
@@ -116,6 +123,7 @@ struct SchedulerSettings {
   std::chrono::nanoseconds tick = std::chrono::milliseconds(50);
   std::chrono::nanoseconds flowlet_gap = std::chrono::microseconds(500);
   bool adaptive_flowlet_gap = true;  // raise the gap to the rails' RTT difference
+  bool operator==(const SchedulerSettings&) const = default;
 };
 
 struct HealthSettings {
@@ -125,16 +133,19 @@ struct HealthSettings {
   std::chrono::nanoseconds holddown = std::chrono::minutes(5);
   std::vector<int> ramp{10, 25, 50, 100};  // percent of the former share, a step per interval
   std::chrono::nanoseconds ramp_interval = std::chrono::seconds(30);
+  bool operator==(const HealthSettings&) const = default;
 };
 
 struct MeasurementSettings {
   std::string cgroup;  // cgroup v2 directory for sockops; "" = the cgroup v2 mount
   std::chrono::nanoseconds window = std::chrono::seconds(10);  // percentiles and loss
   std::string rdma_sysfs = "/sys/class/infiniband";
+  bool operator==(const MeasurementSettings&) const = default;
 };
 
 struct MetricsSettings {
   std::string listen = "127.0.0.1:9464";  // Prometheus endpoint; "" disables it
+  bool operator==(const MetricsSettings&) const = default;
 };
 
 // The probe responder (dpctl validate and probe from a peer node): TCP
@@ -147,11 +158,13 @@ struct ResponderSettings {
   std::chrono::nanoseconds max_duration = std::chrono::seconds(10);  // per session
   // Who may connect; empty: the paths' routes, networks, gateways and BFD peers.
   std::vector<Prefix> allow;
+  bool operator==(const ResponderSettings&) const = default;
 };
 
 struct RoutingSettings {
   uint32_t rule_priority = 10000;  // the service owns [rule_priority, rule_priority + 99]
   uint8_t route_protocol = 200;    // rtnetlink protocol tag of our rules and routes
+  bool operator==(const RoutingSettings&) const = default;
 };
 
 struct Policy {
@@ -181,6 +194,9 @@ struct Policy {
   int classify(Proto proto, uint16_t sport, uint16_t dport, uint32_t mark) const;
   // Who the responder answers: responder.allow, or what the paths reach.
   std::vector<Prefix> responder_allowed() const;
+  // The same node with the same settings: everything but file, hash and
+  // text (how it was written: spelling, defaults written out, comments).
+  bool same_settings(const Policy& o) const;
 };
 
 struct Diagnostic {

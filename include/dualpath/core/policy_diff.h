@@ -4,6 +4,9 @@
 // comments and layout are no change at all.
 // [[path]] and [[class]] entries are matched by their name, so reordering
 // them is no change either and a renamed class is one removed and one added.
+// A key whose new value means the same (0x110 and 272, "500us" and "0.5ms",
+// a default written out) is no change: each key's change is made alone to
+// the old policy and dropped when the parsed policy stays the same.
 #pragma once
 
 #include <optional>
