@@ -77,7 +77,10 @@ Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const s
 
 Result<void> ensure_bpffs(const std::string& dir) {
   struct statfs st {};
-  if (statfs("/sys/fs/bpf", &st) != 0 || st.f_type != BPF_FS_MAGIC) {
+  // The usual place is mounted if it is not; another root (--bpffs) must be
+  // a bpffs already.
+  bool usual = dir.rfind("/sys/fs/bpf/", 0) == 0;
+  if (usual && (statfs("/sys/fs/bpf", &st) != 0 || st.f_type != BPF_FS_MAGIC)) {
     ::mkdir("/sys/fs/bpf", 0700);
     if (::mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") != 0)
       return DP_SYS_ERROR(errno, "/sys/fs/bpf is not a BPF filesystem and mounting one failed");
@@ -163,7 +166,13 @@ Result<void> Tc::attach(int ifindex, const std::string& ifname, int egress_fd, i
   for (auto [point, fd] :
        {std::pair{BPF_TC_EGRESS, egress_fd}, std::pair{BPF_TC_INGRESS, ingress_fd}}) {
     uint32_t existing = query(ifindex, point);
-    if (existing && !is_our_prog(existing))
+    // Ours: the program we hold (a reload, or a restart that adopted the
+    // pins), or one named as ours from an earlier load (an upgrade; looking a
+    // program up by id needs CAP_SYS_ADMIN).
+    bpf_prog_info mine{};
+    uint32_t mine_len = sizeof(mine);
+    bool same = existing && bpf_obj_get_info_by_fd(fd, &mine, &mine_len) == 0 && mine.id == existing;
+    if (existing && !same && !is_our_prog(existing))
       return DP_ERROR(
           "a tc {} filter that is not dualpath's (prog id {}) occupies handle {:#x} priority "
           "{:#x} on {}; refusing to replace it",
