@@ -189,7 +189,7 @@ int dp_egress(struct __sk_buff *skb)
 	struct dp_config *cfg;
 	struct dp_counters *c;
 	struct dp_rail *rail;
-	__u32 zero = 0, target, mark = skb->mark;
+	__u32 zero = 0, target, mark = skb->mark, mark_mask, redirect_bit;
 	long ret;
 	int exc;
 	__u8 cls, rule = DP_RULE_NONE;
@@ -208,10 +208,11 @@ int dp_egress(struct __sk_buff *skb)
 	if (!cfg)
 		return DP_PASS;
 	cls = dp_classify_rule(&pkt, mark, cfg, &rule, skb, DP_CGROUP_SKB);
+	dp_mark_cfg(&mark_mask, &redirect_bit);
 
-	if (mark & DP_MARK_REDIRECTED) {
+	if (mark & redirect_bit) {
 		/* steered here by another rail's hook: count it, never re-steer */
-		skb->mark = mark & ~DP_MARK_REDIRECTED;
+		skb->mark = mark & ~redirect_bit;
 		dp_count_tx(rail_here, cls, skb->len);
 		return DP_PASS;
 	}
@@ -246,7 +247,7 @@ int dp_egress(struct __sk_buff *skb)
 		return DP_PASS;
 	}
 
-	skb->mark = mark | DP_MARK_REDIRECTED;
+	skb->mark = mark | redirect_bit;
 	ret = bpf_redirect_neigh(rail->ifindex, &nh, sizeof(nh), 0);
 	if (ret != TC_ACT_REDIRECT) {
 		skb->mark = mark;

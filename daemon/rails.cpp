@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <random>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "dualpath/core/units.h"
@@ -73,7 +74,8 @@ void Rails::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
   for (size_t i = 0; i < next.paths.size(); ++i) {
     const auto& ps = next.paths[i];
     names_.push_back(ps.name);
-    std::string key = rail_key(next, i);
+    // the BFD socket carries the redirect bit: a new one makes a new session
+    std::string key = rail_key(next, i) + fmt::format("|{:#x}", next.routing.redirect_mark);
     auto it = std::find_if(old.begin(), old.end(), [&](const Session& s) { return s.key == key; });
     if (it != old.end()) {
       sessions_.push_back(std::move(*it));
@@ -83,7 +85,7 @@ void Rails::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
       Session s{key, nullptr, std::nullopt, 0, ""};
       auto peer = next.health.bfd ? ps.bfd_address() : std::nullopt;
       if (peer) {
-        auto ep = BfdEndpoint::open(ps.interface, *peer);
+        auto ep = BfdEndpoint::open(ps.interface, *peer, next.routing.redirect_mark);
         if (!ep) {
           spdlog::error("path {}: BFD toward {} is off: {}", ps.name, peer->str(),
                         ep.error().what());

@@ -184,4 +184,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_cgroup_gens SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_mark_bits);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_mark_bits SEC(".maps");
+
 #endif /* DP_BPF_MAPS_H */

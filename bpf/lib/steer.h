@@ -98,6 +98,21 @@ static __always_inline __u8 dp_cgroup_class(void *ctx, int how, __u32 gen)
 
 /* Socket mark first, then port (destination before source), then the
  * socket's cgroup, then the default class. `rule` says which matched. */
+/* The mark bits dualpath uses and its redirect bit (dp_mark_bits). */
+static __always_inline void dp_mark_cfg(__u32 *mask, __u32 *redirect)
+{
+	__u32 zero = 0;
+	struct dp_mark_bits *b = bpf_map_lookup_elem(&dp_mark_bits, &zero);
+
+	if (b && b->redirect) {
+		*mask = b->mask;
+		*redirect = b->redirect;
+	} else {
+		*mask = 0xffffffffu;
+		*redirect = DP_MARK_REDIRECTED;
+	}
+}
+
 static __always_inline __u8 dp_classify_rule(const struct dp_pkt *pkt, __u32 mark,
 					     const struct dp_config *cfg, __u8 *rule, void *ctx,
 					     int how)
@@ -107,7 +122,12 @@ static __always_inline __u8 dp_classify_rule(const struct dp_pkt *pkt, __u32 mar
 	__u32 key;
 	__u32 base = pkt->key.proto == IPPROTO_TCP ? DP_PORT_TCP_DST : DP_PORT_UDP_DST;
 
-	mark &= ~DP_MARK_REDIRECTED;
+	{
+		__u32 mask, redirect;
+
+		dp_mark_cfg(&mask, &redirect);
+		mark &= mask & ~redirect; /* others' bits are not ours to read */
+	}
 	if (mark) {
 		struct dp_mark_key mk = {.gen = gen, .mark = mark};
 		struct dp_mark_val *mv = bpf_map_lookup_elem(&dp_marks, &mk);

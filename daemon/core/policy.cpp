@@ -169,7 +169,7 @@ std::vector<Prefix> Policy::responder_allowed() const {
 }
 
 int Policy::classify(Proto proto, uint16_t sport, uint16_t dport, uint32_t mark) const {
-  mark &= ~DP_MARK_REDIRECTED;
+  mark &= routing.mark_mask & ~routing.redirect_mark;
   if (mark)
     for (const auto& ps : paths)
       if (ps.fwmark == mark) return -1;
@@ -480,7 +480,22 @@ void parse_node(Checker& c, const toml::table& root, Policy& p) {
 void parse_routing(Checker& c, const toml::table& root, Policy& p) {
   auto* t = root.get_as<toml::table>("routing");
   if (!t) return;
-  c.only_keys(*t, {"rule_priority", "route_protocol"}, "[routing]");
+  c.only_keys(*t, {"rule_priority", "route_protocol", "mark_mask", "redirect_mark"}, "[routing]");
+  if (auto v = c.integer(*t, "mark_mask", "[routing]", false, 1, 0xFFFFFFFFll))
+    p.routing.mark_mask = static_cast<uint32_t>(*v);
+  if (auto v = c.integer(*t, "redirect_mark", "[routing]", false, 1, 0xFFFFFFFFll)) {
+    auto bit = static_cast<uint32_t>(*v);
+    if (__builtin_popcount(bit) != 1)
+      c.error(*t->get("redirect_mark"),
+              fmt::format("redirect_mark {:#x} in [routing] must be a single bit", bit));
+    else
+      p.routing.redirect_mark = bit;
+  }
+  if (!(p.routing.redirect_mark & p.routing.mark_mask))
+    c.error(t->get("redirect_mark") ? *t->get("redirect_mark") : *t->get("mark_mask"),
+            fmt::format("redirect_mark {:#x} in [routing] is outside mark_mask {:#x}: dualpath "
+                        "may only use bits of its mask",
+                        p.routing.redirect_mark, p.routing.mark_mask));
   if (auto v = c.integer(*t, "rule_priority", "[routing]", false, 1, 32000))
     p.routing.rule_priority = static_cast<uint32_t>(*v);
   if (auto v = c.integer(*t, "route_protocol", "[routing]", false, 5, 254))
@@ -735,11 +750,16 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
     }
     if (auto v = c.integer(t, "fwmark", section, true, 1, 0xFFFFFFFFll)) {
       ps.fwmark = static_cast<uint32_t>(*v);
-      if (ps.fwmark & DP_MARK_REDIRECTED)
+      if (ps.fwmark & p.routing.redirect_mark)
         c.error(where(t, "fwmark"),
                 fmt::format("fwmark {:#x} of {} uses bit {:#x}, which dualpath reserves for "
-                            "redirected packets",
-                            ps.fwmark, section, DP_MARK_REDIRECTED));
+                            "redirected packets ([routing] redirect_mark)",
+                            ps.fwmark, section, p.routing.redirect_mark));
+      else if (ps.fwmark & ~p.routing.mark_mask)
+        c.error(where(t, "fwmark"),
+                fmt::format("fwmark {:#x} of {} has bits outside [routing] mark_mask {:#x}, "
+                            "which belong to others",
+                            ps.fwmark, section, p.routing.mark_mask));
       else if (!marks.insert(ps.fwmark).second)
         c.error(where(t, "fwmark"),
                 fmt::format("fwmark {:#x} is used by more than one path", ps.fwmark));
@@ -1025,11 +1045,16 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     }
     if (auto v = c.integer(t, "mark", section, false, 1, 0xFFFFFFFFll)) {
       auto m = static_cast<uint32_t>(*v);
-      if (m & DP_MARK_REDIRECTED)
+      if (m & p.routing.redirect_mark)
         c.error(where(t, "mark"),
                 fmt::format("mark {:#x} of {} uses bit {:#x}, which dualpath reserves for "
-                            "redirected packets",
-                            m, section, DP_MARK_REDIRECTED));
+                            "redirected packets ([routing] redirect_mark)",
+                            m, section, p.routing.redirect_mark));
+      else if (m & ~p.routing.mark_mask)
+        c.error(where(t, "mark"),
+                fmt::format("mark {:#x} of {} has bits outside [routing] mark_mask {:#x}, which "
+                            "belong to others",
+                            m, section, p.routing.mark_mask));
       else if (marks.count(m))
         c.error(where(t, "mark"),
                 fmt::format("mark {:#x} of {} is already the mark of class \"{}\"", m, section,

@@ -171,7 +171,8 @@ Result<void> Tc::attach(int ifindex, const std::string& ifname, int egress_fd, i
     // program up by id needs CAP_SYS_ADMIN).
     bpf_prog_info mine{};
     uint32_t mine_len = sizeof(mine);
-    bool same = existing && bpf_obj_get_info_by_fd(fd, &mine, &mine_len) == 0 && mine.id == existing;
+    bool same =
+        existing && bpf_obj_get_info_by_fd(fd, &mine, &mine_len) == 0 && mine.id == existing;
     if (existing && !same && !is_our_prog(existing))
       return DP_ERROR(
           "a tc {} filter that is not dualpath's (prog id {}) occupies handle {:#x} priority "

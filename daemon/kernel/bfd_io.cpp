@@ -65,7 +65,7 @@ BfdEndpoint::~BfdEndpoint() {
 }
 
 Result<std::unique_ptr<BfdEndpoint>> BfdEndpoint::open(const std::string& ifname,
-                                                       const IpAddr& peer) {
+                                                       const IpAddr& peer, uint32_t mark) {
   std::unique_ptr<BfdEndpoint> ep(new BfdEndpoint());
   ep->peer_ = peer;
   ep->ifname_ = ifname;
@@ -86,7 +86,6 @@ Result<std::unique_ptr<BfdEndpoint>> BfdEndpoint::open(const std::string& ifname
   auto tx = make_socket(peer, ifname);
   if (!tx) return tx.error();
   ep->tx_ = *tx;
-  uint32_t mark = DP_MARK_REDIRECTED;
   int prio = 7;  // TC_PRIO_CONTROL
   if ((v4 ? ::setsockopt(ep->tx_, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl))
           : ::setsockopt(ep->tx_, IPPROTO_IPV6, IPV6_UNICAST_HOPS, &ttl, sizeof(ttl))) < 0 ||

@@ -109,6 +109,7 @@ DP_SKELETON_MAP(connects)
 DP_SKELETON_MAP(cgroups)
 DP_SKELETON_MAP(cgroup_cache)
 DP_SKELETON_MAP(cgroup_gens)
+DP_SKELETON_MAP(mark_bits)
 #undef DP_SKELETON_MAP
 
 Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {

@@ -272,6 +272,8 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   (void)skel_->cgroup_gens().lookup(&zero, &gens);
   gens = by_cgroup ? gens | (1u << s.gen) : gens & ~(1u << s.gen);
   DP_TRY(set_cgroup_gens(gens));
+  dp_mark_bits bits{next.routing.mark_mask, next.routing.redirect_mark};
+  DP_TRY(skel_->mark_bits().update(&zero, &bits));
   DP_TRY(skel_->config().update(&zero, &cfg));
   flowlet_gap_ns_ = cfg.flowlet_gap_ns;
   gen_ = s.gen;

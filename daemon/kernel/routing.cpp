@@ -77,17 +77,20 @@ bool route_is_ours(rtnl_route* r, const Policy& p) {
 struct WantedRule {
   int family;
   uint32_t prio, mark, table;
-  std::optional<Prefix> to;  // failover: traffic to a failed path's routes
+  std::optional<Prefix> to;     // failover: traffic to a failed path's routes
+  uint32_t mask = 0xffffffffu;  // [routing] mark_mask: others' bits do not matter
 };
 
 std::string rule_key(int family, uint32_t prio, uint32_t mark, uint32_t table,
-                     const std::string& to = "") {
-  std::string sel = to.empty() ? fmt::format("fwmark {:#x}", mark) : "to " + to;
+                     const std::string& to = "", uint32_t mask = 0xffffffffu) {
+  std::string sel = !to.empty()           ? "to " + to
+                    : mask == 0xffffffffu ? fmt::format("fwmark {:#x}", mark)
+                                          : fmt::format("fwmark {:#x}/{:#x}", mark, mask);
   return fmt::format("rule {} pref {} {} lookup {}", family == AF_INET ? "ipv4" : "ipv6", prio, sel,
                      table);
 }
 std::string rule_key(const WantedRule& w) {
-  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? w.to->str() : "");
+  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? w.to->str() : "", w.mask);
 }
 std::string rule_key(rtnl_rule* r) {
   std::string to;
@@ -98,7 +101,8 @@ std::string rule_key(rtnl_rule* r) {
     if (to.find('/') == std::string::npos) to += fmt::format("/{}", nl_addr_get_prefixlen(d));
   }
   return rule_key(rtnl_rule_get_family(r), rtnl_rule_get_prio(r),
-                  to.empty() ? rtnl_rule_get_mark(r) : 0, rtnl_rule_get_table(r), to);
+                  to.empty() ? rtnl_rule_get_mark(r) : 0, rtnl_rule_get_table(r), to,
+                  to.empty() ? rtnl_rule_get_mask(r) : 0xffffffffu);
 }
 
 std::string route_key(uint32_t table, const std::string& dst, const std::string& gw, int ifindex,
@@ -179,8 +183,12 @@ std::vector<WantedRule> wanted_rules(const Policy& p, const std::vector<bool>& f
   for (size_t i = 0; i < p.paths.size(); ++i) {
     uint32_t table = is_failed(i) ? p.paths[survivor].table : p.paths[i].table;
     for (int fam : {AF_INET, AF_INET6})
-      out.push_back(
-          {fam, p.routing.rule_priority + static_cast<uint32_t>(i), p.paths[i].fwmark, table, {}});
+      out.push_back({fam,
+                     p.routing.rule_priority + static_cast<uint32_t>(i),
+                     p.paths[i].fwmark,
+                     table,
+                     {},
+                     p.routing.mark_mask});
     // In the separate topology a failed rail's networks are reached through
     // it alone: the survivor's table has no route there, so no "to" rule
     // (connections were ended and reconnect to the survivor's network).
@@ -231,7 +239,7 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
       rtnl_rule_set_dst(r.get(), to.get());
     } else {
       rtnl_rule_set_mark(r.get(), w.mark);
-      rtnl_rule_set_mask(r.get(), 0xffffffff);
+      rtnl_rule_set_mask(r.get(), w.mask);
     }
     rtnl_rule_set_table(r.get(), w.table);
     rtnl_rule_set_action(r.get(), FR_ACT_TO_TBL);

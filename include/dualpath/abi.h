@@ -36,6 +36,16 @@
  */
 #define DP_MARK_REDIRECTED 0x40000000u
 
+/* dp_mark_bits: ARRAY with one element: the skb->mark bits dualpath uses
+ * ([routing] mark_mask: path fwmarks and class marks live there; other bits
+ * belong to others, such as Calico, Cilium or kube-proxy, and are ignored
+ * and kept) and its redirect bit ([routing] redirect_mark, inside the mask).
+ * Never written (all zero): every bit, and DP_MARK_REDIRECTED. */
+struct dp_mark_bits {
+  __u32 mask;
+  __u32 redirect;
+};
+
 /* Two generations of classification tables; the daemon fills the inactive
  * one and flips dp_config.active_gen, so a reload is atomic for every packet. */
 #define DP_GENERATIONS 2

@@ -256,6 +256,32 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ClassifierTable, ::testing::ValuesIn(kCases),
 
 // ---------------------------------------------------------------- state and edge cases
 
+// Issue 14: other users of skb->mark (Calico, Cilium, kube-proxy) keep
+// their bits. With [routing] mark_mask = 0xffff and redirect_mark = 0x8000,
+// only the low 16 bits classify, and a redirect sets 0x8000 and nothing else.
+TEST_F(Classifier, MarkBitsOutsideTheMaskAreOthersAndKept) {
+  uint32_t zero = 0;
+  dp_mark_bits bits{0xffff, 0x8000};
+  ASSERT_TRUE(skel_->mark_bits().update(&zero, &bits));
+  // logs' mark 0x54 under a foreign 0xabc00000: still logs, redirected to rail1
+  auto r = egress(tcp4(40000, 40001), 0xabc00054);
+  EXPECT_EQ(r.ret, TC_ACT_REDIRECT);
+  EXPECT_EQ(r.mark_out, 0xabc00054u | 0x8000u) << "foreign bits kept, our redirect bit set";
+  EXPECT_EQ(counters(0, kLogs).redirect_packets, 1u);
+  // the foreign bits alone classify nothing (port 40001 is no class's)
+  r = egress(tcp4(40000, 40001), 0xabc00000);
+  EXPECT_EQ(r.ret, DP_PASS);
+  EXPECT_EQ(r.mark_out, 0xabc00000u);
+  // a packet redirected here: passed, our bit cleared, the others' kept
+  r = egress(tcp4(40000, 52001), 0xabc08000);
+  EXPECT_EQ(r.ret, DP_PASS);
+  EXPECT_EQ(r.mark_out, 0xabc00000u);
+  // 0x40000000 is just someone else's bit now: param-sync is steered as usual
+  r = egress(tcp4(40000, 52001), 0x40000000);
+  EXPECT_EQ(r.ret, TC_ACT_REDIRECT);
+  EXPECT_EQ(r.mark_out, 0x40008000u);
+}
+
 TEST_F(Classifier, FlowTableRemembersClassAndRail) {
   PacketSpec s = tcp4(40000, 52001);
   ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);

@@ -112,6 +112,7 @@ TEST(AbiLayout, StructSizesAreStable) {
   // Pinned maps are adopted across restarts: a size change must be deliberate.
   EXPECT_EQ(sizeof(dp_port_entry), 4u);
   EXPECT_EQ(sizeof(dp_mark_key), 8u);
+  EXPECT_EQ(sizeof(dp_mark_bits), 8u);
   EXPECT_EQ(sizeof(dp_config), 24u);
   EXPECT_EQ(sizeof(dp_rail), 28u);
   EXPECT_EQ(sizeof(dp_decision), 16u);

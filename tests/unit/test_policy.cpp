@@ -421,6 +421,34 @@ TEST(Policy, ClassifyFollowsTheDatapathsOrder) {
       << "a path's fwmark asked for that path: never classified (steered)";
 }
 
+TEST(Policy, MarkBitsAreAMaskWithTheRedirectBitInsideAndEveryMarkInIt) {
+  auto p = dp::parse_policy(kBase, "p.toml");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.policy->routing.mark_mask, 0xffffffffu);
+  EXPECT_EQ(p.policy->routing.redirect_mark, static_cast<uint32_t>(DP_MARK_REDIRECTED));
+  std::string calico = replace(kBase, "[node]\nname = \"n1\"\n",
+                               "[node]\nname = \"n1\"\n[routing]\nmark_mask = 0xffff\n"
+                               "redirect_mark = 0x8000\n");
+  auto q = dp::parse_policy(calico, "p.toml");
+  ASSERT_TRUE(q.ok()) << q.errors.front().str();
+  EXPECT_EQ(q.policy->routing.mark_mask, 0xffffu);
+  EXPECT_EQ(q.policy->classify(dp::Proto::Tcp, 40000, 40001, 0xabc00054),
+            q.policy->class_index("logs"))
+      << "bits outside the mask are others'";
+  auto routing = [&](const std::string& keys) {
+    return replace(kBase, "[node]\nname = \"n1\"\n", "[node]\nname = \"n1\"\n[routing]\n" + keys);
+  };
+  expect_one_error(routing("redirect_mark = 0x3000\n"), 4, "must be a single bit");
+  expect_one_error(routing("mark_mask = 0xffff\n"), 4,
+                   "redirect_mark 0x40000000 in [routing] is outside");
+  expect_one_error(routing("mark_mask = 0x1fe\nredirect_mark = 0x80\n"), 21,
+                   "fwmark 0x101 of path \"rail1\" has bits outside [routing] mark_mask 0x1fe");
+  expect_one_error(routing("redirect_mark = 0x1\n"), 20, "uses bit 0x1,");
+  expect_one_error(replace(routing("mark_mask = 0xffff\nredirect_mark = 0x8000\n"), "mark = 0x54",
+                           "mark = 0x10054"),
+                   34, "mark 0x10054 of class \"logs\" has bits outside");
+}
+
 TEST(Policy, ResponderKeysHaveDefaultsAndRanges) {
   auto p = dp::parse_policy(kBase, "p.toml");
   ASSERT_TRUE(p.ok());

@@ -164,6 +164,11 @@ struct ResponderSettings {
 struct RoutingSettings {
   uint32_t rule_priority = 10000;  // the service owns [rule_priority, rule_priority + 99]
   uint8_t route_protocol = 200;    // rtnetlink protocol tag of our rules and routes
+  // The skb->mark bits dualpath uses (path fwmarks, class marks) and its
+  // redirect bit (DP_MARK_REDIRECTED by default), inside them; other bits
+  // are others' (Calico, Cilium, kube-proxy) and never read or changed.
+  uint32_t mark_mask = 0xffffffffu;
+  uint32_t redirect_mark = 0x40000000u;
   bool operator==(const RoutingSettings&) const = default;
 };
 

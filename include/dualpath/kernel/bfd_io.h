@@ -1,7 +1,7 @@
 // BFD transport, RFC 5881 single hop: per rail, a receive socket on UDP 3784
 // and a transmit socket from a port in 49152-65535, both bound to the rail's
 // interface; packets go out with TTL (hop limit) 255 and one that arrives with
-// any other is discarded. The transmit socket carries DP_MARK_REDIRECTED so
+// any other is discarded. The transmit socket carries the redirect bit so
 // dualpath's own egress program never steers BFD off its rail.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dualpath/abi.h"
 #include "dualpath/core/bfd.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/result.h"
@@ -17,7 +18,10 @@ namespace dp {
 
 class BfdEndpoint {
  public:
-  static Result<std::unique_ptr<BfdEndpoint>> open(const std::string& ifname, const IpAddr& peer);
+  // mark: the redirect bit ([routing] redirect_mark), so that dualpath's
+  // egress program never steers BFD off its rail
+  static Result<std::unique_ptr<BfdEndpoint>> open(const std::string& ifname, const IpAddr& peer,
+                                                   uint32_t mark = DP_MARK_REDIRECTED);
   ~BfdEndpoint();
   BfdEndpoint(const BfdEndpoint&) = delete;
   BfdEndpoint& operator=(const BfdEndpoint&) = delete;

@@ -82,6 +82,7 @@ class DpSkeleton {
   BpfMap cgroups() const;          // dp_cgroups
   BpfMap cgroup_cache() const;     // dp_cgroup_cache
   BpfMap cgroup_gens() const;      // dp_cgroup_gens
+  BpfMap mark_bits() const;        // dp_mark_bits
 
   // Records (slot) or forgets (nullopt) that ifindex is a rail, in both
   // dp_rail_by_ifindex and dp_ifindex.
