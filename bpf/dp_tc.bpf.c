@@ -207,8 +207,9 @@ int dp_egress(struct __sk_buff *skb)
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (!cfg)
 		return DP_PASS;
-	cls = dp_classify_rule(&pkt, mark, cfg, &rule, skb, DP_CGROUP_SKB);
 	dp_mark_cfg(&mark_mask, &redirect_bit);
+	cls = dp_classify_rule(&pkt, mark & mark_mask & ~redirect_bit, cfg, &rule, skb,
+			       DP_CGROUP_SKB);
 
 	if (mark & redirect_bit) {
 		/* steered here by another rail's hook: count it, never re-steer */

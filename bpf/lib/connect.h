@@ -155,6 +155,12 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 		mark = sk->mark;
 	pkt.key.proto = (__u8)ctx->protocol;
 	pkt.key.dport = (__u16)ctx->user_port;
+	{
+		__u32 mask, redirect;
+
+		dp_mark_cfg(&mask, &redirect);
+		mark &= mask & ~redirect;
+	}
 	cls = dp_classify_rule(&pkt, mark, cfg, &rule, ctx, DP_CGROUP_CURRENT);
 	if (cls >= DP_MAX_CLASSES)
 		return 1;

@@ -122,12 +122,8 @@ static __always_inline __u8 dp_classify_rule(const struct dp_pkt *pkt, __u32 mar
 	__u32 key;
 	__u32 base = pkt->key.proto == IPPROTO_TCP ? DP_PORT_TCP_DST : DP_PORT_UDP_DST;
 
-	{
-		__u32 mask, redirect;
-
-		dp_mark_cfg(&mask, &redirect);
-		mark &= mask & ~redirect; /* others' bits are not ours to read */
-	}
+	/* mark: the caller keeps only dualpath's bits (dp_mark_cfg); others'
+	 * bits are not ours to read */
 	if (mark) {
 		struct dp_mark_key mk = {.gen = gen, .mark = mark};
 		struct dp_mark_val *mv = bpf_map_lookup_elem(&dp_marks, &mk);
