@@ -25,14 +25,14 @@ IpAddr addr_of(int family, const __be32* words) {
 }
 
 int on_message(nl_msg* msg, void* arg) {
-  auto* out = static_cast<std::vector<TcpSocket>*>(arg);
+  auto* out = static_cast<std::vector<TcpSocketInfo>*>(arg);
   nlmsghdr* h = nlmsg_hdr(msg);
   if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) return NL_SKIP;
   auto* d = static_cast<inet_diag_msg*>(nlmsg_data(h));
   if (d->idiag_state == kTcpListen) return NL_OK;
   nlattr* tb[INET_DIAG_MAX + 1] = {};
   if (nlmsg_parse(h, sizeof(*d), tb, INET_DIAG_MAX, nullptr) < 0) return NL_SKIP;
-  TcpSocket s;
+  TcpSocketInfo s;
   s.src = addr_of(d->idiag_family, d->id.idiag_src);
   s.dst = addr_of(d->idiag_family, d->id.idiag_dst);
   s.sport = ntohs(d->id.idiag_sport);
@@ -52,12 +52,12 @@ int on_message(nl_msg* msg, void* arg) {
 
 }  // namespace
 
-Result<std::vector<TcpSocket>> tcp_sockets() {
+Result<std::vector<TcpSocketInfo>> tcp_sockets() {
   std::unique_ptr<nl_sock, void (*)(nl_sock*)> sk(nl_socket_alloc(), nl_socket_free);
   if (!sk) return make_error(ENOMEM, "netlink socket allocation failed");
   if (int err = nl_connect(sk.get(), NETLINK_SOCK_DIAG); err < 0)
     return make_error(0, std::string("connecting to sock_diag failed: ") + nl_geterror(err));
-  std::vector<TcpSocket> out;
+  std::vector<TcpSocketInfo> out;
   nl_socket_modify_cb(sk.get(), NL_CB_VALID, NL_CB_CUSTOM, on_message, &out);
   for (int family : {AF_INET, AF_INET6}) {
     inet_diag_req_v2 req{};

@@ -8,7 +8,7 @@
 
 namespace dp {
 
-void decode_tcp_info(const void* data, size_t len, TcpSocket& s) {
+void decode_tcp_info(const void* data, size_t len, TcpSocketInfo& s) {
   tcp_info ti{};
   std::memcpy(&ti, data, std::min(sizeof(ti), len));
   s.busy_us = ti.tcpi_busy_time;

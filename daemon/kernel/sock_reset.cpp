@@ -59,7 +59,11 @@ Result<std::vector<std::pair<TcpSocket, inet_diag_sockid>>> dump(int fd, int fam
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n < 0) return DP_SYS_ERROR(errno, "reading the sock_diag dump failed");
     auto* h = reinterpret_cast<nlmsghdr*>(buf.data());
+    // NLMSG_OK compares the header's __u32 length with an int (the kernel's macro)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
     for (int len = static_cast<int>(n); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+#pragma GCC diagnostic pop
       if (h->nlmsg_type == NLMSG_DONE) return out;
       if (h->nlmsg_type == NLMSG_ERROR) {
         auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(h));

@@ -239,7 +239,9 @@ TEST_F(Diagnostics, ProbeP50AgreesWithAnApplicationsPingPong) {
     ASSERT_EQ(rc, 0) << j.dump();
     const json& r0 = j["rails"][0];
     ASSERT_EQ(r0["path"], "rail0");
-    EXPECT_EQ(r0["loss"], 0.0);
+    // a healthy lab, but a shared 2-core machine: one SYN of 200 unanswered
+    // within 1 s was seen once in CI (0.5%)
+    EXPECT_LE(r0["loss"].get<double>(), 0.01);
     EXPECT_EQ(r0["class_share"], "control 100%");
     probe.push_back(r0["rtt_us"]["p50"].get<double>());
   }

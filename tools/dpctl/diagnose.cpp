@@ -591,7 +591,7 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   }
 
   // --- the node: TCP sockets by class, over the window
-  std::map<uint64_t, const dp::TcpSocket*> was;
+  std::map<uint64_t, const dp::TcpSocketInfo*> was;
   for (const auto& s : *before) was[s.cookie] = &s;
   std::map<int, ClassSockets> by_class;
   for (const auto& s : *after) {

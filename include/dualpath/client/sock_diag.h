@@ -12,7 +12,7 @@
 
 namespace dp {
 
-struct TcpSocket {
+struct TcpSocketInfo {
   IpAddr src, dst;
   uint16_t sport = 0, dport = 0;
   uint32_t mark = 0;
@@ -29,9 +29,9 @@ struct TcpSocket {
 // Fills the tcp_info fields of `s` from the kernel's struct tcp_info (which
 // may be shorter, from an older kernel, or longer). In its own file: the
 // kernel's header and glibc's (which libnl includes) both define tcp_info.
-void decode_tcp_info(const void* data, size_t len, TcpSocket& s);
+void decode_tcp_info(const void* data, size_t len, TcpSocketInfo& s);
 
 // Every TCP socket of both families (listeners excluded).
-Result<std::vector<TcpSocket>> tcp_sockets();
+Result<std::vector<TcpSocketInfo>> tcp_sockets();
 
 }  // namespace dp
