@@ -37,7 +37,7 @@ Result<Fd> listen_on(const IpAddr& addr, uint16_t port, uint32_t mark) {
   // Handshake and replies take the rail's table, as the probe that came in.
   if (mark && ::setsockopt(fd.get(), SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) != 0)
     return make_error(errno, fmt::format("setting mark {:#x} failed", mark));
-  auto sa = probe::sockaddr_of(addr, port);
+  auto sa = dp::sockaddr_of(addr, port);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa.ss), sa.len) != 0)
     return make_error(errno, "bind failed");
   if (::listen(fd.get(), 128) != 0) return make_error(errno, "listen failed");
@@ -140,7 +140,7 @@ void Responder::accept_loop() {
             ::poll(nullptr, 0, 100);
           break;
         }
-        IpAddr peer = probe::address_of(ss);
+        IpAddr peer = dp::address_of(ss);
         auto allowed = policy_.responder_allowed();
         bool ok = std::any_of(allowed.begin(), allowed.end(),
                               [&](const Prefix& pf) { return pf.contains(peer); });

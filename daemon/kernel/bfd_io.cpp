@@ -1,5 +1,7 @@
 #include "dualpath/kernel/bfd_io.h"
 
+#include "dualpath/core/sockaddr.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,29 +15,6 @@
 
 namespace dp {
 namespace {
-
-struct SockAddr {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-};
-
-SockAddr sockaddr_of(const IpAddr& a, uint16_t port) {
-  SockAddr s;
-  if (a.family == AF_INET) {
-    auto* in = reinterpret_cast<sockaddr_in*>(&s.ss);
-    in->sin_family = AF_INET;
-    in->sin_port = htons(port);
-    std::memcpy(&in->sin_addr, a.bytes.data(), 4);
-    s.len = sizeof(sockaddr_in);
-  } else {
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(&s.ss);
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(port);
-    std::memcpy(&in6->sin6_addr, a.bytes.data(), 16);
-    s.len = sizeof(sockaddr_in6);
-  }
-  return s;
-}
 
 IpAddr any_of(int family) {
   IpAddr a;

@@ -76,7 +76,7 @@ class Responder : public ::testing::Test {
   // A port free now (the kernel picks it), for the responder to take.
   static uint16_t free_port() {
     dp::Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
-    auto sa = probe::sockaddr_of(*dp::IpAddr::parse("127.0.0.1"), 0);
+    auto sa = dp::sockaddr_of(*dp::IpAddr::parse("127.0.0.1"), 0);
     EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa.ss), sa.len), 0);
     socklen_t len = sa.len;
     ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa.ss), &len);

@@ -50,6 +50,18 @@ std::optional<dp::IpAddr> parse_peer(const Globals& g, const std::string& text, 
   return a;
 }
 
+// Every --peer as an address, or nullopt (*rc set) at the first that is not.
+std::optional<std::vector<dp::IpAddr>> parse_peers(const Globals& g,
+                                                   const std::vector<std::string>& texts, int* rc) {
+  std::vector<dp::IpAddr> out;
+  for (const auto& t : texts) {
+    auto addr = parse_peer(g, t, rc);
+    if (!addr) return std::nullopt;
+    out.push_back(*addr);
+  }
+  return out;
+}
+
 // One rail toward a peer: where its probes go, or why they cannot.
 struct PeerRail {
   size_t path = 0;  // local path index
@@ -171,12 +183,8 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
   int rc = 0;
   auto pol = running_policy(g, &rc);
   if (!pol) return rc;
-  std::vector<dp::IpAddr> peers;
-  for (const auto& s : a.peers) {
-    auto addr = parse_peer(g, s, &rc);
-    if (!addr) return rc;
-    peers.push_back(*addr);
-  }
+  auto peers = parse_peers(g, a.peers, &rc);
+  if (!peers) return rc;
   auto node = request(g, "node.check", json::object(), &rc);
   if (!node) return rc;
   std::vector<Row> rows;
@@ -199,7 +207,7 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
   for (const auto& m : (*node)["mtu"].items()) local_mtu[m.key()] = m.value();
 
   json peers_json = json::array();
-  for (const auto& addr : peers) {
+  for (const auto& addr : *peers) {
     Peer peer = discover(*pol, addr, a.port);
     std::string who = "peer " + peer.addr;
     json pj = {{"peer", peer.addr}, {"node", nullptr}, {"rails", json::array()}};
@@ -500,12 +508,8 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   int rc = 0;
   auto pol = running_policy(g, &rc);
   if (!pol) return rc;
-  std::vector<dp::IpAddr> peers;
-  for (const auto& s : a.peers) {
-    auto addr = parse_peer(g, s, &rc);
-    if (!addr) return rc;
-    peers.push_back(*addr);
-  }
+  auto peers = parse_peers(g, a.peers, &rc);
+  if (!peers) return rc;
   if (!a.klass.empty() && pol->class_index(a.klass) < 0)
     return fail(g, fmt::format("no class '{}' in the running policy", a.klass));
   if (a.seconds <= 0 || a.seconds > 60) return fail(g, "--seconds is above 0 and at most 60") + 1;
@@ -565,7 +569,7 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   }
   // Probes toward each peer, when asked: a rail that cannot reach one is bad.
   json probes = json::array();
-  for (const auto& addr : peers) {
+  for (const auto& addr : *peers) {
     Peer peer = discover(*pol, addr, a.port);
     for (const auto& pr : peer.rails) {
       auto& r = rails[pr.path];

@@ -25,6 +25,7 @@
 #include "dualpath/core/policy.h"
 #include "dualpath/core/protocol.h"
 #include "dualpath/core/result.h"
+#include "dualpath/core/sockaddr.h"
 
 namespace dp::probe {
 
@@ -38,13 +39,6 @@ struct Request {
 };
 // Parses and checks a request line; the error is the reply's "error".
 Result<Request> parse_request(const std::string& line);
-
-struct SockAddr {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-};
-SockAddr sockaddr_of(const IpAddr& a, uint16_t port);
-IpAddr address_of(const sockaddr_storage& ss);
 
 // Blocking I/O on a non-blocking socket, bounded by a deadline.
 using Clock = std::chrono::steady_clock;
