@@ -43,28 +43,55 @@ static __always_inline void dp_flow_move(struct dp_flow *f, __u32 to, __u8 cls)
 		c->flows_replaced += 1;
 }
 
-/* Returns the rail the flow goes out on, updating the flow table. */
-static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u8 rule,
-					  __u32 gen, __u32 rail_here, __u32 len,
-					  __u64 flowlet_gap_ns)
+/* Returns the rail the flow goes out on, updating the flow table.
+ *
+ * A class whose decision gives every rail less than its whole share is split.
+ * A split class is placed by cells when the daemon says so (dp_cells): each
+ * cell of a flow, and each new flow, goes where it would finish first
+ * (dp_place_ecf). Otherwise a new flow and a new flowlet (after an idle gap)
+ * are placed by the shares, by hash. A flow whose rail lost its share moves
+ * at once either way. */
+static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u8 rule, __u32 gen,
+					  __u32 rail_here, __u32 len, __u64 flowlet_gap_ns,
+					  __u64 mono_tstamp)
 {
-	__u32 idx = cls;
+	__u32 idx = cls, zero = 0;
 	struct dp_decision *d = bpf_map_lookup_elem(&dp_decisions, &idx);
+	const struct dp_cell_cfg *cc = 0;
+	struct dp_vq *vq = 0;
 	struct dp_counters *c;
 	struct dp_flow *f;
 	__u32 target;
+	int split;
 
 	if (!d)
 		return rail_here;
+	split = dp_decision_split(d);
+	if (split) {
+		cc = dp_cells_of(cls);
+		if (cc)
+			vq = bpf_map_lookup_elem(&dp_vq, &zero);
+		if (!vq)
+			cc = 0;
+	}
+	/* the time is needed only for a split class (flowlets, cells): a TCP
+	 * packet carries it (its departure time, set by TCP on the monotonic
+	 * clock); others read the clock */
+	int timed = split && (flowlet_gap_ns || cc);
+	__u64 now = timed ? (mono_tstamp ? mono_tstamp : bpf_ktime_get_ns()) : 0;
 
 	f = bpf_map_lookup_elem(&dp_flows, &pkt->key);
 	if (!f) {
 		struct dp_flow nf = {};
-		__u64 now = bpf_ktime_get_ns();
 
-		target = dp_place(d, dp_flow_hash(&pkt->key, 0));
+		if (cc && vq)
+			target = dp_place_ecf(d, cc, vq, now);
+		else
+			target = dp_place(d, dp_flow_hash(&pkt->key, 0));
 		if (target == DP_RAIL_NONE)
 			target = rail_here;
+		if (!now)
+			now = bpf_ktime_get_ns();
 		nf.first_seen_ns = now;
 		nf.last_seen_ns = now;
 		nf.bytes = len;
@@ -81,6 +108,8 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		} else {
 			dp_count_exception(rail_here, DP_EXC_FLOW_TABLE_FULL);
 		}
+		if (cc && vq)
+			dp_vq_add(vq, cc, target, len, now);
 		return target;
 	}
 
@@ -89,17 +118,13 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 	f->rule = rule;
 	f->gen = gen;
 	target = f->rail;
-	/* Flowlets: a flow of a split class that was idle longer than the gap
-	 * may be placed anew by the shares, without reordering. The clock
-	 * (~30 ns) is read only then. */
-	int timed = flowlet_gap_ns && dp_decision_split(d);
-	__u64 now = timed ? bpf_ktime_get_ns() : 0;
 
 	if (target >= DP_MAX_RAILS || !d->share[target & (DP_MAX_RAILS - 1)] ||
 	    !dp_rail_usable(target)) {
 		/* the rail lost its share (operator move, failover): re-place */
 		__u32 flowlet = f->flowlet + 1;
-		__u32 moved = dp_place(d, dp_flow_hash(&pkt->key, flowlet));
+		__u32 moved = cc && vq ? dp_place_ecf(d, cc, vq, now)
+				       : dp_place(d, dp_flow_hash(&pkt->key, flowlet));
 
 		if (moved == DP_RAIL_NONE)
 			moved = rail_here;
@@ -108,21 +133,34 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 			dp_flow_move(f, moved, cls);
 		}
 		target = moved;
-	} else if (timed && !(f->flags & DP_FLOW_F_COARSE_TIME) &&
-		   now - f->last_seen_ns > flowlet_gap_ns) {
-		/* a new flowlet: deterministic per (flow, flowlet number) */
-		__u32 flowlet = f->flowlet + 1;
-		__u32 placed = dp_place(d, dp_flow_hash(&pkt->key, flowlet));
+	} else if (timed && !(f->flags & DP_FLOW_F_COARSE_TIME)) {
+		int idle = flowlet_gap_ns && now - f->last_seen_ns > flowlet_gap_ns;
+		int new_cell = 0;
 
-		f->flowlet = flowlet;
-		if (placed != DP_RAIL_NONE && placed != target) {
-			dp_flow_move(f, placed, cls);
-			target = placed;
+		if (cc) {
+			__u32 sh = cc->cell_shift & 63;
+
+			new_cell = (f->bytes >> sh) != ((f->bytes + len) >> sh);
 		}
-		c = dp_counters_of(target, cls);
-		if (c)
-			c->flowlets += 1;
+		if (idle || new_cell) {
+			/* a new flowlet or cell: by completion time, or by the
+			 * shares (deterministic per flow and flowlet number) */
+			__u32 flowlet = f->flowlet + 1;
+			__u32 placed = cc && vq ? dp_place_ecf(d, cc, vq, now)
+						: dp_place(d, dp_flow_hash(&pkt->key, flowlet));
+
+			f->flowlet = flowlet;
+			if (placed != DP_RAIL_NONE && placed != target) {
+				dp_flow_move(f, placed, cls);
+				target = placed;
+			}
+			c = dp_counters_of(target, cls);
+			if (c)
+				c->flowlets += 1;
+		}
 	}
+	if (cc && vq)
+		dp_vq_add(vq, cc, target, len, now);
 	if (timed) {
 		f->last_seen_ns = now;
 		f->flags &= ~DP_FLOW_F_COARSE_TIME;
@@ -136,6 +174,22 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 	f->bytes += len;
 	f->packets += 1;
 	return target;
+}
+
+/* Set only by dp-bench-classifier before loading (BPF_PROG_TEST_RUN cannot
+ * give a packet a timestamp type): a constant the verifier removes. */
+const volatile __u32 dp_bench_tstamp_any = 0;
+
+/* The packet's departure time when it is one on the monotonic clock (TCP
+ * stamps every packet it sends with it), else 0. A receive timestamp (the
+ * real-time clock) is never taken for it. */
+static __always_inline __u64 dp_mono_tstamp(const struct __sk_buff *skb)
+{
+	if (dp_bench_tstamp_any)
+		return skb->tstamp;
+	if (skb->tstamp_type != BPF_SKB_TSTAMP_DELIVERY_MONO)
+		return 0;
+	return skb->tstamp;
 }
 
 /* Stamps the class's skb->priority and DSCP. Called last: after it, packet
@@ -223,7 +277,7 @@ int dp_egress(struct __sk_buff *skb)
 	}
 
 	target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
-			      cfg->flowlet_gap_ns);
+			      cfg->flowlet_gap_ns, dp_mono_tstamp(skb));
 	dp_apply_qos(skb, &pkt, cls);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);

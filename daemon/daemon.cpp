@@ -285,6 +285,11 @@ void Daemon::carry_out(Plan plan) {
     }
     controller_.written(w);
   }
+  if (plan.cells) {
+    const auto& c = *plan.cells;
+    if (auto r = datapath_->write_cells(c.shift, c.classes, c.ns_per_kib); !r)
+      spdlog::error("writing the flowcell settings failed: {}", r.error().what());
+  }
   if (plan.route_around) {
     const auto& failed = *plan.route_around;
     auto r = Routing::apply(policy_, failed);

@@ -126,6 +126,7 @@ TickInput Measurements::tick_input(const Policy& p, const Datapath& dp) const {
     TickInput::Rail r;
     if (i < measures_.size()) {
       r.utilisation = measures_[i].utilisation();
+      r.tick_utilisation = measures_[i].tick_utilisation();
       if (auto q = measures_[i].ls_rtt_us(); q && q->samples >= 10) r.ls_rtt_p50_us = q->p50;
     }
     for (size_t c = 0; c < DP_MAX_CLASSES; ++c) add_tcp(r.tcp, tcp_[dp.rail_slot(i)][c]);

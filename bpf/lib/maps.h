@@ -192,4 +192,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_mark_bits SEC(".maps");
 
+/* Flowcells (abi.h) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_cell_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_cells SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_vq);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_vq SEC(".maps");
+
 #endif /* DP_BPF_MAPS_H */

@@ -47,7 +47,7 @@ static __always_inline __u32 dp_rail_of_ifindex(__u32 ifindex)
 
 /* Where a hook finds the cgroup of the socket it classifies. */
 #define DP_CGROUP_NONE 0    /* no socket at hand (ingress, sockops): cgroups not used */
-#define DP_CGROUP_SKB 1     /* the packet's socket (tc egress) */
+#define DP_CGROUP_SKB 1	    /* the packet's socket (tc egress) */
 #define DP_CGROUP_CURRENT 2 /* the calling task (cgroup sock_addr hooks) */
 
 /* With `how` a constant, only the helpers of that hook are emitted. */
@@ -256,6 +256,58 @@ static __always_inline __u32 dp_place_by(const struct dp_decision *d, __u32 hash
 static __always_inline __u32 dp_place(const struct dp_decision *d, __u32 hash)
 {
 	return dp_place_by(d, hash, DP_RAIL_F_ENABLED);
+}
+
+/* Flowcells (abi.h, dp_cell_cfg): the cell settings when class `cls` is
+ * placed by cells, else NULL. */
+static __always_inline const struct dp_cell_cfg *dp_cells_of(__u8 cls)
+{
+	__u32 zero = 0;
+	const struct dp_cell_cfg *cc = bpf_map_lookup_elem(&dp_cells, &zero);
+
+	if (!cc || !cc->cell_shift || cls >= DP_MAX_CLASSES || !((cc->class_mask >> cls) & 1))
+		return 0;
+	return cc;
+}
+
+/* Earliest completion first: the rail with a share and usable where a cell
+ * put now would finish first, behind what the rail's virtual queue holds;
+ * DP_RAIL_NONE if none. Ties go to the lower rail slot. */
+static __always_inline __u32 dp_place_ecf(const struct dp_decision *d, const struct dp_cell_cfg *cc,
+					  const struct dp_vq *vq, __u64 now)
+{
+	__u32 kib_shift = (cc->cell_shift & 31) - 10; /* cells are at least 4 KiB */
+	__u64 best_t = ~0ull;
+	__u32 best = DP_RAIL_NONE;
+
+#pragma unroll
+	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
+		__u64 ns = cc->ns_per_kib[r];
+		__u64 t = vq->finish_ns[r] > now ? vq->finish_ns[r] : now;
+
+		if (!d->share[r] || !ns || !dp_rail_usable(r))
+			continue;
+		t += ns << (kib_shift & 31);
+		if (t < best_t) {
+			best_t = t;
+			best = r;
+		}
+	}
+	return best;
+}
+
+/* `len` bytes of a cell join rail's virtual queue. Both CPUs write it
+ * without a lock: a lost update makes the queue a packet shorter. */
+static __always_inline void dp_vq_add(struct dp_vq *vq, const struct dp_cell_cfg *cc, __u32 rail,
+				      __u32 len, __u64 now)
+{
+	__u64 start;
+
+	if (rail >= DP_MAX_RAILS)
+		return;
+	rail &= DP_MAX_RAILS - 1;
+	start = vq->finish_ns[rail] > now ? vq->finish_ns[rail] : now;
+	vq->finish_ns[rail] = start + (((__u64)len * cc->ns_per_kib[rail]) >> 10);
 }
 
 #endif /* DP_BPF_STEER_H */

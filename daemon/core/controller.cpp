@@ -1,6 +1,8 @@
 #include "dualpath/core/controller.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -67,6 +69,7 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
     r.former.assign(C, 0);
     r.routed_around = i < route_around.size() && route_around[i];
   }
+  cells_.reset();
   written_.assign(C, Shares{});
   written_health_.assign(C, Shares{});
   class_path_rate_.assign(C,
@@ -104,6 +107,7 @@ Plan Controller::tick(const TickInput& in) {
   check_evidence(in);
   Plan plan;
   run_scheduler(in, plan);
+  plan_cells(in, plan);
   Plan settled = settle(in.now);
   settled.events.insert(settled.events.begin(), plan.events.begin(), plan.events.end());
   return settled;
@@ -168,6 +172,53 @@ void Controller::check_evidence(const TickInput& in) {
   }
 }
 
+Plan::Cells plan_cells(const Policy& p, const std::vector<double>& other_bps) {
+  Plan::Cells out;
+  out.classes.assign(p.classes.size(), false);
+  out.ns_per_kib.assign(p.paths.size(), 0);
+  if (p.topology != Topology::Shared || p.scheduler.flowcell == 0) return out;
+  out.shift = static_cast<uint32_t>(std::countr_zero(p.scheduler.flowcell));
+  for (size_t c = 0; c < p.classes.size(); ++c)
+    out.classes[c] = p.classes[c].kind == ClassKind::Elastic;
+  for (size_t i = 0; i < p.paths.size(); ++i) {
+    double cap = static_cast<double>(p.paths[i].capacity_bps);
+    double other = i < other_bps.size() ? std::max(0.0, other_bps[i]) : 0;
+    double left = std::max(cap - other, cap / 20);
+    out.ns_per_kib[i] = static_cast<uint32_t>(std::min(8192e9 / left, 4e9));
+  }
+  return out;
+}
+
+// What each rail has left for cells: its capacity less what the classes not
+// placed by cells (and unclassified traffic) send there, smoothed.
+void Controller::plan_cells(const TickInput& in, Plan& plan) {
+  const size_t P = policy_.paths.size();
+  std::vector<double> other(P, 0);
+  for (size_t i = 0; i < P && i < in.rails.size(); ++i) {
+    double all = in.rails[i].utilisation * static_cast<double>(policy_.paths[i].capacity_bps);
+    double cells = 0;
+    for (size_t c = 0; c < policy_.classes.size() && c < class_path_rate_.size(); ++c) {
+      const Shares& w = written_[c];
+      bool split = !w.empty() &&
+                   std::none_of(w.begin(), w.end(), [](uint16_t v) { return v >= DP_SHARE_SCALE; });
+      if (policy_.classes[c].kind == ClassKind::Elastic && split)
+        cells += class_path_rate_[c][i].rate() * 8;
+    }
+    other[i] = all - cells;
+  }
+  Plan::Cells next = dp::plan_cells(policy_, other);
+  // a rail's drain time changes by the tick; a write is worth 5% of it
+  bool same = cells_ && cells_->shift == next.shift && cells_->classes == next.classes &&
+              cells_->ns_per_kib.size() == next.ns_per_kib.size();
+  for (size_t i = 0; same && i < next.ns_per_kib.size(); ++i) {
+    double a = cells_->ns_per_kib[i], b = next.ns_per_kib[i];
+    same = std::abs(a - b) <= 0.05 * std::max(a, b);
+  }
+  if (same) return;
+  cells_ = next;
+  plan.cells = std::move(next);
+}
+
 void Controller::run_scheduler(const TickInput& in, Plan& plan) {
   if (!policy_.scheduler.adaptive) return;  // static: the policy's rails, never moved
   SchedulerInput si;
@@ -177,13 +228,13 @@ void Controller::run_scheduler(const TickInput& in, Plan& plan) {
     // a rail that is failed, held down, ramping or drained is not the
     // scheduler's to use: health gives it its traffic back (effective())
     r.healthy = rails_[i].present && rails_[i].health.weight() == 1;
-    r.utilisation = in.rails[i].utilisation;
+    r.utilisation = in.rails[i].tick_utilisation;
     r.rtt_us = in.rails[i].ls_rtt_p50_us;
     si.rails.push_back(r);
   }
   for (size_t c = 0; c < demand_.size(); ++c) {
     demand_[c].update(c < in.class_tx_bytes.size() ? in.class_tx_bytes[c] : 0, in.now);
-    si.demand_bps.push_back(demand_[c].rate() * 8);
+    si.demand_bps.push_back(demand_[c].last_rate() * 8);
   }
   si.operator_pinned = op_pinned_;
   auto res = schedule(policy_, si, sched_);

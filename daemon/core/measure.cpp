@@ -37,6 +37,11 @@ double PathMeasure::utilisation() const {
   return (tx_bps() + rdma_tx_bps()) / static_cast<double>(capacity_bps_);
 }
 
+double PathMeasure::tick_utilisation() const {
+  if (!capacity_bps_) return 0;
+  return (tx_.last_rate() + rdma_tx_.last_rate()) * 8 / static_cast<double>(capacity_bps_);
+}
+
 void PathMeasure::reconcile() {
   rec_ = {};
   if (snaps_.size() < 2) return;

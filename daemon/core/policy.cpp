@@ -506,10 +506,11 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   auto* t = root.get_as<toml::table>("scheduler");
   if (!t) return;
   const char* s = "[scheduler]";
-  c.only_keys(*t,
-              {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown",
-               "ewma_weight", "tick", "flowlet_gap", "adaptive_flowlet_gap"},
-              s);
+  c.only_keys(
+      *t,
+      {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown", "ewma_weight",
+       "tick", "flowlet_gap", "adaptive_flowlet_gap", "flowcell", "peak_window", "hold"},
+      s);
   auto& k = p.scheduler;
   if (auto v = c.string(*t, "mode", s, false)) {
     if (*v == "adaptive" || *v == "static")
@@ -534,6 +535,30 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
       k.adaptive_flowlet_gap = b->get();
     else
       c.error(*n, "adaptive_flowlet_gap in [scheduler] must be true or false");
+  }
+  if (auto v =
+          c.duration(*t, "peak_window", s, std::chrono::milliseconds(1), std::chrono::seconds(10)))
+    k.peak_window = *v;
+  if (auto v = c.duration(*t, "hold", s, nanoseconds(0), std::chrono::minutes(10))) k.hold = *v;
+  if (const toml::node* n = t->get("flowcell")) {
+    std::optional<uint64_t> bytes;
+    std::string why = "must be a size such as \"256KiB\", or 0";
+    if (auto i = n->as_integer()) {
+      if (i->get() >= 0) bytes = static_cast<uint64_t>(i->get());
+    } else if (auto str = n->as_string()) {
+      if (auto v = parse_size(str->get()))
+        bytes = *v;
+      else
+        why = v.error().message;
+    }
+    if (!bytes)
+      c.error(*n, fmt::format("\"flowcell\" in [scheduler] {}", why));
+    else if (*bytes != 0 && (*bytes < 4096 || *bytes > (16u << 20) || (*bytes & (*bytes - 1)) != 0))
+      c.error(*n, fmt::format("flowcell {} in [scheduler] must be 0 (off) or a power of two "
+                              "from 4KiB to 16MiB",
+                              *bytes));
+    else
+      k.flowcell = *bytes;
   }
   if (k.dead_zone > k.latency_tolerance)
     c.error(where(*t, "dead_zone"),

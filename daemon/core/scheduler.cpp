@@ -51,6 +51,20 @@ size_t argmax(const Shares& s) {
 
 }  // namespace
 
+void PeakWindow::add(SchedClock::time_point t, double v, SchedClock::duration keep) {
+  // a sample no higher than a newer one can never be the peak again
+  while (!samples_.empty() && samples_.back().second <= v) samples_.pop_back();
+  samples_.push_back({t, v});
+  while (!samples_.empty() && samples_.front().first < t - keep) samples_.pop_front();
+}
+
+double PeakWindow::peak(SchedClock::time_point now, SchedClock::duration window) const {
+  for (auto& [t, v] : samples_)
+    if (t > now - window)
+      return v;  // samples_ falls with time: the first in the window is its peak
+  return 0;
+}
+
 std::string format_shares(const Policy& p, const Shares& s) {
   std::string out;
   for (size_t r = 0; r < s.size() && r < p.paths.size(); ++r) {
@@ -63,9 +77,12 @@ std::string format_shares(const Policy& p, const Shares& s) {
 
 SchedulerState initial_state(const Policy& p) {
   SchedulerState st;
-  for (auto& c : p.classes)
-    st.classes.push_back(
-        {whole_on(p.paths.size(), static_cast<size_t>(p.path_index(c.prefer))), {}});
+  for (auto& c : p.classes) {
+    ClassState cs;
+    cs.shares = whole_on(p.paths.size(), static_cast<size_t>(p.path_index(c.prefer)));
+    st.classes.push_back(std::move(cs));
+  }
+  st.rails.resize(p.paths.size());
   return st;
 }
 
@@ -78,15 +95,25 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
     if (cs.shares.size() != R)
       cs.shares = whole_on(R, argmax(cs.shares) < R ? argmax(cs.shares) : 0);
 
+  // Peaks: spills look at the highest per-tick figure of the last
+  // peak_window, returns at the highest of the last `hold`.
+  const auto peak_w = std::chrono::duration_cast<SchedClock::duration>(k.peak_window);
+  const auto hold_w = std::chrono::duration_cast<SchedClock::duration>(k.hold);
+  const auto keep = std::max(peak_w, hold_w);
+  out.state.rails.resize(R);
   std::vector<bool> up(R, true);
-  std::vector<double> proj(R, 0), cap(R, 0);
+  std::vector<double> proj(R, 0), cap(R, 0), util_hold(R, 0);
   for (size_t r = 0; r < R; ++r) {
     if (r < in.rails.size()) {
       up[r] = in.rails[r].healthy;
-      proj[r] = in.rails[r].utilisation;
+      out.state.rails[r].add(in.now, in.rails[r].utilisation, keep);
     }
+    proj[r] = out.state.rails[r].peak(in.now, peak_w);
+    util_hold[r] = out.state.rails[r].peak(in.now, hold_w);
     cap[r] = static_cast<double>(p.paths[r].capacity_bps);
   }
+  for (size_t c = 0; c < C; ++c)
+    out.state.classes[c].demand.add(in.now, c < in.demand_bps.size() ? in.demand_bps[c] : 0, keep);
   if (std::none_of(up.begin(), up.end(), [](bool b) { return b; }))
     return out;  // keep the last decisions
   auto rtt = [&](size_t r) { return r < in.rails.size() ? in.rails[r].rtt_us : std::nullopt; };
@@ -129,7 +156,10 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
     bool pinned = cls.pinned || (c < in.operator_pinned.size() && in.operator_pinned[c]);
     if (pinned) continue;  // the scheduler never moves a pinned class
     const size_t pref = static_cast<size_t>(p.path_index(cls.prefer));
-    const double demand = c < in.demand_bps.size() ? in.demand_bps[c] : 0;
+    // the class's demand at its peaks: of the short window for a spill,
+    // of the hold window for a return
+    const double demand = st.demand.peak(in.now, peak_w);
+    const double demand_hold = st.demand.peak(in.now, hold_w);
     bool cooled = !st.last_change || in.now - *st.last_change >= k.cooldown;
     Shares after = before;
     std::string kind, reason;
@@ -157,9 +187,9 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
                                format_duration(k.latency_tolerance), cls.name, p.paths[best].name);
         }
       }
-    } else if (demand > 0) {
+    } else if (demand_hold > 0 || before[pref] < kScale) {
       double on_pref = before[pref] / double(kScale);
-      if (up[pref] && proj[pref] > thr && on_pref > 0) {
+      if (up[pref] && proj[pref] > thr && on_pref > 0 && demand > 0) {
         double excess = (proj[pref] - thr) * cap[pref];
         double movable = demand * on_pref;
         std::vector<double> spare(R, 0);
@@ -175,9 +205,11 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
           for (size_t r = 0; r < R; ++r)
             if (spare[r] > 0) f[r] += move / demand * spare[r] / total_spare;
           kind = "spill";
-          reason = fmt::format("{} utilisation {:.2f} > threshold {:.2f}: spill {} of {} to {}",
-                               p.paths[pref].name, proj[pref], thr, pct(move / demand), cls.name,
-                               p.paths[(pref + 1) % R].name);
+          reason = fmt::format(
+              "{} utilisation peaked at {:.2f} > threshold {:.2f} in the last {}: spill {} of {} "
+              "to {}",
+              p.paths[pref].name, proj[pref], thr, format_duration(k.peak_window),
+              pct(move / demand), cls.name, p.paths[(pref + 1) % R].name);
         } else if (rebalanced) {
           continue;  // a lower-priority class already yielded this tick
         } else {
@@ -203,18 +235,20 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
             if (cap[r] > 0) proj[r] += demand * (q[r] - before[r]) / double(kScale) / cap[r];
         }
       } else if (on_pref < 1 && up[pref]) {
-        double back = demand * (1 - on_pref);
-        double would_be = proj[pref] + back / cap[pref];
+        // hold on demand: back only when the peaks of the whole hold window,
+        // the class's included, fit under the threshold with a margin
+        double back = demand_hold * (1 - on_pref);
+        double would_be = util_hold[pref] + back / cap[pref];
         if (cooled && would_be < thr - kReturnMargin) {
           after = whole_on(R, pref);
           for (size_t r = 0; r < R; ++r)
             if (cap[r] > 0) proj[r] += demand * (after[r] - before[r]) / double(kScale) / cap[r];
           kind = "return";
           reason = fmt::format(
-              "{} would be at {:.2f} with all of {} back (< {:.2f} = threshold - "
-              "{:.2f}): return {} to {}",
-              p.paths[pref].name, would_be, cls.name, thr - kReturnMargin, kReturnMargin, cls.name,
-              p.paths[pref].name);
+              "{} would peak at {:.2f} with all of {} back over the last {} (< {:.2f} = "
+              "threshold - {:.2f}): return {} to {}",
+              p.paths[pref].name, would_be, cls.name, format_duration(k.hold), thr - kReturnMargin,
+              kReturnMargin, cls.name, p.paths[pref].name);
         }
       }
     }

@@ -20,7 +20,9 @@ Result<Split> split_number(std::string_view text, std::string_view what) {
     ++i;
   if (i == 0)
     return DP_ERROR("{} \"{}\" must start with a number, as in {}", what, text,
-                    what == "bandwidth" ? "\"200Gbit\"" : "\"500ms\"");
+                    what == "bandwidth" ? "\"200Gbit\""
+                    : what == "size"    ? "\"256KiB\""
+                                        : "\"500ms\"");
   Split s;
   auto [p, ec] = std::from_chars(text.data(), text.data() + i, s.number);
   if (ec != std::errc() || p != text.data() + i)
@@ -71,6 +73,31 @@ Result<uint64_t> parse_bandwidth(std::string_view text) {
     }
   }
   return DP_ERROR("bandwidth \"{}\" has an unknown unit \"{}\": use bit, Kbit, Mbit, Gbit or Tbit",
+                  text, s->unit);
+}
+
+Result<uint64_t> parse_size(std::string_view text) {
+  auto s = split_number(text, "size");
+  if (!s) return s.error();
+  static constexpr std::array<std::pair<std::string_view, double>, 8> units{{
+      {"", 1},
+      {"b", 1},
+      {"kb", 1e3},
+      {"mb", 1e6},
+      {"gb", 1e9},
+      {"kib", 1024.0},
+      {"mib", 1024.0 * 1024},
+      {"gib", 1024.0 * 1024 * 1024},
+  }};
+  std::string u = lower(s->unit);
+  for (auto& [name, mult] : units) {
+    if (u != name) continue;
+    double v = s->number * mult;
+    if (v != std::floor(v)) return DP_ERROR("size \"{}\" is not a whole number of bytes", text);
+    if (v > 1099511627776.0) return DP_ERROR("size \"{}\" is out of range (at most 1TiB)", text);
+    return static_cast<uint64_t>(v);
+  }
+  return DP_ERROR("size \"{}\" has an unknown unit \"{}\": use B, KB, MB, GB, KiB, MiB or GiB",
                   text, s->unit);
 }
 

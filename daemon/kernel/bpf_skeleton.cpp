@@ -42,12 +42,14 @@ Result<void> BpfMap::remove(const void* key) const {
 
 // ---------------------------------------------------------------- skeleton
 
-Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root) {
+Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root,
+                                                     const Options& o) {
   LIBBPF_OPTS(bpf_object_open_opts, opts);
   if (!pin_root.empty()) opts.pin_root_path = pin_root.c_str();
   dp_tc* s = dp_tc__open_opts(&opts);
   if (!s) return DP_SYS_ERROR(errno, "opening the dualpath BPF object failed");
   std::unique_ptr<DpSkeleton> owner(new DpSkeleton(s));
+  s->rodata->dp_bench_tstamp_any = o.bench_tstamp_any ? 1 : 0;
   if (pin_root.empty()) {
     bpf_map* m = nullptr;
     bpf_object__for_each_map(m, s->obj) {
@@ -110,6 +112,8 @@ DP_SKELETON_MAP(cgroups)
 DP_SKELETON_MAP(cgroup_cache)
 DP_SKELETON_MAP(cgroup_gens)
 DP_SKELETON_MAP(mark_bits)
+DP_SKELETON_MAP(cells)
+DP_SKELETON_MAP(vq)
 #undef DP_SKELETON_MAP
 
 Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {

@@ -371,6 +371,41 @@ Result<void> Datapath::set_flowlet_gap(uint64_t ns) {
   return {};
 }
 
+Result<void> Datapath::write_cells(uint32_t shift, const std::vector<bool>& classes,
+                                   const std::vector<uint32_t>& ns_per_kib) {
+  dp_cell_cfg cc{};
+  cc.cell_shift = shift;
+  for (size_t c = 0; c < classes.size() && c < class_slot_.size(); ++c)
+    if (classes[c]) cc.class_mask |= 1u << class_slot_[c];
+  for (size_t i = 0; i < ns_per_kib.size() && i < rail_slot_.size(); ++i)
+    cc.ns_per_kib[static_cast<size_t>(rail_slot_[i])] = ns_per_kib[i];
+  uint32_t zero = 0;
+  return skel_->cells().update(&zero, &cc);
+}
+
+Result<dp_cell_cfg> Datapath::cells() const {
+  dp_cell_cfg cc{};
+  uint32_t zero = 0;
+  DP_TRY(skel_->cells().lookup(&zero, &cc));
+  return cc;
+}
+
+std::vector<std::chrono::nanoseconds> Datapath::cell_backlog() const {
+  std::vector<std::chrono::nanoseconds> out(rail_slot_.size(), std::chrono::nanoseconds(0));
+  dp_vq vq{};
+  uint32_t zero = 0;
+  if (!skel_->vq().lookup(&zero, &vq)) return out;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()
+  uint64_t now =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  for (size_t i = 0; i < rail_slot_.size(); ++i) {
+    uint64_t f = vq.finish_ns[static_cast<size_t>(rail_slot_[i])];
+    out[i] = std::chrono::nanoseconds(f > now ? f - now : 0);
+  }
+  return out;
+}
+
 bool Datapath::check_present(size_t path, const PathSpec& ps) {
   if (path >= vanished_.size() || vanished_[path]) return false;
   if (ifindex_of(ps.interface) == rail_ifindex_[path]) return false;

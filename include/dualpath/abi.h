@@ -123,6 +123,32 @@ struct dp_decision {
   __u32 version; /* bumped on every change */
 };
 
+/*
+ * Flowcells: a split elastic class (shared topology) is placed in cells of
+ * 2^cell_shift bytes of a flow, each on the rail where it would finish first
+ * given what cells already queued there (earliest completion first, by each
+ * rail's capacity), among the rails the class's decision gives a share. A
+ * rail's virtual queue is the time at which the cells put on it will have
+ * drained at the capacity the daemon left them (the rail's capacity minus
+ * what other traffic uses).
+ *
+ * dp_cells: ARRAY with one element, written by the daemon. All zero: no
+ * cells (flowlets and shares place every class).
+ */
+struct dp_cell_cfg {
+  __u32 cell_shift; /* cell = 1 << cell_shift bytes; 0: cells off */
+  __u32 class_mask; /* bit c: class slot c is placed by cells while split */
+  /* time 1024 bytes take on the rail, in ns (0: not a target): a multiply
+   * and a shift per packet, no division */
+  __u32 ns_per_kib[DP_MAX_RAILS];
+};
+
+/* dp_vq: ARRAY with one element, written by the datapath: per rail slot, the
+ * bpf_ktime_get_ns() at which the cells queued there will have drained. */
+struct dp_vq {
+  __u64 finish_ns[DP_MAX_RAILS];
+};
+
 /* dp_class_qos: ARRAY, key = class slot. What the egress program stamps on
  * every packet of the class, so that the rail's qdisc (and, by DSCP, NIC and
  * switch queues) can serve latency-sensitive classes ahead of bulk ones. */

@@ -424,6 +424,145 @@ TEST_F(Classifier, CoarseTimeNeverStartsAFlowlet) {
   EXPECT_EQ(counters(0, kParamSync).flowlets + counters(1, kParamSync).flowlets, 1u);
 }
 
+// ---------------------------------------------------------------- flowcells
+
+namespace {
+
+uint64_t mono_ns() {  // the clock bpf_ktime_get_ns() reads
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+PacketSpec big(PacketSpec s, size_t payload = 1400) {
+  s.payload = payload;
+  return s;
+}
+
+}  // namespace
+
+class Cells : public Classifier {
+ protected:
+  // Cells of 2^shift bytes for param-sync (elastic), rails at the given
+  // drain times; the class split 50/50 (the shares only say which rails may
+  // take cells: completion time decides).
+  void cells(uint32_t shift, uint32_t ns0, uint32_t ns1, uint32_t mask = 1u << kParamSync) {
+    uint32_t zero = 0;
+    dp_cell_cfg cc{};
+    cc.cell_shift = shift;
+    cc.class_mask = mask;
+    cc.ns_per_kib[0] = ns0;
+    cc.ns_per_kib[1] = ns1;
+    ASSERT_TRUE(skel_->cells().update(&zero, &cc));
+    set_shares(kParamSync, 5000, 5000);
+  }
+  void set_vq(uint64_t f0, uint64_t f1) {
+    uint32_t zero = 0;
+    dp_vq vq{};
+    vq.finish_ns[0] = f0;
+    vq.finish_ns[1] = f1;
+    ASSERT_TRUE(skel_->vq().update(&zero, &vq));
+  }
+  dp_vq vq() {
+    uint32_t zero = 0;
+    dp_vq v{};
+    EXPECT_TRUE(skel_->vq().lookup(&zero, &v));
+    return v;
+  }
+  uint64_t rail_bytes(uint32_t rail) {  // param-sync bytes that left by rail
+    // rail0's hook counts what stays; what it redirects leaves by rail1
+    auto c0 = counters(0, kParamSync);
+    return rail == 0 ? c0.tx_bytes : c0.redirect_bytes;
+  }
+};
+
+TEST_F(Cells, ANewFlowGoesWhereItWouldFinishFirst) {
+  cells(16, 8192, 32768);  // 1 Gbit and 250 Mbit: a 64 KiB cell takes 0.5 and 2.1 ms
+  uint64_t now = mono_ns();
+  set_vq(now + 10'000'000, 0);  // 10 ms queued on rail0, rail1 idle
+  EXPECT_EQ(egress(tcp4(41000, 52001)).ret, TC_ACT_REDIRECT) << "rail1 finishes first";
+  set_vq(0, now + 10'000'000);
+  EXPECT_EQ(egress(tcp4(41001, 52001)).ret, DP_PASS) << "rail0 finishes first";
+  set_vq(now + 1'000'000, 0);  // 1 ms on rail0: 1.5 ms to finish there, 2.1 ms on rail1
+  EXPECT_EQ(egress(tcp4(41002, 52001)).ret, DP_PASS)
+      << "a short queue on the fast rail still finishes before the slow rail";
+}
+
+TEST_F(Cells, EachCellJoinsItsRailsVirtualQueueAtTheRailsRate) {
+  cells(16, 8192, 32768);
+  set_vq(0, 0);
+  uint64_t before = mono_ns();
+  PacketSpec s = big(tcp4(41100, 52001));
+  ASSERT_EQ(egress(s).ret, DP_PASS);
+  uint64_t after = mono_ns();
+  size_t len = build_packet(s).size();
+  dp_vq v = vq();
+  EXPECT_GE(v.finish_ns[0], before + len * 8) << "len bytes at 8 ns a byte";
+  EXPECT_LE(v.finish_ns[0], after + len * 8);
+  EXPECT_EQ(v.finish_ns[1], 0u) << "nothing went to rail1";
+}
+
+TEST_F(Cells, ABurstOfManyFlowsSplitsByCapacity) {
+  // slow rails (1 Mbit/s and 250 kbit/s) so that the queues barely drain
+  // while the test runs: what each rail gets follows completion time alone
+  cells(12, 8'192'000, 32'768'000);
+  set_vq(0, 0);
+  for (int round = 0; round < 40; ++round)
+    for (uint16_t f = 0; f < 8; ++f) egress(big(tcp4(static_cast<uint16_t>(42000 + f), 52001)));
+  double r0 = static_cast<double>(rail_bytes(0)), r1 = static_cast<double>(rail_bytes(1));
+  EXPECT_NEAR(r1 / (r0 + r1), 0.2, 0.05)
+      << "4:1 capacities: a fifth on rail1 (" << r0 << " / " << r1 << " bytes)";
+  dp_vq v = vq();
+  double q0 = static_cast<double>(v.finish_ns[0]), q1 = static_cast<double>(v.finish_ns[1]);
+  EXPECT_NEAR(q0 / q1, 1.0, 0.05) << "and both rails' queues end together";
+}
+
+TEST_F(Cells, AFlowChangesRailOnlyAtACellBoundary) {
+  cells(14, 8'192'000, 32'768'000);  // 16 KiB cells
+  set_vq(0, 0);
+  PacketSpec s = big(tcp4(43000, 52001));
+  auto key = dptest::flow_key_of(s);
+  int changes = 0;
+  int last = egress(s).ret;
+  for (int i = 0; i < 300; ++i) {
+    dp_flow before{};
+    ASSERT_TRUE(skel_->flows().lookup(key.bytes, &before));
+    size_t len = build_packet(s).size();
+    int ret = egress(s).ret;
+    if (ret != last) {
+      ++changes;
+      EXPECT_NE(before.bytes >> 14, (before.bytes + len) >> 14)
+          << "packet " << i << " moved inside a cell";
+    }
+    last = ret;
+  }
+  EXPECT_GT(changes, 0) << "one flow alone still uses both rails, a cell at a time";
+  EXPECT_GT(counters(0, kParamSync).flowlets + counters(1, kParamSync).flowlets, 20u)
+      << "cells started are counted";
+}
+
+TEST_F(Cells, OnlyRailsWithAShareAndClassesInTheMaskTakeCells) {
+  cells(12, 8'192'000, 32'768'000);
+  uint64_t now = mono_ns();
+  set_vq(now + 60'000'000'000ull, 0);  // rail0 a minute behind
+  set_shares(kParamSync, 10000, 0);
+  for (uint16_t f = 0; f < 20; ++f)
+    EXPECT_EQ(egress(big(tcp4(static_cast<uint16_t>(44000 + f), 52001))).ret, DP_PASS)
+        << "rail1 has no share";
+  set_shares(kParamSync, 5000, 5000);
+  set_rail(1, kRail1Ifindex, false, true, true);
+  for (uint16_t f = 0; f < 20; ++f)
+    EXPECT_EQ(egress(big(tcp4(static_cast<uint16_t>(44100 + f), 52001))).ret, DP_PASS)
+        << "rail1 is disabled";
+  set_rail(1, kRail1Ifindex, true, true, true);
+  // expert-combine is split too but not in the mask: shares and hashing
+  set_config(0, DP_CLASS_NONE, 0);
+  set_shares(kCombine, 10000 - 1, 1);
+  for (uint16_t f = 0; f < 20; ++f)
+    EXPECT_EQ(egress(big(tcp4(static_cast<uint16_t>(44200 + f), 51001))).ret, DP_PASS)
+        << "a 99.99% share keeps the flows of a class without cells on rail0";
+}
+
 TEST_F(Classifier, DefaultClassTakesUnmatchedTraffic) {
   set_config(0, kLogs);
   EXPECT_EQ(egress(tcp4(40000, 40001)).ret, TC_ACT_REDIRECT);

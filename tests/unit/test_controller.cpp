@@ -282,8 +282,8 @@ TEST(Controller, TheAdaptiveSchedulerSpillsAnOverloadedElasticClassAndTheStaticO
     bool spilled = false;
     for (int i = 1; i <= 40 && !spilled; ++i) {
       TickInput in = f.quiet(f.t + i * 50ms);
-      in.rails[0].utilisation = 0.95;  // rail0 full
-      in.rails[1].utilisation = 0.05;
+      in.rails[0].utilisation = in.rails[0].tick_utilisation = 0.95;  // rail0 full
+      in.rails[1].utilisation = in.rails[1].tick_utilisation = 0.05;
       tx += 5'000'000;  // 800 Mbit/s of expert-combine
       in.class_tx_bytes[combine] = tx;
       Plan plan = f.c.tick(in);

@@ -263,6 +263,25 @@ TEST(Policy, TimersTheWatchdogCannotLiveWithRefused) {
   expect_one_error(std::string(kBase) + "\n[health]\ninterval = \"10m\"\n", 35, "must be at most");
 }
 
+TEST(Policy, FlowcellsArePowersOfTwoOrOff) {
+  auto sched = [](const std::string& line) {
+    return std::string(kBase) + "\n[scheduler]\n" + line + "\n";
+  };
+  auto ok = [&](const std::string& line, uint64_t bytes) {
+    auto r = dp::parse_policy(sched(line), "test.toml");
+    ASSERT_TRUE(r.ok()) << line;
+    EXPECT_EQ(r.policy->scheduler.flowcell, bytes) << line;
+  };
+  ok("flowcell = \"64KiB\"", 65536);
+  ok("flowcell = 0", 0);
+  ok("flowcell = 1048576", 1 << 20);
+  expect_one_error(sched("flowcell = \"100KB\""), 35, "power of two");
+  expect_one_error(sched("flowcell = \"1KiB\""), 35, "from 4KiB to 16MiB");
+  expect_one_error(sched("flowcell = \"64 furlongs\""), 35, "unknown unit");
+  expect_one_error(sched("flowcell = -1"), 35, "must be a size");
+  expect_one_error(sched("peak_window = \"0s\""), 35, "at least");
+}
+
 TEST(Policy, InterfaceNamesTheKernelRefusesAreRefused) {
   expect_one_error(replace(kBase, "\"eth0\"", "\"eth 0\""), 6, "whitespace");
   expect_one_error(replace(kBase, "\"eth0\"", "\"eth0:1\""), 6, "contains ':'");

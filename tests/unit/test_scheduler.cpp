@@ -11,6 +11,7 @@
 #include <random>
 
 #include "dualpath/abi.h"
+#include "dualpath/core/controller.h"
 #include "dualpath/core/scheduler.h"
 
 using nlohmann::json;
@@ -90,6 +91,13 @@ struct Replay {
               << dp::format_shares(policy, sh) << ")";
         }
       }
+    if (s.contains("expect_no_kinds")) {
+      for (auto& e : r.events) {
+        for (auto& k : s["expect_no_kinds"]) {
+          EXPECT_NE(e.kind, k.get<std::string>()) << where << ": " << e.reason;
+        }
+      }
+    }
     if (s.contains("expect_kinds")) {
       std::vector<std::string> kinds;
       for (auto& e : r.events) kinds.push_back(e.kind);
@@ -162,7 +170,8 @@ TEST(Scheduler, NoDemandNoMoveAndOutputIsDeterministic) {
     EXPECT_EQ(b.events[i].reason, c.events[i].reason);
   }
   ASSERT_FALSE(b.events.empty());
-  EXPECT_NE(b.events[0].reason.find("rail0 utilisation 0.95 > threshold 0.60: spill"),
+  EXPECT_NE(b.events[0].reason.find("rail0 utilisation peaked at 0.95 > threshold 0.60 in the "
+                                    "last 100ms: spill"),
             std::string::npos)
       << b.events[0].reason;
 }
@@ -176,4 +185,39 @@ TEST(FlowletGap, GrowsToTheRailsRttDifferenceWithinItsCap) {
   EXPECT_EQ(effective_flowlet_gap(500us, {1800.0, std::nullopt}), 500us)
       << "one RTT is not a difference";
   EXPECT_EQ(effective_flowlet_gap(0us, {1800.0, 60.0}), 0us) << "flowlets off stay off";
+}
+
+TEST(PeakWindow, ThePeakOfAWindowAndNothingOlder) {
+  using namespace std::chrono_literals;
+  dp::PeakWindow w;
+  auto t0 = dp::SchedClock::time_point(std::chrono::hours(3));
+  w.add(t0, 0.9, 1s);
+  w.add(t0 + 50ms, 0.2, 1s);
+  w.add(t0 + 100ms, 0.4, 1s);
+  EXPECT_DOUBLE_EQ(w.peak(t0 + 100ms, 200ms), 0.9);
+  EXPECT_DOUBLE_EQ(w.peak(t0 + 100ms, 100ms), 0.4) << "0.9 is older than the window";
+  EXPECT_DOUBLE_EQ(w.peak(t0 + 100ms, 10ms), 0.4);
+  EXPECT_DOUBLE_EQ(w.peak(t0 + 2s, 1s), 0.0) << "nothing in the window";
+  w.add(t0 + 2s, 0.1, 1s);
+  EXPECT_DOUBLE_EQ(w.peak(t0 + 2s, 10s), 0.1) << "samples older than keep are forgotten";
+}
+
+TEST(Cells, ElasticClassesOfTheSharedTopologyByTheCapacityOtherTrafficLeaves) {
+  auto load = dp::load_policy_file(std::string(DP_SOURCE_DIR) + "/policies/lab-a.toml");
+  ASSERT_TRUE(load.ok());
+  dp::Policy p = *load.policy;
+  auto c = dp::plan_cells(p, {0, 0});
+  EXPECT_EQ(c.shift, 18u) << "256KiB by default";
+  for (size_t i = 0; i < p.classes.size(); ++i)
+    EXPECT_EQ(c.classes[i], p.classes[i].kind == dp::ClassKind::Elastic) << p.classes[i].name;
+  EXPECT_EQ(c.ns_per_kib, (std::vector<uint32_t>{8192, 32768})) << "1 Gbit and 250 Mbit";
+  c = dp::plan_cells(p, {500e6, 0});
+  EXPECT_EQ(c.ns_per_kib[0], 16384u) << "half of rail0 is used by others";
+  c = dp::plan_cells(p, {2e9, 0});
+  EXPECT_EQ(c.ns_per_kib[0], 163840u) << "never less than a twentieth of the capacity";
+  p.scheduler.flowcell = 0;
+  EXPECT_EQ(dp::plan_cells(p, {0, 0}).shift, 0u) << "flowcell = 0: off";
+  p.scheduler.flowcell = 1 << 16;
+  p.topology = dp::Topology::Separate;
+  EXPECT_EQ(dp::plan_cells(p, {0, 0}).shift, 0u) << "the separate topology places connections";
 }

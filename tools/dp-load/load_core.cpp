@@ -1,9 +1,10 @@
 #include "load_core.h"
 
+#include "dualpath/core/units.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <regex>
 
 namespace dpload {
 
@@ -168,19 +169,8 @@ uint64_t payload_checksum(size_t len, uint64_t seed, uint32_t conn, uint64_t ste
 }
 
 std::optional<uint64_t> parse_size(const std::string& s) {
-  static const std::regex re(R"(\s*([0-9]+)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*)");
-  std::smatch m;
-  if (!std::regex_match(s, m, re)) return std::nullopt;
-  uint64_t v = std::stoull(m[1].str());
-  std::string u = m[2].str();
-  uint64_t mult = u == "KB"    ? 1000
-                  : u == "MB"  ? 1000000
-                  : u == "GB"  ? 1000000000
-                  : u == "KiB" ? 1024
-                  : u == "MiB" ? 1 << 20
-                  : u == "GiB" ? 1 << 30
-                               : 1;
-  return v * mult;
+  auto v = dp::parse_size(s);
+  return v ? std::optional<uint64_t>(*v) : std::nullopt;
 }
 
 }  // namespace dpload

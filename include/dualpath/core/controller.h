@@ -33,7 +33,8 @@ std::string rail_key(const Policy& p, size_t path);
 struct TickInput {
   SchedClock::time_point now;
   struct Rail {
-    double utilisation = 0;
+    double utilisation = 0;               // smoothed (EWMA)
+    double tick_utilisation = 0;          // of the newest tick alone
     std::optional<double> ls_rtt_p50_us;  // latency-sensitive classes, >= 10 samples
     TcpCounters tcp;                      // cumulative, over every class
   };
@@ -70,7 +71,21 @@ struct Plan {
     bool operator==(const Reset&) const = default;
   };
   std::vector<Reset> resets;
+  // Flowcells (abi.h, dp_cell_cfg), when what the datapath has must change.
+  struct Cells {
+    uint32_t shift = 0;                 // cell = 1 << shift bytes; 0: off
+    std::vector<bool> classes;          // per policy class: placed by cells while split
+    std::vector<uint32_t> ns_per_kib;  // per policy path: the capacity left to cells
+    bool operator==(const Cells&) const = default;
+  };
+  std::optional<Cells> cells;
 };
+
+// Flowcells for a policy: the shared topology's elastic classes, when
+// [scheduler] flowcell is not 0. `other_bps` is, per path, what traffic
+// other than cells sends there: a cell's time on a rail is its bytes over the
+// capacity that is left (never less than a twentieth of the capacity).
+Plan::Cells plan_cells(const Policy& p, const std::vector<double>& other_bps);
 
 class Controller {
  public:
@@ -129,6 +144,7 @@ class Controller {
   };
 
   void check_evidence(const TickInput& in);
+  void plan_cells(const TickInput& in, Plan& plan);
   void run_scheduler(const TickInput& in, Plan& plan);
   void health_events(Plan& plan);
   void effective(Plan& plan) const;
@@ -144,6 +160,7 @@ class Controller {
   std::vector<Shares> written_health_;  // per policy class: its health_shares
   // per policy class, per policy path: transmit rate (placement by bytes)
   std::vector<std::vector<RateEstimator>> class_path_rate_;
+  std::optional<Plan::Cells> cells_;  // as last planned (written by the daemon)
   Shares by_bytes(size_t klass, const Shares& shares) const;
   bool all_down_ = false;
 };

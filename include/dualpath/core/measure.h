@@ -78,6 +78,8 @@ class PathMeasure {
   // The rail's load: what the link sent plus RDMA traffic that bypasses it,
   // over capacity.
   double utilisation() const;
+  // Of the newest tick alone (the scheduler decides on peaks of these).
+  double tick_utilisation() const;
   Nanos rate_window() const { return tx_.window(); }
   std::optional<Percentiles> rtt_us() const { return rtt_.percentiles(); }
   // What latency-sensitive traffic saw on this rail (the scheduler's signal):

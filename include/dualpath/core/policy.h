@@ -123,6 +123,13 @@ struct SchedulerSettings {
   std::chrono::nanoseconds tick = std::chrono::milliseconds(50);
   std::chrono::nanoseconds flowlet_gap = std::chrono::microseconds(500);
   bool adaptive_flowlet_gap = true;  // raise the gap to the rails' RTT difference
+  // Split elastic classes (shared topology) are placed in cells of this many
+  // bytes, each where it would finish first; 0: flowlets and shares instead.
+  uint64_t flowcell = 256 * 1024;
+  // Spill decisions look at the highest per-tick utilisation and demand of
+  // this window; a spilled class returns only when the peak of `hold` fits.
+  std::chrono::nanoseconds peak_window = std::chrono::milliseconds(100);
+  std::chrono::nanoseconds hold = std::chrono::seconds(1);
   bool operator==(const SchedulerSettings&) const = default;
 };
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,14 +20,14 @@ using SchedClock = std::chrono::steady_clock;
 
 struct RailInput {
   bool healthy = true;
-  double utilisation = 0;        // 0..1 (and above when over capacity)
+  double utilisation = 0;        // of the newest tick alone: 0..1 (above when over capacity)
   std::optional<double> rtt_us;  // p50 over the measurement window, if known
 };
 
 struct SchedulerInput {
   SchedClock::time_point now;
   std::vector<RailInput> rails;       // per policy path
-  std::vector<double> demand_bps;     // per policy class: its current transmit rate
+  std::vector<double> demand_bps;     // per policy class: its transmit rate in the newest tick
   std::vector<bool> operator_pinned;  // per policy class: pinned with dpctl class set
 };
 
@@ -34,13 +35,30 @@ struct SchedulerInput {
 // 10000 whenever any rail is healthy.
 using Shares = std::vector<uint16_t>;
 
+// The highest of the samples of a sliding window: per-tick demand and
+// utilisation, so that an 80 ms burst train is seen at its peaks, not at the
+// mean a long EWMA makes of it.
+class PeakWindow {
+ public:
+  // Adds a sample and forgets those older than `keep`.
+  void add(SchedClock::time_point t, double v, SchedClock::duration keep);
+  // The highest sample newer than now - window (0 if none).
+  double peak(SchedClock::time_point now, SchedClock::duration window) const;
+  bool operator==(const PeakWindow&) const = default;
+
+ private:
+  std::deque<std::pair<SchedClock::time_point, double>> samples_;
+};
+
 struct ClassState {
   Shares shares;
   std::optional<SchedClock::time_point> last_change;
+  PeakWindow demand;  // bits per second, per tick
 };
 
 struct SchedulerState {
   std::vector<ClassState> classes;  // per policy class
+  std::vector<PeakWindow> rails;    // utilisation per tick, per policy path
 };
 
 struct SchedulerEvent {

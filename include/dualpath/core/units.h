@@ -18,6 +18,10 @@ Result<uint64_t> parse_bandwidth(std::string_view text);
 // Accepts ns, us, ms, s, m, h with an integer or decimal number: "0.5ms".
 Result<std::chrono::nanoseconds> parse_duration(std::string_view text);
 
+// Bytes: B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (of 1024), or a
+// bare integer: "256KiB", "1MB", "4096". At most 1 TiB.
+Result<uint64_t> parse_size(std::string_view text);
+
 // "1.25 Gbit/s", "250 Mbit/s"
 std::string format_bandwidth(double bits_per_second);
 // "500ms", "5m", "200us"

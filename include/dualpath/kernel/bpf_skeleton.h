@@ -47,7 +47,17 @@ class DpSkeleton {
  public:
   // Opens and loads. With a non-empty pin_root, every map is pinned by name
   // there, and maps already pinned there are reused (adoption).
-  static Result<std::unique_ptr<DpSkeleton>> load(const std::string& pin_root);
+  struct Options {
+    // dp-bench-classifier only: the egress program takes skb->tstamp as the
+    // packet's time whatever its type, as it does a TCP packet's departure
+    // time (BPF_PROG_TEST_RUN cannot set the type).
+    bool bench_tstamp_any = false;
+  };
+  static Result<std::unique_ptr<DpSkeleton>> load(const std::string& pin_root,
+                                                  const Options& o);
+  static Result<std::unique_ptr<DpSkeleton>> load(const std::string& pin_root) {
+    return load(pin_root, Options{});
+  }
   ~DpSkeleton();
   DpSkeleton(const DpSkeleton&) = delete;
   DpSkeleton& operator=(const DpSkeleton&) = delete;
@@ -83,6 +93,8 @@ class DpSkeleton {
   BpfMap cgroup_cache() const;     // dp_cgroup_cache
   BpfMap cgroup_gens() const;      // dp_cgroup_gens
   BpfMap mark_bits() const;        // dp_mark_bits
+  BpfMap cells() const;            // dp_cells
+  BpfMap vq() const;               // dp_vq
 
   // Records (slot) or forgets (nullopt) that ifindex is a rail, in both
   // dp_rail_by_ifindex and dp_ifindex.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +73,13 @@ class Datapath {
   // An operator's pin lifted: the decision stays, without kOperatorPinned.
   Result<void> clear_operator_pin(size_t klass);
   Result<void> set_flowlet_gap(uint64_t ns);
+  // Flowcells (abi.h, dp_cell_cfg): `classes` per policy class, `ns_per_kib`
+  // per policy path.
+  Result<void> write_cells(uint32_t shift, const std::vector<bool>& classes,
+                           const std::vector<uint32_t>& ns_per_kib);
+  Result<dp_cell_cfg> cells() const;
+  // Per policy path: how far ahead of now its cells' virtual queue reaches.
+  std::vector<std::chrono::nanoseconds> cell_backlog() const;
   uint64_t flowlet_gap_ns() const { return flowlet_gap_ns_; }
 
   // Classes by cgroup: finds the policy's cgroups again (a unit restarted,
