@@ -156,6 +156,9 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
     bool pinned = cls.pinned || (c < in.operator_pinned.size() && in.operator_pinned[c]);
     if (pinned) continue;  // the scheduler never moves a pinned class
     const size_t pref = static_cast<size_t>(p.path_index(cls.prefer));
+    // placed by cells while split (the datapath's dp_cells): see plan_cells()
+    const bool by_cells =
+        p.topology == Topology::Shared && k.flowcell != 0 && cls.kind == ClassKind::Elastic;
     // the class's demand at its peaks: of the short window for a spill,
     // of the hold window for a return
     const double demand = st.demand.peak(in.now, peak_w);
@@ -225,6 +228,18 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
           reason = fmt::format(
               "every rail is above the threshold {:.2f} ({} at {:.2f}): split {} by capacity", thr,
               p.paths[pref].name, proj[pref], cls.name);
+        }
+        if (by_cells) {
+          // cells go where they finish first: a spill opens every healthy
+          // rail to the class (shares by capacity, which cells do not read),
+          // and the preferred rail keeps taking the cells it finishes first
+          double total_cap = 0;
+          for (size_t r = 0; r < R; ++r) total_cap += up[r] ? cap[r] : 0;
+          for (size_t r = 0; r < R; ++r) f[r] = up[r] ? cap[r] / total_cap : 0;
+          reason = fmt::format(
+              "{} utilisation peaked at {:.2f} > threshold {:.2f} in the last {}: {} spills by "
+              "cells, each on the rail where it finishes first",
+              p.paths[pref].name, proj[pref], thr, format_duration(k.peak_window), cls.name);
         }
         Shares q = quantize(f);
         int change = std::abs(int(q[pref]) - int(before[pref]));

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     (void)s.decisions().update(&c, &d);
   }
   dp_cell_cfg cells{};
-  cells.cell_shift = 18;        // the default 256 KiB
+  cells.cell_shift = 14;        // the default 16 KiB
   cells.class_mask = 1u << 2;   // param-sync
   cells.ns_per_kib[0] = 8192;   // 1 Gbit
   cells.ns_per_kib[1] = 32768;  // 250 Mbit

@@ -110,5 +110,31 @@ TEST(LoadUnits, Sizes) {
   EXPECT_FALSE(parse_size("-1MB"));
 }
 
+TEST(Load, PayloadIsComparedAsItIsMade) {
+  std::vector<uint8_t> a(1003);
+  fill_payload(a.data(), a.size(), 1, 7, 9);
+  EXPECT_TRUE(payload_matches(a.data(), a.size(), 1, 7, 9));
+  EXPECT_FALSE(payload_matches(a.data(), a.size(), 1, 7, 10)) << "another step";
+  a[1001] ^= 1;
+  EXPECT_FALSE(payload_matches(a.data(), a.size(), 1, 7, 9)) << "a flipped bit in the tail";
+}
+
+TEST(Load, SkewedSizesSumToTheStepAndRotate) {
+  auto equal = skewed_sizes(4 << 20, 4, 0, 0);
+  EXPECT_EQ(equal, (std::vector<uint32_t>(4, 1 << 20)));
+  auto a = skewed_sizes(4 << 20, 4, 1.0, 0), b = skewed_sizes(4 << 20, 4, 1.0, 1);
+  uint64_t sa = 0, sb = 0;
+  for (size_t i = 0; i < 4; ++i) sa += a[i], sb += b[i];
+  EXPECT_EQ(sa, 4u << 20);
+  EXPECT_EQ(sb, 4u << 20);
+  EXPECT_GT(a[0], a[1]);
+  EXPECT_GT(a[1], a[2]);
+  EXPECT_GT(a[2], a[3]);
+  EXPECT_NEAR(double(a[0]) / a[3], 4.0, 0.01) << "1/1 against 1/4";
+  EXPECT_NEAR(b[1], a[0], 4)
+      << "one period later the next connection is the hottest (rounding aside)";
+  EXPECT_EQ(skewed_sizes(4 << 20, 4, 1.0, 4), a) << "and after n periods the first again";
+}
+
 }  // namespace
 }  // namespace dpload

@@ -28,6 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -182,7 +183,7 @@ std::optional<MsgHeader> recv_msg(int fd, uint64_t seed, std::vector<uint8_t>& b
   f.add(buf.data(), h->len);
   uint64_t trailer = 0;
   for (size_t i = 0; i < 8; ++i) trailer = trailer << 8 | buf[h->len + i];
-  if (f.value() != trailer || trailer != payload_checksum(h->len, seed, h->conn, h->step))
+  if (f.value() != trailer || !payload_matches(buf.data(), h->len, seed, h->conn, h->step))
     ++c.checksum_errors;
   c.bytes_received += h->len;
   ++c.messages;
@@ -206,6 +207,10 @@ struct ServerSession {
   std::mutex mu;
   std::condition_variable cv;
   std::map<uint64_t, uint32_t> dispatch_done;  // step -> dispatch messages received
+  // step -> bytes each dispatch connection brought: combine connection j
+  // answers with what dispatch connection j % D brought (an expert's output
+  // is as large as its input)
+  std::map<uint64_t, std::vector<uint32_t>> dispatch_len;
   std::vector<std::deque<std::pair<uint64_t, uint32_t>>> combine_q;  // per combine conn
   bool closing = false;
 };
@@ -316,10 +321,15 @@ int run_server(const ServerOpts& o) {
               }
             } else if (h->kind == Kind::Dispatch) {
               std::lock_guard<std::mutex> lk(session->mu);
+              auto& lens = session->dispatch_len[m->step];
+              lens.resize(std::max<size_t>(h->dispatch, 1), 0);
+              if (h->index < lens.size()) lens[h->index] = m->len;
               if (++session->dispatch_done[m->step] == h->dispatch) {
                 session->dispatch_done.erase(m->step);
                 if (session->combine_q.size() < h->combine) session->combine_q.resize(h->combine);
-                for (auto& q : session->combine_q) q.push_back({m->step, m->len});
+                for (size_t j = 0; j < session->combine_q.size(); ++j)
+                  session->combine_q[j].push_back({m->step, lens[j % lens.size()]});
+                session->dispatch_len.erase(m->step);
                 session->cv.notify_all();
               }
             }
@@ -356,6 +366,9 @@ struct ClientOpts {
   double logs_bps = 20e6;
   uint32_t sync_size = 8 << 20;
   double sync_every_s = 1;
+  double sync_on_s = 0, sync_off_s = 0;  // param-sync in phases: on, then off (off 0: always)
+  double skew = 0;                       // expert popularity (0: every connection alike)
+  double skew_shift_s = 2;               // the hottest expert changes this often
   uint64_t seed = 1;
   std::string json_file;
   bool quiet = false;
@@ -386,7 +399,13 @@ int connect_to(const ClientOpts& o, Kind k, uint16_t index, Counters& c) {
 struct StepTracker {
   std::mutex mu;
   std::condition_variable cv;
-  std::map<uint64_t, std::pair<Clock::time_point, uint32_t>> open;  // step -> start, combines
+  struct Open {
+    Clock::time_point start;
+    uint32_t combines = 0;  // combine messages received
+    uint64_t bytes = 0;     // dispatch and combine bytes the step moves
+  };
+  std::map<uint64_t, Open> open;
+  uint64_t bytes_done = 0;  // of completed steps
   Histogram step_ns;
   uint64_t started = 0, completed = 0;
   double longest_stall_s = 0;
@@ -415,7 +434,7 @@ int run_client(const ClientOpts& o) {
   std::vector<std::thread> threads;
 
   // utilisation is sampled by the caller (dp-lab bench); here: per-step times
-  std::vector<std::deque<uint64_t>> dq(dfd.size());
+  std::vector<std::deque<std::pair<uint64_t, uint32_t>>> dq(dfd.size());  // step, bytes
   std::vector<std::unique_ptr<std::mutex>> dmu;
   std::vector<std::unique_ptr<std::condition_variable>> dcv;
   for (size_t i = 0; i < dfd.size(); ++i) {
@@ -427,16 +446,16 @@ int run_client(const ClientOpts& o) {
       threads.emplace_back([&, i] {
         std::vector<uint8_t> buf;
         for (;;) {
-          uint64_t step;
+          std::pair<uint64_t, uint32_t> job;
           {
             std::unique_lock<std::mutex> lk(*dmu[i]);
             dcv[i]->wait(lk, [&] { return !dq[i].empty() || moe_done; });
             if (dq[i].empty()) break;
-            step = dq[i].front();
+            job = dq[i].front();
             dq[i].pop_front();
           }
-          if (!send_msg(dfd[i], o.seed, conn_id(Kind::Dispatch, static_cast<uint16_t>(i)), step,
-                        o.burst, buf, c)) {
+          if (!send_msg(dfd[i], o.seed, conn_id(Kind::Dispatch, static_cast<uint16_t>(i)),
+                        job.first, job.second, buf, c)) {
             ++c.connection_errors;
             break;
           }
@@ -455,11 +474,12 @@ int run_client(const ClientOpts& o) {
           std::lock_guard<std::mutex> lk(st.mu);
           auto it = st.open.find(m->step);
           if (it == st.open.end()) continue;
-          if (++it->second.second == o.combine) {
+          if (++it->second.combines == o.combine) {
             auto now = Clock::now();
             st.step_ns.record(static_cast<uint64_t>(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(now - it->second.first)
+                std::chrono::duration_cast<std::chrono::nanoseconds>(now - it->second.start)
                     .count()));
+            st.bytes_done += it->second.bytes;
             st.longest_stall_s =
                 std::max(st.longest_stall_s,
                          std::chrono::duration<double>(now - st.last_completion).count());
@@ -472,14 +492,21 @@ int run_client(const ClientOpts& o) {
       });
   }
   auto start_step = [&](uint64_t step) {
+    auto now = Clock::now();
+    auto phase = static_cast<uint64_t>(std::chrono::duration<double>(now - t0).count() /
+                                       std::max(o.skew_shift_s, 1e-3));
+    auto sizes = skewed_sizes(uint64_t{o.burst} * dfd.size(), dfd.size(), o.skew, phase);
+    uint64_t bytes = 0;
+    for (auto v : sizes) bytes += v;
+    for (size_t j = 0; j < cfd.size(); ++j) bytes += sizes[j % sizes.size()];
     {
       std::lock_guard<std::mutex> lk(st.mu);
-      st.open[step] = {Clock::now(), 0};
+      st.open[step] = {now, 0, bytes};
       ++st.started;
     }
     for (size_t i = 0; i < dfd.size(); ++i) {
       std::lock_guard<std::mutex> lk(*dmu[i]);
-      dq[i].push_back(step);
+      dq[i].push_back({step, sizes[i]});
       dcv[i]->notify_one();
     }
   };
@@ -535,10 +562,12 @@ int run_client(const ClientOpts& o) {
       if (fd < 0) return;
       std::vector<uint8_t> buf;
       for (uint64_t i = 0; Clock::now() < end && !g_stop; ++i) {
+        double at = static_cast<double>(i) * o.sync_every_s;
         std::this_thread::sleep_until(
-            t0 + std::chrono::duration_cast<Clock::duration>(
-                     std::chrono::duration<double>(static_cast<double>(i) * o.sync_every_s)));
+            t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
         if (Clock::now() >= end) break;
+        // in phases: transfers only in the "on" part of each on+off period
+        if (o.sync_off_s > 0 && std::fmod(at, o.sync_on_s + o.sync_off_s) >= o.sync_on_s) continue;
         if (!send_msg(fd, o.seed, conn_id(Kind::Sync, 0), i, o.sync_size, buf, c)) {
           ++c.connection_errors;
           break;
@@ -602,7 +631,7 @@ int run_client(const ClientOpts& o) {
         st.longest_stall_s,
         failed ? std::chrono::duration<double>(Clock::now() - st.last_completion).count() : 0.0);
   }
-  double moe_bytes = static_cast<double>(st.completed) * o.burst * (o.dispatch + o.combine);
+  double moe_bytes = static_cast<double>(st.bytes_done);
   json out = {
       {"role", "client"},
       {"version", dp::kVersion},
@@ -618,6 +647,10 @@ int run_client(const ClientOpts& o) {
         {"combine", o.combine},
         {"burst", o.burst},
         {"concurrency", o.concurrency},
+        {"skew", o.skew},
+        {"skew_shift_s", o.skew_shift_s},
+        {"sync_on_s", o.sync_on_s},
+        {"sync_off_s", o.sync_off_s},
         {"rate", o.rate},
         {"rpc_rate", o.rpc_rate}}},
       {"steps",
@@ -673,7 +706,8 @@ int main(int argc, char** argv) {
 
   ClientOpts co;
   std::string workload = "moe,rpc,stream", duration = "10s", burst = "1MiB", gap = "0s",
-              logs = "20Mbit", sync_size = "8MiB", sync_every = "1s";
+              logs = "20Mbit", sync_size = "8MiB", sync_every = "1s", skew_shift = "2s",
+              sync_on = "0s", sync_off = "0s";
   auto* cli = app.add_subcommand("client", "generate the workload toward a server");
   cli->add_option("--connect", co.connect, "server address")->required();
   cli->add_option("--workload", workload, "comma-separated: moe, rpc, stream")
@@ -693,6 +727,16 @@ int main(int argc, char** argv) {
   cli->add_option("--logs-rate", logs, "logs stream rate")->capture_default_str();
   cli->add_option("--sync-size", sync_size, "param-sync transfer size")->capture_default_str();
   cli->add_option("--sync-every", sync_every, "param-sync period")->capture_default_str();
+  cli->add_option("--sync-on", sync_on, "param-sync in phases: this long on ...")
+      ->capture_default_str();
+  cli->add_option("--sync-off", sync_off, "... then this long off (0s: always on)")
+      ->capture_default_str();
+  cli->add_option("--skew", co.skew,
+                  "expert popularity: connection shares ~ 1/(rank+1)^skew (0: equal)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 8.0));
+  cli->add_option("--skew-shift", skew_shift, "the hottest expert changes this often")
+      ->capture_default_str();
   cli->add_option("--seed", co.seed, "payload seed")->capture_default_str();
   cli->add_flag("--mptcp", co.mptcp, "IPPROTO_MPTCP sockets");
   cli->add_option("--json", co.json_file, "write the results here");
@@ -725,6 +769,15 @@ int main(int argc, char** argv) {
   auto se = dp::parse_duration(sync_every);
   if (!se) return bad("--sync-every: " + se.error().what());
   co.sync_every_s = std::chrono::duration<double>(*se).count();
+  auto son = dp::parse_duration(sync_on), soff = dp::parse_duration(sync_off);
+  if (!son) return bad("--sync-on: " + son.error().what());
+  if (!soff) return bad("--sync-off: " + soff.error().what());
+  co.sync_on_s = std::chrono::duration<double>(*son).count();
+  co.sync_off_s = std::chrono::duration<double>(*soff).count();
+  if (co.sync_off_s > 0 && co.sync_on_s <= 0) return bad("--sync-off needs --sync-on");
+  auto ks = dp::parse_duration(skew_shift);
+  if (!ks || ks->count() <= 0) return bad("--skew-shift: a duration such as 2s");
+  co.skew_shift_s = std::chrono::duration<double>(*ks).count();
   auto lr = dp::parse_bandwidth(logs);
   if (!lr) return bad("--logs-rate: " + lr.error().what());
   co.logs_bps = static_cast<double>(*lr);

@@ -148,16 +148,69 @@ std::optional<MsgHeader> decode_header(const uint8_t* p) {
   return h;
 }
 
-void fill_payload(uint8_t* out, size_t len, uint64_t seed, uint32_t conn, uint64_t step) {
-  uint64_t x = seed ^ (uint64_t{conn} << 40) ^ (step * 0x9e3779b97f4a7c15ull);
-  for (size_t i = 0; i < len; i += 8) {
-    x += 0x9e3779b97f4a7c15ull;  // splitmix64
+namespace {
+
+// The payload's word i of (seed, conn, step): splitmix64.
+struct PayloadStream {
+  uint64_t x;
+  PayloadStream(uint64_t seed, uint32_t conn, uint64_t step)
+      : x(seed ^ (uint64_t{conn} << 40) ^ (step * 0x9e3779b97f4a7c15ull)) {}
+  uint64_t next() {
+    x += 0x9e3779b97f4a7c15ull;
     uint64_t z = x;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    for (size_t j = 0; j < 8 && i + j < len; ++j) out[i + j] = static_cast<uint8_t>(z >> (8 * j));
+    return z ^ (z >> 31);
   }
+};
+
+}  // namespace
+
+void fill_payload(uint8_t* out, size_t len, uint64_t seed, uint32_t conn, uint64_t step) {
+  PayloadStream ps(seed, conn, step);
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t z = ps.next();
+    for (size_t j = 0; j < 8; ++j) out[i + j] = static_cast<uint8_t>(z >> (8 * j));
+  }
+  if (i < len) {
+    uint64_t z = ps.next();
+    for (size_t j = 0; i + j < len; ++j) out[i + j] = static_cast<uint8_t>(z >> (8 * j));
+  }
+}
+
+bool payload_matches(const uint8_t* p, size_t len, uint64_t seed, uint32_t conn, uint64_t step) {
+  PayloadStream ps(seed, conn, step);
+  size_t i = 0;
+  uint64_t diff = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t z = ps.next(), w = 0;
+    for (size_t j = 0; j < 8; ++j) w |= uint64_t{p[i + j]} << (8 * j);
+    diff |= w ^ z;
+  }
+  if (i < len) {
+    uint64_t z = ps.next();
+    for (size_t j = 0; i + j < len; ++j) diff |= uint64_t(p[i + j] ^ uint8_t(z >> (8 * j)));
+  }
+  return diff == 0;
+}
+
+std::vector<uint32_t> skewed_sizes(uint64_t total, size_t n, double skew, uint64_t phase) {
+  std::vector<uint32_t> out(n, 0);
+  if (n == 0) return out;
+  std::vector<double> w(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    size_t rank = (i + n - phase % n) % n;  // connection `phase % n` is the hottest
+    sum += w[i] = 1.0 / std::pow(static_cast<double>(rank + 1), skew);
+  }
+  uint64_t given = 0;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<uint32_t>(static_cast<double>(total) * w[i] / sum);
+    given += out[i];
+  }
+  out[0] += static_cast<uint32_t>(total - given);
+  return out;
 }
 
 uint64_t payload_checksum(size_t len, uint64_t seed, uint32_t conn, uint64_t step) {

@@ -125,7 +125,7 @@ struct SchedulerSettings {
   bool adaptive_flowlet_gap = true;  // raise the gap to the rails' RTT difference
   // Split elastic classes (shared topology) are placed in cells of this many
   // bytes, each where it would finish first; 0: flowlets and shares instead.
-  uint64_t flowcell = 256 * 1024;
+  uint64_t flowcell = 16 * 1024;
   // Spill decisions look at the highest per-tick utilisation and demand of
   // this window; a spilled class returns only when the peak of `hold` fits.
   std::chrono::nanoseconds peak_window = std::chrono::milliseconds(100);
