@@ -13,6 +13,7 @@
  * would end the chain.
  */
 #define DP_PASS TC_ACT_UNSPEC
+#define DP_SOL_TCP 6 /* SOL_TCP (IPPROTO_TCP) */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
@@ -475,16 +476,28 @@ int dp_sockops(struct bpf_sock_ops *skops)
 
 	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
 		struct dp_pkt pkt = {.key = key};
+		struct dp_class_tcp *ct;
+		__u32 cls;
 
 		/* the handshake went out through a rail, so a classified flow is
 		 * in the table; if not, classify it by its ports */
-		if (!f && dp_classify(&pkt, 0, cfg) >= DP_MAX_CLASSES)
+		cls = f ? f->cls : dp_classify(&pkt, 0, cfg);
+		if (cls >= DP_MAX_CLASSES)
 			return 1;
 		bpf_sock_ops_cb_flags_set(
 			skops, BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG |
 				       BPF_SOCK_OPS_RTO_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG);
 		if (f)
 			f->data_segs_out = skops->data_segs_out;
+		/* the class's minimum RTO: a rail's RTT is far below the kernel's
+		 * 200 ms, and after a failover the backoff must not outlast the
+		 * move (a refusal leaves the kernel's) */
+		ct = bpf_map_lookup_elem(&dp_class_tcp, &cls);
+		if (ct && ct->rto_min_us) {
+			int v = (int)ct->rto_min_us;
+
+			bpf_setsockopt(skops, DP_SOL_TCP, TCP_BPF_RTO_MIN, &v, sizeof(v));
+		}
 		return 1;
 	}
 	if (!f)

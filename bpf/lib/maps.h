@@ -192,6 +192,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_mark_bits SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct dp_class_tcp);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_class_tcp SEC(".maps");
+
 /* Flowcells (abi.h) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

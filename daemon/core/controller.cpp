@@ -228,13 +228,16 @@ void Controller::run_scheduler(const TickInput& in, Plan& plan) {
     // a rail that is failed, held down, ramping or drained is not the
     // scheduler's to use: health gives it its traffic back (effective())
     r.healthy = rails_[i].present && rails_[i].health.weight() == 1;
-    r.utilisation = in.rails[i].tick_utilisation;
+    // on peaks of per-tick figures, or on the smoothed ones (peak_window 0)
+    bool peaks = policy_.scheduler.peak_window.count() > 0;
+    r.utilisation = peaks ? in.rails[i].tick_utilisation : in.rails[i].utilisation;
     r.rtt_us = in.rails[i].ls_rtt_p50_us;
     si.rails.push_back(r);
   }
   for (size_t c = 0; c < demand_.size(); ++c) {
     demand_[c].update(c < in.class_tx_bytes.size() ? in.class_tx_bytes[c] : 0, in.now);
-    si.demand_bps.push_back(demand_[c].last_rate() * 8);
+    bool peaks = policy_.scheduler.peak_window.count() > 0;
+    si.demand_bps.push_back((peaks ? demand_[c].last_rate() : demand_[c].rate()) * 8);
   }
   si.operator_pinned = op_pinned_;
   auto res = schedule(policy_, si, sched_);

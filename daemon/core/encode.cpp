@@ -154,6 +154,13 @@ dp_class_qos encode_qos(const ClassSpec& c) {
   return q;
 }
 
+dp_class_tcp encode_class_tcp(const ClassSpec& c) {
+  dp_class_tcp t{};
+  t.rto_min_us = static_cast<uint32_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(c.rto_min).count());
+  return t;
+}
+
 dp_counters sum_counters(const std::vector<dp_counters>& per_cpu) {
   dp_counters s{};
   for (auto& c : per_cpu) {

@@ -536,8 +536,7 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
     else
       c.error(*n, "adaptive_flowlet_gap in [scheduler] must be true or false");
   }
-  if (auto v =
-          c.duration(*t, "peak_window", s, std::chrono::milliseconds(1), std::chrono::seconds(10)))
+  if (auto v = c.duration(*t, "peak_window", s, nanoseconds(0), std::chrono::seconds(10)))
     k.peak_window = *v;
   if (auto v = c.duration(*t, "hold", s, nanoseconds(0), std::chrono::minutes(10))) k.hold = *v;
   if (const toml::node* n = t->get("flowcell")) {
@@ -1011,7 +1010,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     std::string section = "[[class]]";
     c.only_keys(t,
                 {"name", "kind", "priority", "prefer", "mark", "ports", "cgroups", "units", "match",
-                 "pinned", "dscp", "skb_priority"},
+                 "pinned", "dscp", "skb_priority", "rto_min"},
                 section);
     if (auto v = c.string(t, "name", section, true)) {
       cs.name = *v;
@@ -1067,6 +1066,18 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
                                  section));
       else
         cs.skb_priority = static_cast<uint32_t>(*v);
+    }
+    if (cs.kind == ClassKind::LatencySensitive) cs.rto_min = kDefaultLatencyRtoMin;
+    if (t.get("rto_min")) {
+      if (auto v = c.duration(
+              t, "rto_min", section, std::chrono::nanoseconds(0), std::chrono::milliseconds(200),
+              ": the kernel's own minimum is 200ms, which a class can only lower")) {
+        if (v->count() != 0 && *v < std::chrono::milliseconds(1))
+          c.error(where(t, "rto_min"),
+                  fmt::format("rto_min of {} must be 0 (the kernel's) or at least 1ms", section));
+        else
+          cs.rto_min = *v;
+      }
     }
     if (auto v = c.integer(t, "mark", section, false, 1, 0xFFFFFFFFll)) {
       auto m = static_cast<uint32_t>(*v);

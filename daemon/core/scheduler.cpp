@@ -59,6 +59,7 @@ void PeakWindow::add(SchedClock::time_point t, double v, SchedClock::duration ke
 }
 
 double PeakWindow::peak(SchedClock::time_point now, SchedClock::duration window) const {
+  if (window <= SchedClock::duration::zero()) return samples_.empty() ? 0 : samples_.back().second;
   for (auto& [t, v] : samples_)
     if (t > now - window)
       return v;  // samples_ falls with time: the first in the window is its peak
@@ -100,6 +101,11 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
   const auto peak_w = std::chrono::duration_cast<SchedClock::duration>(k.peak_window);
   const auto hold_w = std::chrono::duration_cast<SchedClock::duration>(k.hold);
   const auto keep = std::max(peak_w, hold_w);
+  auto peak_words = [&](double u) {
+    return k.peak_window.count() > 0
+               ? fmt::format("peaked at {:.2f} in the last {}", u, format_duration(k.peak_window))
+               : fmt::format("{:.2f}", u);
+  };
   out.state.rails.resize(R);
   std::vector<bool> up(R, true);
   std::vector<double> proj(R, 0), cap(R, 0), util_hold(R, 0);
@@ -208,13 +214,15 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
           for (size_t r = 0; r < R; ++r)
             if (spare[r] > 0) f[r] += move / demand * spare[r] / total_spare;
           kind = "spill";
-          reason = fmt::format(
-              "{} utilisation peaked at {:.2f} > threshold {:.2f} in the last {}: spill {} of {} "
-              "to {}",
-              p.paths[pref].name, proj[pref], thr, format_duration(k.peak_window),
-              pct(move / demand), cls.name, p.paths[(pref + 1) % R].name);
-        } else if (rebalanced) {
-          continue;  // a lower-priority class already yielded this tick
+          reason = fmt::format("{} utilisation {} > threshold {:.2f}: spill {} of {} to {}",
+                               p.paths[pref].name, peak_words(proj[pref]), thr, pct(move / demand),
+                               cls.name, p.paths[(pref + 1) % R].name);
+        } else if (rebalanced || by_cells) {
+          // a lower-priority class already yielded this tick; or the class
+          // is placed by cells, which already finish its bursts where they
+          // can: opening rails with no spare capacity at their peaks only
+          // puts it in the way of the classes those rails carry
+          continue;
         } else {
           // every rail is above the threshold: split by capacity, so a burst
           // over unequal rails finishes on all of them at once. Only the
@@ -230,16 +238,18 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
               p.paths[pref].name, proj[pref], cls.name);
         }
         if (by_cells) {
-          // cells go where they finish first: a spill opens every healthy
-          // rail to the class (shares by capacity, which cells do not read),
-          // and the preferred rail keeps taking the cells it finishes first
-          double total_cap = 0;
-          for (size_t r = 0; r < R; ++r) total_cap += up[r] ? cap[r] : 0;
-          for (size_t r = 0; r < R; ++r) f[r] = up[r] ? cap[r] / total_cap : 0;
+          // cells go where they finish first: a spill opens to the class the
+          // rails with spare capacity at their peaks (shares by capacity,
+          // which cells do not read), and the preferred rail keeps taking
+          // the cells it finishes first
+          double total_cap = cap[pref];
+          for (size_t r = 0; r < R; ++r)
+            if (r != pref && spare[r] > 0) total_cap += cap[r];
+          for (size_t r = 0; r < R; ++r) f[r] = r == pref || spare[r] > 0 ? cap[r] / total_cap : 0;
           reason = fmt::format(
-              "{} utilisation peaked at {:.2f} > threshold {:.2f} in the last {}: {} spills by "
-              "cells, each on the rail where it finishes first",
-              p.paths[pref].name, proj[pref], thr, format_duration(k.peak_window), cls.name);
+              "{} utilisation {} > threshold {:.2f}: {} spills by cells, each on the rail where "
+              "it finishes first",
+              p.paths[pref].name, peak_words(proj[pref]), thr, cls.name);
         }
         Shares q = quantize(f);
         int change = std::abs(int(q[pref]) - int(before[pref]));
@@ -260,10 +270,13 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
             if (cap[r] > 0) proj[r] += demand * (after[r] - before[r]) / double(kScale) / cap[r];
           kind = "return";
           reason = fmt::format(
-              "{} would peak at {:.2f} with all of {} back over the last {} (< {:.2f} = "
-              "threshold - {:.2f}): return {} to {}",
-              p.paths[pref].name, would_be, cls.name, format_duration(k.hold), thr - kReturnMargin,
-              kReturnMargin, cls.name, p.paths[pref].name);
+              "{} would be at {:.2f} with all of {} back{} (< {:.2f} = threshold - {:.2f}): "
+              "return {} to {}",
+              p.paths[pref].name, would_be, cls.name,
+              k.hold.count() > 0
+                  ? fmt::format(" at the peaks of the last {}", format_duration(k.hold))
+                  : "",
+              thr - kReturnMargin, kReturnMargin, cls.name, p.paths[pref].name);
         }
       }
     }

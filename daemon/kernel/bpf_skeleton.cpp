@@ -112,6 +112,7 @@ DP_SKELETON_MAP(cgroups)
 DP_SKELETON_MAP(cgroup_cache)
 DP_SKELETON_MAP(cgroup_gens)
 DP_SKELETON_MAP(mark_bits)
+DP_SKELETON_MAP(class_tcp)
 DP_SKELETON_MAP(cells)
 DP_SKELETON_MAP(vq)
 #undef DP_SKELETON_MAP

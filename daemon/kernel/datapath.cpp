@@ -257,6 +257,8 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     DP_TRY(class_names.update(&slot, &n));
     dp_class_qos q = encode_qos(cs);
     DP_TRY(qos.update(&slot, &q));
+    dp_class_tcp ct = encode_class_tcp(cs);
+    DP_TRY(skel_->class_tcp().update(&slot, &ct));
   }
   uint32_t zero = 0;
   dp_config cfg{};
@@ -287,6 +289,8 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     (void)class_names.update(&slot, &empty);
     (void)decisions.update(&slot, &none);
     (void)qos.update(&slot, &no_qos);
+    dp_class_tcp no_tcp{};
+    (void)skel_->class_tcp().update(&slot, &no_tcp);
   }
   for (uint32_t slot = 0; slot < DP_MAX_RAILS; ++slot) {
     if (contains(s.rail_slot, slot)) continue;

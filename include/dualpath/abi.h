@@ -163,6 +163,13 @@ struct dp_class_qos {
   __u8 pad[2];
 };
 
+/* dp_class_tcp: ARRAY, key = class slot. TCP settings sockops applies to a
+ * classified connection when it is established. */
+struct dp_class_tcp {
+  __u32 rto_min_us; /* TCP_BPF_RTO_MIN (at most the kernel's 200 ms); 0: the kernel's */
+  __u32 pad;
+};
+
 /* dp_class_names / dp_rail_names: ARRAY, key = slot. Slots are stable across
  * reloads and restarts: a class keeps its slot (and so its counters) for as
  * long as a policy names it. Empty name = free slot. */

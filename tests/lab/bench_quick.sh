@@ -18,5 +18,5 @@ rm -rf "$out"
 # dp-lab bench exits non-zero unless every run of every mode is complete and
 # lost no data; the files it writes are there
 test -s "$out/bench.json"
-test -s "$out/utilisation.svg"
+test -s "$out/utilisation-default.svg"
 echo "bench --quick: every mode ran, complete JSON, no data lost"

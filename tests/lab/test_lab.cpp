@@ -703,6 +703,32 @@ TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
   lab::dpctl("a", "policy reload");
 }
 
+// The RTO ss(8) shows for the connection to `port` while a ping-pong keeps
+// it busy, in ms (-1 if none was seen).
+double rto_ms_of(uint16_t port) {
+  std::thread pp([port] { lab::ping_pong("dpl-a", "dpl-b", "10.99.0.2", port, 4000, 100); });
+  double rto = -1;
+  static const std::regex re(R"(rto:([0-9.]+))");
+  for (int i = 0; i < 50 && rto < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::string out =
+        sh(nsenter("dpl-a") + "ss -tin state established dport = :" + std::to_string(port)).out;
+    std::smatch m;
+    if (std::regex_search(out, m, re)) rto = std::stod(m[1].str());
+  }
+  pp.join();
+  return rto;
+}
+
+TEST_F(Lab, ClassesGetTheirMinimumRtoAtEstablishment) {
+  // control is latency-sensitive (rto_min 10ms by default); expert-combine
+  // is elastic (the kernel's 200ms): RTO = srtt + max(rttvar, rto_min)
+  double control = rto_ms_of(53012), combine = rto_ms_of(51031);
+  EXPECT_GE(control, 10) << "ss shows rto:" << control;
+  EXPECT_LT(control, 50) << "ss shows rto:" << control;
+  EXPECT_GE(combine, 200) << "ss shows rto:" << combine;
+}
+
 TEST_F(Lab, TheSchedulerSpillsAnElasticClassAndBringsItBack) {
   const std::string file = g_policies + "/lab-a.toml";
   const std::string static_policy = read_file(file);

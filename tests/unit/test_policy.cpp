@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "dualpath/abi.h"
+#include "dualpath/core/encode.h"
 #include "dualpath/core/policy.h"
 
 namespace {
@@ -279,7 +280,32 @@ TEST(Policy, FlowcellsArePowersOfTwoOrOff) {
   expect_one_error(sched("flowcell = \"1KiB\""), 35, "from 4KiB to 16MiB");
   expect_one_error(sched("flowcell = \"64 furlongs\""), 35, "unknown unit");
   expect_one_error(sched("flowcell = -1"), 35, "must be a size");
-  expect_one_error(sched("peak_window = \"0s\""), 35, "at least");
+  expect_one_error(sched("peak_window = \"11s\""), 35, "at most");
+}
+
+TEST(Policy, MinimumRtoPerClass) {
+  auto lab = dp::load_policy_file(std::string(DP_SOURCE_DIR) + "/policies/lab-a.toml");
+  ASSERT_TRUE(lab.ok());
+  for (auto& c : lab.policy->classes) {
+    auto want = c.kind == dp::ClassKind::LatencySensitive ? dp::kDefaultLatencyRtoMin
+                                                          : std::chrono::milliseconds(0);
+    EXPECT_EQ(c.rto_min, want) << c.name;
+    EXPECT_EQ(dp::encode_class_tcp(c).rto_min_us,
+              static_cast<uint32_t>(std::chrono::microseconds(want).count()))
+        << c.name;
+  }
+  auto with = [](const std::string& line) {
+    return replace(kBase, "ports = [\"tcp:50000-50999\"]",
+                   "ports = [\"tcp:50000-50999\"]\nrto_min = " + line);
+  };
+  auto r = dp::parse_policy(with("\"0s\""), "p.toml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.policy->classes[0].rto_min.count(), 0) << "0: the kernel's";
+  r = dp::parse_policy(with("\"5ms\""), "p.toml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.policy->classes[0].rto_min, std::chrono::milliseconds(5));
+  expect_one_error(with("\"1s\""), 26, "can only lower");
+  expect_one_error(with("\"500us\""), 26, "at least 1ms");
 }
 
 TEST(Policy, InterfaceNamesTheKernelRefusesAreRefused) {

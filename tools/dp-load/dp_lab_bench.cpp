@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Opts {
-  std::vector<std::string> modes{"single", "static", "ecmp", "mptcp", "dualpath"};
+  std::vector<std::string> modes{"single", "static", "ecmp", "mptcp", "dualpath", "cells"};
   int rounds = 3;
   std::string duration = "10s";
   bool quick = false;
@@ -47,8 +47,59 @@ struct Opts {
   std::vector<int> concurrencies{1, 2, 4, 8, 16};
   std::vector<std::string> load_args;  // passed to dp-load client
   std::string dp_lab, dp_load;
-  double cap0 = 1e9, cap1 = 250e6;
+  double cap0 = 1e9, cap1 = 250e6;  // of the workload being run
+  std::vector<std::string> workloads{"default"};
+  bool suite = false;
 };
+
+// The workloads of the goals (issue 12): the lab's rates and dp-load's
+// arguments. "default": four dispatch and four combine connections, 1 MiB
+// each a step on average but skewed by expert popularity (1/rank), the
+// hottest expert changing every 2 s; param-sync in bursts that come and go
+// (4 MiB every 250 ms for 2 s, then 3 s of nothing), logs at 20 Mbit/s,
+// control RPCs at 500/s. A fixed split is wrong part of the time: rail1 is
+// busy while param-sync is on and idle while it is off. "overlap": the same,
+// two steps in flight (one step's dispatch runs while the previous one's
+// combine returns: both directions busy). "equal": the default on two
+// 1 Gbit rails.
+struct Workload {
+  std::string name, rail0, rail1;
+  std::vector<std::string> args;
+};
+
+const std::vector<Workload>& all_workloads() {
+  static const std::vector<std::string> def{"--skew",       "1",     "--skew-shift", "2s",
+                                            "--sync-on",    "2s",    "--sync-off",   "3s",
+                                            "--sync-every", "250ms", "--sync-size",  "4MiB"};
+  static const std::vector<Workload> w{
+      {"default", "1gbit", "250mbit", def},
+      {"overlap", "1gbit", "250mbit",
+       [] {
+         auto a = def;
+         a.insert(a.end(), {"--concurrency", "2"});
+         return a;
+       }()},
+      {"equal", "1gbit", "1gbit", def},
+  };
+  return w;
+}
+
+double bits(const std::string& rate) {
+  auto b = dp::parse_bandwidth(rate);
+  return b ? static_cast<double>(*b) : 0;
+}
+
+// Busy and total jiffies of every CPU (/proc/stat's first line).
+std::pair<double, double> cpu_jiffies() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double v[8] = {};
+  in >> cpu;
+  for (double& x : v) in >> x;
+  double total = 0;
+  for (double x : v) total += x;
+  return {total - v[3] - v[4], total};  // idle and iowait are not busy
+}
 
 std::string slurp(const std::string& p) {
   std::ifstream in(p);
@@ -253,6 +304,7 @@ json run_one(const Opts& o, const std::string& mode, int round,
   for (auto& a : o.load_args) cargs.push_back(a);
   for (auto& a : extra) cargs.push_back(a);
   int cout_fd = -1;
+  auto cpu0 = cpu_jiffies();
   auto t0 = Clock::now();
   pid_t client = spawn("dpl-a", cargs, base + ".log", &cout_fd);
   std::vector<Fault> fs;
@@ -265,7 +317,11 @@ json run_one(const Opts& o, const std::string& mode, int round,
     inject(o, f);
   }
   int crc = wait_exit(client, 600);
+  auto cpu1 = cpu_jiffies();
   close(cout_fd);
+  // the whole machine's CPUs while the workload ran: a mode near 100% measures
+  // the CPU, not the rails
+  r["cpu_busy"] = (cpu1.first - cpu0.first) / std::max(1.0, cpu1.second - cpu0.second);
   sm.finish();
   clear_faults(o);
   int src = wait_exit(server, 40);
@@ -301,7 +357,8 @@ json run_one(const Opts& o, const std::string& mode, int round,
                               d("TcpExtTCPTSReorder", na, ea) + d("TcpExtTCPTSReorder", nb, eb)},
               {"dsack_recv", d("TcpExtTCPDSACKRecv", na, ea) + d("TcpExtTCPDSACKRecv", nb, eb)},
               {"ofo_queue", d("TcpExtTCPOFOQueue", na, ea) + d("TcpExtTCPOFOQueue", nb, eb)},
-              {"resets", d("TcpEstabResets", na, ea) + d("TcpEstabResets", nb, eb)}};
+              {"resets", d("TcpEstabResets", na, ea) + d("TcpEstabResets", nb, eb)},
+              {"timeouts", d("TcpExtTCPTimeouts", na, ea) + d("TcpExtTCPTimeouts", nb, eb)}};
   bool complete = r["client"].is_object() && r["server"].is_object() &&
                   r["client"].contains("steps") && r["client"].contains("rpc");
   r["complete"] = complete;
@@ -355,6 +412,9 @@ json summarise(const std::vector<json>& runs, const std::string& mode) {
     f["util_both_mean"].push_back(num(r, {"utilisation", "both", "mean"}));
     f["retrans_segs"].push_back(num(r, {"tcp", "retrans_segs"}));
     f["reorder"].push_back(num(r, {"tcp", "reorder"}));
+    f["ofo_queue"].push_back(num(r, {"tcp", "ofo_queue"}));
+    f["timeouts"].push_back(num(r, {"tcp", "timeouts"}));
+    f["cpu_busy"].push_back(num(r, {"cpu_busy"}));
     f["resets"].push_back(num(r, {"tcp", "resets"}));
   }
   json s = {{"mode", mode}, {"runs", f["goodput_bps"].size()}};
@@ -366,9 +426,10 @@ void print_table(const std::vector<json>& sums, bool faults) {
   const json* single = nullptr;
   for (auto& s : sums)
     if (s["mode"] == "single") single = &s;
-  std::printf("\n%-9s %4s %10s %6s %6s %6s %6s %6s %9s %9s %9s %9s %7s %7s %6s %8s %8s", "mode",
-              "runs", "goodput", "r0 avg", "r0 pk", "r1 avg", "r1 pk", "both", "step p50",
-              "step p99", "rpc p50", "rpc p99", "retx", "reord", "errors", "gput/1", "p99/1");
+  std::printf("\n%-9s %4s %10s %6s %6s %6s %6s %6s %9s %9s %9s %9s %7s %7s %7s %5s %6s %8s %8s",
+              "mode", "runs", "goodput", "r0 avg", "r0 pk", "r1 avg", "r1 pk", "both", "step p50",
+              "step p99", "rpc p50", "rpc p99", "retx", "reord", "ofo", "cpu", "errors", "gput/1",
+              "p99/1");
   if (faults) std::printf(" %6s %8s %6s", "failed", "stall s", "resets");
   std::printf("\n");
   for (auto& s : sums) {
@@ -379,19 +440,92 @@ void print_table(const std::vector<json>& sums, bool faults) {
     double pr = single ? v("step_p99_ms") / (*single)["step_p99_ms"].get<double>() : NAN;
     std::printf(
         "%-9s %4d %10s %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %7.1fms %7.1fms %7.0fus %7.0fus "
-        "%7.0f %7.0f %6.0f %7.2fx %7.2fx",
+        "%7.0f %7.0f %7.0f %4.0f%% %6.0f %7.2fx %7.2fx",
         s["mode"].get<std::string>().c_str(), s["runs"].get<int>(),
         dp::format_bandwidth(v("goodput_bps")).c_str(), 100 * v("util_rail0_mean"),
         100 * v("util_rail0_peak"), 100 * v("util_rail1_mean"), 100 * v("util_rail1_peak"),
         100 * v("util_both_mean"), v("step_p50_ms"), v("step_p99_ms"), v("rpc_p50_us"),
-        v("rpc_p99_us"), v("retrans_segs"), v("reorder"), v("errors"), gr, pr);
+        v("rpc_p99_us"), v("retrans_segs"), v("reorder"), v("ofo_queue"), 100 * v("cpu_busy"),
+        v("errors"), gr, pr);
     if (faults)
       std::printf(" %6.0f %8.2f %6.0f", v("steps_failed"), v("longest_stall_s"), v("resets"));
     std::printf("\n");
   }
   std::printf(
       "(medians over rounds; utilisation from the link counters every 100 ms, both "
-      "directions; gput/1 and p99/1 against single)\n");
+      "directions;\n retx: TCP segments retransmitted, reord: reorderings the senders detected "
+      "(SACK and\n timestamps), ofo: segments the receivers queued out of order, cpu: both "
+      "cores busy;\n gput/1 and p99/1 against single)\n");
+}
+
+// The goals of issue 12 for dualpath against the other modes of the same run;
+// each line says what was measured and whether the goal was met.
+json print_goals(const std::vector<json>& sums, const Opts& o, const std::string& mine) {
+  std::map<std::string, const json*> m;
+  for (auto& s : sums) m[s["mode"].get<std::string>()] = &s;
+  json out = json::array();
+  if (!m.count(mine)) return out;
+  auto v = [&](const std::string& mode, const char* k) -> double {
+    if (!m.count(mode)) return NAN;
+    const json& s = *m[mode];
+    return s.contains(k) && s[k].is_number() ? s[k].get<double>() : NAN;
+  };
+  auto line = [&](const std::string& what, double got, double limit, bool higher_is_better,
+                  const std::string& detail) {
+    bool met = std::isfinite(got) && std::isfinite(limit) &&
+               (higher_is_better ? got >= limit : got <= limit);
+    std::string verdict = !std::isfinite(limit) ? "not measured" : met ? "met" : "NOT MET";
+    std::printf("  %-52s %-12s %s\n", what.c_str(), verdict.c_str(), detail.c_str());
+    out.push_back({{"goal", what}, {"value", got}, {"limit", limit}, {"met", met}});
+  };
+  const double dp_g = v(mine, "goodput_bps"), single_g = v("single", "goodput_bps");
+  // What the workload can use of both rails: what it carried on one rail
+  // alone, scaled by the rails' combined capacity.
+  const double usable = single_g * (o.cap0 + o.cap1) / o.cap0;
+  const double best_peer = std::fmax(v("ecmp", "goodput_bps"), v("mptcp", "goodput_bps"));
+  const double best_p99 = std::fmin(v("ecmp", "step_p99_ms"), v("mptcp", "step_p99_ms"));
+  auto bw = [](double b) { return dp::format_bandwidth(b); };
+  std::printf("\ngoals (%s against the other modes of this run):\n", mine.c_str());
+  line("goodput >= 90% of what the workload can use", dp_g / usable, 0.9, true,
+       fmt::format("{} of {} ({:.0f}%; usable = single's {} x (rail0 + rail1) / rail0)", bw(dp_g),
+                   bw(usable), 100 * dp_g / usable, bw(single_g)));
+  line("goodput >= the best of ECMP and MPTCP", dp_g, best_peer, true,
+       fmt::format("{} against {}", bw(dp_g), bw(best_peer)));
+  double p99 = v(mine, "step_p99_ms");
+  line("step p99 <= 0.6x single's", p99, 0.6 * v("single", "step_p99_ms"), false,
+       fmt::format("{:.1f} ms against {:.1f} ms ({:.2f}x)", p99, v("single", "step_p99_ms"),
+                   p99 / v("single", "step_p99_ms")));
+  line("step p99 <= 0.85x static's", p99, 0.85 * v("static", "step_p99_ms"), false,
+       fmt::format("{:.1f} ms against {:.1f} ms ({:.2f}x)", p99, v("static", "step_p99_ms"),
+                   p99 / v("static", "step_p99_ms")));
+  line("step p99 <= the best peer's", p99, best_p99, false,
+       fmt::format("{:.1f} ms against {:.1f} ms", p99, best_p99));
+  double rx = v(mine, "retrans_segs"), rs = v("static", "retrans_segs");
+  line("retransmits <= 1.5x static's", rx, 1.5 * rs, false,
+       fmt::format("{:.0f} against {:.0f} ({:.2f}x)", rx, rs, rx / std::fmax(rs, 1)));
+  double rpc = v(mine, "rpc_p99_us"), rpc_s = v("static", "rpc_p99_us");
+  line("control RPC p99 <= static's", rpc, rpc_s, false,
+       fmt::format("{:.0f} us against {:.0f} us", rpc, rpc_s));
+  return out;
+}
+
+void print_peers(const Opts& o) {
+  std::printf(
+      "\nhow each mode is set up (tools/dp-lab mode):\n"
+      "  single    everything over rail0 (the service route), no dualpathd\n"
+      "  static    dualpathd, scheduler mode static: each class on its policy rail\n"
+      "  ecmp      a multipath route over both rails, weights in the rails' ratio (%s:%s),\n"
+      "            L4 hashing (fib_multipath_hash_policy=1), both nodes\n"
+      "  mptcp     the kernel's MPTCP: a subflow endpoint on a's rail1 address, a signal\n"
+      "            endpoint on b's, limits subflow 2 add_addr_accepted 2, both nodes\n"
+      "  dualpath  dualpathd, adaptive, as the policy's defaults: decisions on smoothed\n"
+      "            rates, split classes by flowlets\n"
+      "  cells     dualpathd, adaptive with burst placement: decisions on 100 ms peaks,\n"
+      "            a 1 s hold, split elastic classes by 16 KiB flowcells where they\n"
+      "            finish first\n"
+      "  static, dualpath and cells run the lab policies with expert-dispatch elastic and the\n"
+      "  paths' capacities at the rails' rates (dp-lab bench_policies)\n",
+      dp::format_bandwidth(o.cap0).c_str(), dp::format_bandwidth(o.cap1).c_str());
 }
 
 // Per-rail utilisation over time, one panel per mode (the first round's run).
@@ -449,6 +583,10 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "rounds (modes alternate in each)")->capture_default_str();
   app.add_option("--duration", o.duration, "per run")->capture_default_str();
   app.add_flag("--quick", o.quick, "a few seconds per mode, one round (CI)");
+  app.add_option("--workload", o.workloads, "default, overlap, equal (dp-lab-bench.1)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_flag("--suite", o.suite, "every workload: default, overlap and equal rails");
   app.add_option("--seed", o.seed, "dp-load seed, the same in every mode")->capture_default_str();
   app.add_option("--out", o.out, "directory for JSON, SVG and logs (default: bench-<time>)");
   app.add_option("--fault", o.faults, "blackhole:rail0@5s, down:rail0@5s, loss:rail0:30%@5s");
@@ -488,17 +626,84 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::vector<json> runs;
-  auto base_args = std::vector<std::string>{"--duration", o.duration};
-  for (int r = 0; r < o.rounds; ++r) {
-    for (size_t i = 0; i < o.modes.size(); ++i) {
-      const auto& m = o.modes[(i + static_cast<size_t>(r)) % o.modes.size()];  // rotate the order
-      std::fprintf(stderr, "dp-lab bench: round %d/%d, %s\n", r + 1, o.rounds, m.c_str());
-      runs.push_back(run_one(o, m, r, base_args, "main"));
+  std::vector<Workload> todo;
+  if (o.suite) {
+    todo = all_workloads();
+  } else {
+    for (auto& name : o.workloads) {
+      auto it = std::find_if(all_workloads().begin(), all_workloads().end(),
+                             [&](const Workload& w) { return w.name == name; });
+      if (it == all_workloads().end()) {
+        std::fprintf(stderr, "dp-lab bench: unknown workload \"%s\" (default, overlap, equal)\n",
+                     name.c_str());
+        return 2;
+      }
+      todo.push_back(*it);
     }
   }
-  std::vector<json> sums;
-  for (auto& m : o.modes) sums.push_back(summarise(runs, m));
+  auto base_args = std::vector<std::string>{"--duration", o.duration};
+  // the lab's rates: a workload on other rates brings the lab up anew
+  auto lab_rates = [&] {
+    std::ifstream in("/run/dualpath-lab/rates");
+    std::string a, b;
+    in >> a >> b;
+    return std::pair<std::string, std::string>{a, b};
+  };
+  auto ensure_rates = [&](const std::string& r0, const std::string& r1) {
+    if (lab_rates() == std::pair<std::string, std::string>{r0, r1}) return true;
+    run(o.dp_lab + " down");
+    return run(o.dp_lab + " up --no-daemon --rail0 " + r0 + " --rail1 " + r1) == 0;
+  };
+  std::vector<json> runs, sums;
+  json per_workload = json::array();
+  for (auto& w : todo) {
+    if (!ensure_rates(w.rail0, w.rail1)) {
+      std::fprintf(stderr, "dp-lab bench: cannot bring the lab up at %s and %s\n", w.rail0.c_str(),
+                   w.rail1.c_str());
+      return 1;
+    }
+    o.cap0 = bits(w.rail0);
+    o.cap1 = bits(w.rail1);
+    auto args = base_args;
+    args.insert(args.end(), w.args.begin(), w.args.end());
+    std::vector<json> wruns;
+    for (int r = 0; r < o.rounds; ++r) {
+      for (size_t i = 0; i < o.modes.size(); ++i) {
+        const auto& m = o.modes[(i + static_cast<size_t>(r)) % o.modes.size()];  // rotate
+        std::fprintf(stderr, "dp-lab bench: %s, round %d/%d, %s\n", w.name.c_str(), r + 1, o.rounds,
+                     m.c_str());
+        json one = run_one(o, m, r, args, w.name);
+        one["workload"] = w.name;
+        wruns.push_back(one);
+      }
+    }
+    std::vector<json> wsums;
+    for (auto& m : o.modes) wsums.push_back(summarise(wruns, m));
+    std::string argline;
+    for (auto& a : w.args) argline += " " + a;
+    std::printf(
+        "\n== workload %s: rail0 %s, rail1 %s, dp-load client%s --duration %s, %d round%s\n",
+        w.name.c_str(), w.rail0.c_str(), w.rail1.c_str(), argline.c_str(), o.duration.c_str(),
+        o.rounds, o.rounds == 1 ? "" : "s");
+    print_table(wsums, !o.faults.empty());
+    json goals = {{"dualpath", print_goals(wsums, o, "dualpath")},
+                  {"cells", print_goals(wsums, o, "cells")}};
+    write_svg(o.out + "/utilisation-" + w.name + ".svg", wruns, o.modes);
+    per_workload.push_back({{"workload", w.name},
+                            {"rail0", w.rail0},
+                            {"rail1", w.rail1},
+                            {"args", w.args},
+                            {"summary", wsums},
+                            {"goals", goals}});
+    runs.insert(runs.end(), wruns.begin(), wruns.end());
+    sums.insert(sums.end(), wsums.begin(), wsums.end());
+  }
+  print_peers(o);
+  if (!ensure_rates(todo.front().rail0, todo.front().rail1)) return 1;
+  o.cap0 = bits(todo.front().rail0);
+  o.cap1 = bits(todo.front().rail1);
+  // sweeps: the first workload's arguments
+  base_args.insert(base_args.end(), todo.front().args.begin(), todo.front().args.end());
 
   json sweep = nullptr;
   if (!o.sweep.empty()) {
@@ -538,11 +743,9 @@ int main(int argc, char** argv) {
   run(o.dp_lab + " mode single");
 
   json all = {{"seed", o.seed},     {"rounds", o.rounds}, {"duration", o.duration},
-              {"faults", o.faults}, {"modes", o.modes},   {"summary", sums},
+              {"faults", o.faults}, {"modes", o.modes},   {"workloads", per_workload},
               {"runs", runs},       {"sweep", sweep}};
   std::ofstream(o.out + "/bench.json") << all.dump(1) << "\n";
-  write_svg(o.out + "/utilisation.svg", runs, o.modes);
-  print_table(sums, !o.faults.empty());
   if (!sweep.is_null()) {
     std::printf("\ncapacity at SLO (step p99 <= %s), %s sweep:\n", o.slo.c_str(), o.sweep.c_str());
     for (auto& m : o.modes) {
@@ -556,7 +759,7 @@ int main(int argc, char** argv) {
                     .c_str());
     }
   }
-  std::printf("\nJSON: %s/bench.json   picture: %s/utilisation.svg\n", o.out.c_str(),
+  std::printf("\nJSON: %s/bench.json   pictures: %s/utilisation-WORKLOAD.svg\n", o.out.c_str(),
               o.out.c_str());
 
   // exit status: every mode ran and produced complete JSON; no data lost

@@ -73,8 +73,8 @@ struct Plan {
   std::vector<Reset> resets;
   // Flowcells (abi.h, dp_cell_cfg), when what the datapath has must change.
   struct Cells {
-    uint32_t shift = 0;                 // cell = 1 << shift bytes; 0: off
-    std::vector<bool> classes;          // per policy class: placed by cells while split
+    uint32_t shift = 0;                // cell = 1 << shift bytes; 0: off
+    std::vector<bool> classes;         // per policy class: placed by cells while split
     std::vector<uint32_t> ns_per_kib;  // per policy path: the capacity left to cells
     bool operator==(const Cells&) const = default;
   };

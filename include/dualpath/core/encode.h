@@ -51,6 +51,7 @@ dp_rail_net encode_rail_net(const PathSpec& p, Topology t);
 
 // What the egress program stamps on a class's packets (flags 0: nothing).
 dp_class_qos encode_qos(const ClassSpec& c);
+dp_class_tcp encode_class_tcp(const ClassSpec& c);
 
 dp_slot_name encode_name(const std::string& name);
 std::string decode_name(const dp_slot_name& n);

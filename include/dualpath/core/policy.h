@@ -98,6 +98,9 @@ struct PathSpec {
   bool operator==(const PathSpec&) const = default;
 };
 
+// The minimum RTO of latency-sensitive classes unless a policy says otherwise.
+inline constexpr std::chrono::milliseconds kDefaultLatencyRtoMin{10};
+
 struct ClassSpec {
   std::string name;
   ClassKind kind = ClassKind::Elastic;
@@ -110,6 +113,9 @@ struct ClassSpec {
   bool pinned = false;                   // the scheduler never moves a pinned class
   std::optional<uint8_t> dscp;           // stamped on its packets (0-63)
   std::optional<uint32_t> skb_priority;  // skb->priority: a tc class id or 0-7
+  // TCP's minimum RTO for the class's connections (sockops); 0: the kernel's
+  // 200 ms. Default: 10 ms for latency-sensitive classes, the kernel's else.
+  std::chrono::nanoseconds rto_min{0};
   bool operator==(const ClassSpec&) const = default;
 };
 
@@ -125,11 +131,14 @@ struct SchedulerSettings {
   bool adaptive_flowlet_gap = true;  // raise the gap to the rails' RTT difference
   // Split elastic classes (shared topology) are placed in cells of this many
   // bytes, each where it would finish first; 0: flowlets and shares instead.
-  uint64_t flowcell = 16 * 1024;
+  // Off by default: see docs/ARCHITECTURE.md, "Flowcells", for what the lab
+  // measured.
+  uint64_t flowcell = 0;
   // Spill decisions look at the highest per-tick utilisation and demand of
   // this window; a spilled class returns only when the peak of `hold` fits.
-  std::chrono::nanoseconds peak_window = std::chrono::milliseconds(100);
-  std::chrono::nanoseconds hold = std::chrono::seconds(1);
+  // 0: the smoothed rates (ewma_weight) now, as before (the default).
+  std::chrono::nanoseconds peak_window{0};
+  std::chrono::nanoseconds hold{0};
   bool operator==(const SchedulerSettings&) const = default;
 };
 

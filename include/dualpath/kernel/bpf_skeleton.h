@@ -93,6 +93,7 @@ class DpSkeleton {
   BpfMap cgroup_cache() const;     // dp_cgroup_cache
   BpfMap cgroup_gens() const;      // dp_cgroup_gens
   BpfMap mark_bits() const;        // dp_mark_bits
+  BpfMap class_tcp() const;        // dp_class_tcp
   BpfMap cells() const;            // dp_cells
   BpfMap vq() const;               // dp_vq
 
