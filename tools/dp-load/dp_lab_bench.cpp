@@ -698,10 +698,10 @@ int main(int argc, char** argv) {
     runs.insert(runs.end(), wruns.begin(), wruns.end());
     sums.insert(sums.end(), wsums.begin(), wsums.end());
   }
-  print_peers(o);
   if (!ensure_rates(todo.front().rail0, todo.front().rail1)) return 1;
   o.cap0 = bits(todo.front().rail0);
   o.cap1 = bits(todo.front().rail1);
+  print_peers(o);  // (ECMP's weights: of the first workload's rails)
   // sweeps: the first workload's arguments
   base_args.insert(base_args.end(), todo.front().args.begin(), todo.front().args.end());
 
