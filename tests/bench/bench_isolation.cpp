@@ -1,8 +1,8 @@
 // Isolation on the wire: control RPC latency on a rail that an elastic class
-// (iperf3 on an expert-combine port) keeps full, with the lab policies' per-class skb->priority and DSCP (the
-// rail's HTB serves the latency-sensitive leaf first) and without them (the
-// same policy with every dscp and skb_priority line removed, so control waits
-// in the bulk leaf's queue). The two alternate in one run, ABAB...
+// (iperf3 on an expert-combine port) keeps full, with the lab policies' per-class skb->priority and
+// DSCP (the rail's HTB serves the latency-sensitive leaf first) and without them (the same policy
+// with every dscp and skb_priority line removed, so control waits in the bulk leaf's queue). The
+// two alternate in one run, ABAB...
 //
 //   build/tests/bench/dp-bench-isolation [--rounds R] [--seconds S]
 //

@@ -53,8 +53,7 @@ class DpSkeleton {
     // time (BPF_PROG_TEST_RUN cannot set the type).
     bool bench_tstamp_any = false;
   };
-  static Result<std::unique_ptr<DpSkeleton>> load(const std::string& pin_root,
-                                                  const Options& o);
+  static Result<std::unique_ptr<DpSkeleton>> load(const std::string& pin_root, const Options& o);
   static Result<std::unique_ptr<DpSkeleton>> load(const std::string& pin_root) {
     return load(pin_root, Options{});
   }
