@@ -46,7 +46,8 @@ std::optional<std::string> find_unit_cgroup(const std::string& root, const std::
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
       const fs::path& p = it->path();
-      if (p.filename() == unit) return "/" + fs::relative(p, root, ec).string();
+      // (fmt, not "/" + string: GCC 12 at -O3 warns -Wrestrict on that, a false positive)
+      if (p.filename() == unit) return fmt::format("/{}", fs::relative(p, root, ec).string());
       if (depth + 1 < max_depth) queue.push_back({p, depth + 1});
     }
     ec.clear();
