@@ -18,6 +18,7 @@ namespace {
 // (resize and copy, not insert at the end: GCC 12 at -O3 takes the empty
 // vector's insert for an overflow, -Wstringop-overflow, a false positive)
 void put(std::vector<uint8_t>& v, const void* p, size_t n) {
+  if (n == 0) return;  // (an empty source may be null: memcpy must not see it)
   size_t at = v.size();
   v.resize(at + n);
   std::memcpy(v.data() + at, p, n);
