@@ -1,7 +1,10 @@
-# bpf_object(NAME SOURCE)
+# bpf_object(NAME SOURCE [VARIANT V DEFINES D...])
 #   Compiles SOURCE (a .bpf.c file) with clang -target bpf into NAME.bpf.o and
 #   generates NAME.skel.h with `bpftool gen skeleton`. Creates an INTERFACE
 #   target NAME_skel whose include directory holds the skeleton.
+#   With VARIANT, the object is compiled with -D for each of DEFINES into the
+#   subdirectory V (same file names, so the same #include) and the target is
+#   NAME_V_skel: the test-only layout build uses it.
 #
 # vmlinux.h strategy: none is needed. The programs only touch UAPI structures
 # (__sk_buff, bpf_sock_ops, packet headers), so they build against the kernel
@@ -16,28 +19,40 @@ if(NOT DP_MULTIARCH)
 endif()
 
 function(bpf_object name source)
-  set(obj ${CMAKE_CURRENT_BINARY_DIR}/${name}.bpf.o)
-  set(skel ${CMAKE_CURRENT_BINARY_DIR}/${name}.skel.h)
+  cmake_parse_arguments(ARG "" "VARIANT" "DEFINES" ${ARGN})
+  set(dir ${CMAKE_CURRENT_BINARY_DIR})
+  set(target ${name})
+  set(defs "")
+  if(ARG_VARIANT)
+    set(dir ${CMAKE_CURRENT_BINARY_DIR}/${ARG_VARIANT})
+    set(target ${name}_${ARG_VARIANT})
+    file(MAKE_DIRECTORY ${dir})
+  endif()
+  foreach(d IN LISTS ARG_DEFINES)
+    list(APPEND defs -D${d})
+  endforeach()
+  set(obj ${dir}/${name}.bpf.o)
+  set(skel ${dir}/${name}.skel.h)
   file(GLOB_RECURSE bpf_headers ${CMAKE_CURRENT_SOURCE_DIR}/lib/*.h
        ${PROJECT_SOURCE_DIR}/include/dualpath/abi.h)
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${CLANG_EXE} -g -O2 -target bpf -D__TARGET_ARCH_x86
+    COMMAND ${CLANG_EXE} -g -O2 -target bpf -D__TARGET_ARCH_x86 ${defs}
             -Wall -Wextra -Werror -Wno-unused-parameter
             -I${CMAKE_CURRENT_SOURCE_DIR} -I${PROJECT_SOURCE_DIR}/include
             -I/usr/include/${DP_MULTIARCH}
             -c ${CMAKE_CURRENT_SOURCE_DIR}/${source} -o ${obj}
     DEPENDS ${source} ${bpf_headers}
-    COMMENT "BPF ${source}"
+    COMMENT "BPF ${source} ${ARG_VARIANT}"
     VERBATIM)
   add_custom_command(
     OUTPUT ${skel}
     COMMAND ${BPFTOOL_EXE} gen skeleton ${obj} name ${name} > ${skel}
     DEPENDS ${obj}
-    COMMENT "bpftool gen skeleton ${name}"
+    COMMENT "bpftool gen skeleton ${name} ${ARG_VARIANT}"
     VERBATIM)
-  add_custom_target(${name}_skelgen DEPENDS ${skel} ${obj})
-  add_library(${name}_skel INTERFACE)
-  add_dependencies(${name}_skel ${name}_skelgen)
-  target_include_directories(${name}_skel INTERFACE ${CMAKE_CURRENT_BINARY_DIR})
+  add_custom_target(${target}_skelgen DEPENDS ${skel} ${obj})
+  add_library(${target}_skel INTERFACE)
+  add_dependencies(${target}_skel ${target}_skelgen)
+  target_include_directories(${target}_skel INTERFACE ${dir})
 endfunction()

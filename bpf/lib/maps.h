@@ -10,7 +10,11 @@
 
 #include "dualpath/abi.h"
 
+#ifdef DP_ABI_TEST_LAYOUT
+#define DP_FLOW_TABLE_SIZE 32768 /* test-only layout (abi.h) */
+#else
 #define DP_FLOW_TABLE_SIZE 65536
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -216,5 +220,14 @@ struct {
 	__type(value, struct dp_vq);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_vq SEC(".maps");
+
+/* dp_abi: the layout version of these maps (abi.h). Never changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_abi);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_abi SEC(".maps");
 
 #endif /* DP_BPF_MAPS_H */

@@ -57,15 +57,36 @@ Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root
         return DP_SYS_ERROR(errno, "clearing the pin path of map {} failed", bpf_map__name(m));
     }
   }
+  // A pinned map of another layout (an earlier build) is not reused: this
+  // build's map is created unpinned beside it, and LayoutUpgrade carries the
+  // old one's contents over (upgrade.h).
+  std::vector<std::pair<bpf_map*, StaleMap>> stale;
+  if (!pin_root.empty()) {
+    bpf_map* m = nullptr;
+    bpf_object__for_each_map(m, s->obj) {
+      const char* pin = bpf_map__pin_path(m);
+      if (!pin || ::access(pin, F_OK) != 0) continue;
+      Fd old(bpf_obj_get(pin));
+      bpf_map_info info{};
+      uint32_t len = sizeof(info);
+      if (!old.valid() || bpf_obj_get_info_by_fd(old.get(), &info, &len) != 0)
+        return DP_SYS_ERROR(errno, "reading the pinned map {} failed", pin);
+      if (info.type == bpf_map__type(m) && info.key_size == bpf_map__key_size(m) &&
+          info.value_size == bpf_map__value_size(m) &&
+          info.max_entries == bpf_map__max_entries(m) && info.map_flags == bpf_map__map_flags(m))
+        continue;
+      StaleMap sm{bpf_map__name(m), pin, std::move(old), -1};
+      if (bpf_map__set_pin_path(m, nullptr) != 0)
+        return DP_SYS_ERROR(errno, "clearing the pin path of map {} failed", bpf_map__name(m));
+      stale.emplace_back(m, std::move(sm));
+    }
+  }
   int err = dp_tc__load(s);
-  if (err != 0) {
-    if (err == -EINVAL && !pin_root.empty())
-      return DP_SYS_ERROR(err,
-                          "loading the BPF programs failed; if the libbpf log above says a pinned "
-                          "map in {} is incompatible, it was made by another dualpath version: "
-                          "run `dualpathd --cleanup --policy FILE` first",
-                          pin_root);
+  if (err != 0)
     return DP_SYS_ERROR(err, "loading the BPF programs failed (the verifier log is above)");
+  for (auto& [m, sm] : stale) {
+    sm.fresh = bpf_map__fd(m);
+    owner->stale_.push_back(std::move(sm));
   }
   return owner;
 }
@@ -115,7 +136,18 @@ DP_SKELETON_MAP(mark_bits)
 DP_SKELETON_MAP(class_tcp)
 DP_SKELETON_MAP(cells)
 DP_SKELETON_MAP(vq)
+DP_SKELETON_MAP(abi)
 #undef DP_SKELETON_MAP
+
+std::vector<std::string> DpSkeleton::pinned_map_names() const {
+  std::vector<std::string> out;
+  bpf_map* m = nullptr;
+  bpf_object__for_each_map(m, skel_->obj) {
+    if (bpf_map__is_internal(m)) continue;  // .rodata, .bss: never pinned
+    out.emplace_back(bpf_map__name(m));
+  }
+  return out;
+}
 
 Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {
   BpfMap hash = ifindex();

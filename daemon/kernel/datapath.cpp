@@ -84,6 +84,7 @@ Result<std::unique_ptr<Datapath>> Datapath::open(const std::string& dir) {
   auto skel = DpSkeleton::load(dir);
   if (!skel) return skel.error();
   d->skel_ = std::move(*skel);
+  DP_TRY(d->begin_upgrade());
   // Pin the programs beside the maps (for bpftool and for operators to see).
   for (auto [prog, name] : {std::pair{d->skel_->egress_fd(), "prog_egress"},
                             std::pair{d->skel_->ingress_fd(), "prog_ingress"}}) {
@@ -103,6 +104,45 @@ Result<std::unique_ptr<Datapath>> Datapath::open(const std::string& dir) {
   d->ifreq_fd_.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (auto root = cgroup2_root()) d->cgroup_root_ = *root;
   return d;
+}
+
+Result<void> Datapath::begin_upgrade() {
+  uint32_t zero = 0;
+  dp_abi abi{};
+  BpfMap abi_map = skel_->abi();
+  std::vector<StaleMap> stale = skel_->take_stale();
+  if (adopted_) {
+    // dp_abi is new with versioning: a build before it leaves none (and
+    // load() has just made an empty one, version 0)
+    (void)abi_map.lookup(&zero, &abi);
+    found_layout_ = abi.layout;
+  }
+  if (adopted_ && (found_layout_ != DP_LAYOUT_VERSION || !stale.empty())) {
+    spdlog::info("the pinned datapath has layout version {}, this build {}: upgrading in place",
+                 found_layout_, DP_LAYOUT_VERSION);
+    auto u = LayoutUpgrade::begin(std::move(stale));
+    if (!u) return u.error();
+    upgrade_report_ = u->report();
+    upgrade_ = std::make_unique<LayoutUpgrade>(std::move(*u));
+    return {};  // dp_abi is written when the upgrade is finished
+  }
+  abi.layout = DP_LAYOUT_VERSION;
+  return abi_map.update(&zero, &abi);
+}
+
+Result<void> Datapath::finish_upgrade() {
+  if (!upgrade_) return {};
+  DP_TRY(upgrade_->finish(pin_dir_, skel_->pinned_map_names()));
+  upgrade_.reset();
+  uint32_t zero = 0;
+  dp_abi abi{};
+  abi.layout = DP_LAYOUT_VERSION;
+  DP_TRY(skel_->abi().update(&zero, &abi));
+  spdlog::info(
+      "upgrade from layout version {} to {} finished: the programs are swapped and the "
+      "new maps pinned",
+      found_layout_, DP_LAYOUT_VERSION);
+  return {};
 }
 
 Result<Datapath::Staged> Datapath::stage(const Policy& next, bool running) {
@@ -223,7 +263,8 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
       spdlog::info("sockops and connect-time placement attached to cgroup {}", cgroup);
   }
   sockops_cgroup_ = cgroup;
-  return {};
+  // every program of this build is in place: the old maps can go
+  return finish_upgrade();
 }
 
 Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {

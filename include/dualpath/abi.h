@@ -7,14 +7,42 @@
  * Rules for this header:
  *  - C only (it is compiled by clang -target bpf and by g++), fixed-width
  *    __u* types from <linux/types.h>, explicit padding, no bitfields;
- *  - changing a struct that backs a pinned map changes the map's value size,
- *    which a running node notices as "pinned map incompatible" at adoption
- *    (see docs/ARCHITECTURE.md, "Upgrades").
+ *  - changing a struct that backs a pinned map changes the map's value size:
+ *    append fields, never reorder them, and bump DP_LAYOUT_VERSION (below);
+ *    a running node is then upgraded in place (docs/ARCHITECTURE.md,
+ *    "Upgrades").
  */
 #ifndef DUALPATH_ABI_H
 #define DUALPATH_ABI_H
 
 #include <linux/types.h>
+
+/*
+ * The layout version of the pinned maps. Bump it with any change to a struct
+ * below that backs a pinned map, or to a map's type, key or size in
+ * bpf/lib/maps.h. A daemon that finds pins of another version (or of none:
+ * builds before versioning) upgrades them in place: it loads its own datapath
+ * beside the old one, copies what must survive, swaps the programs
+ * atomically and re-pins (daemon/kernel/upgrade.cpp, docs/ARCHITECTURE.md
+ * "Upgrades"). Structs evolve by appending fields: a copy keeps the common
+ * prefix of a value and zero-fills the rest.
+ *
+ * DP_ABI_TEST_LAYOUT is a test-only build (tests/lab: dualpathd-layout-test)
+ * with a deliberately different layout, so that the lab can upgrade across
+ * a real layout change.
+ */
+#ifdef DP_ABI_TEST_LAYOUT
+#define DP_LAYOUT_VERSION 0x8001u
+#else
+#define DP_LAYOUT_VERSION 1u
+#endif
+
+/* dp_abi: ARRAY with one element, written by the daemon: the layout version
+ * of the maps pinned beside it. Its own layout never changes. */
+struct dp_abi {
+  __u32 layout;
+  __u32 reserved[3];
+};
 
 #define DP_MAX_RAILS 4
 #define DP_MAX_CLASSES 16
@@ -211,6 +239,9 @@ struct dp_flow {
   __u32 retrans_segs; /* retransmitted segments */
   __u32 rto_events;
   __u32 data_segs_out; /* last value seen, to count deltas per rail and class */
+#ifdef DP_ABI_TEST_LAYOUT
+  __u64 test_only;
+#endif
 };
 
 /* What classified a packet, in the order the classifier tries them: the
@@ -267,6 +298,9 @@ struct dp_counters {
   __u64 flows_placed;   /* new flows placed on this rail */
   __u64 flows_replaced; /* existing flows moved to this rail */
   __u64 flowlets;       /* flowlets started here after an idle gap (split classes) */
+#ifdef DP_ABI_TEST_LAYOUT
+  __u64 test_only;
+#endif
 };
 
 /* dp_tcp: PERCPU_ARRAY, key = rail * DP_MAX_CLASSES + class slot. TCP

@@ -27,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dualpath/abi.h"
 #include "golden.h"
 #include "lab_fixture.h"
 
@@ -479,6 +480,91 @@ TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   EXPECT_EQ(klass("a", "expert-combine")["rail"], "rail0")
       << "static mode: back on its preferred rail";
   EXPECT_EQ(klass("a", "expert-combine")["pinned_by"], "");
+}
+
+// An upgrade across map layouts (abi.h DP_LAYOUT_VERSION, daemon/kernel/
+// upgrade.cpp). dualpathd-layout-test is this build with a deliberately
+// different layout: a smaller flow table, a field more in dp_flow and in
+// dp_counters. It takes over this build's pins (a downgrade, the same path),
+// carries traffic, and is replaced by this build while a transfer and a
+// request/response stream run: nothing is reset, every byte arrives intact,
+// the operator's decision, the flow's placement and the counters continue.
+TEST_F(Lab, AnUpgradeAcrossMapLayoutsKeepsConnectionsPlacementsAndCounters) {
+  const std::string other = std::string(DP_BUILD_DIR) + "/daemon/dualpathd-layout-test";
+  if (::access(other.c_str(), X_OK) != 0)
+    GTEST_SKIP() << other << " is not built (configure with -DDP_LAYOUT_TEST=ON)";
+  auto layout = [](const json& st) { return st.is_object() ? st["layout"] : json(); };
+  // a daemon's stop leaves its datapath steering (`dp-lab stop` would also
+  // remove it)
+  auto stop = [] {
+    pid_t pid = daemon_pid("dpl-a");
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    wait_gone(pid);
+  };
+  stop();
+  must("DP_LAB_DUALPATHD=" + other + " " + lab::dp_lab() + " start a");
+  json st = layout(lab::dpctl("a", "status"));
+  ASSERT_EQ(st["version"], 0x8001u) << st.dump();
+  EXPECT_EQ(st["found"], DP_LAYOUT_VERSION) << st.dump();
+  EXPECT_FALSE(st["upgrade"].empty()) << st.dump();
+
+  lab::dpctl("a", "class set expert-combine rail1");
+  const uint64_t bytes = 48ull << 20;  // about 1.6 s at rail1's 250 Mbit/s
+  lab::Transfer t({"dpl-a", "dpl-b", "10.99.0.2", 51003, 0, 0, bytes});
+  std::vector<double> rtts;
+  std::thread rpc(
+      [&] { rtts = lab::ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53061, 800, 256, 2000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  uint64_t counted_before = klass("a", "expert-combine")["tx_bytes"].get<uint64_t>();
+  ASSERT_GT(counted_before, 0u) << "the transfer is under way on the old layout";
+
+  // the upgrade: the old daemon stops (its datapath keeps steering), this
+  // build's starts and swaps its datapath in
+  stop();
+  must(lab::dp_lab() + " start a");
+  st = layout(lab::dpctl("a", "status"));
+  EXPECT_EQ(st["version"], DP_LAYOUT_VERSION) << st.dump();
+  EXPECT_EQ(st["found"], 0x8001u) << st.dump();
+  std::string report = st["upgrade"].dump();
+  EXPECT_NE(report.find("dp_flows:"), std::string::npos) << report;
+  EXPECT_NE(report.find("dp_counters:"), std::string::npos) << report;
+  json flows = lab::dpctl("a", "flow list --class expert-combine");
+  bool placed = false;
+  for (auto& f : flows.value("flows", json::array()))
+    placed = placed || (f["dport"] == 51003 && f["path"] == "rail1");
+  EXPECT_TRUE(placed) << "the transfer's flow and its rail were carried over: " << flows.dump();
+
+  auto r = t.wait();
+  rpc.join();
+  ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_EQ(r.received, bytes);
+  EXPECT_EQ(rtts.size(), 800u) << "the request/response connection survived";
+  json c = klass("a", "expert-combine");
+  EXPECT_EQ(c["rail"], "rail1") << "the operator's decision survived the upgrade";
+  EXPECT_EQ(c["pinned_by"], "operator");
+  EXPECT_GE(c["tx_bytes"].get<uint64_t>(), counted_before + bytes / 2)
+      << "the counters went on from where the old layout left them";
+
+  // one datapath: this build's maps at the pins, one filter per hook
+  std::string dir = lab::dpctl("a", "status")["bpffs"].get<std::string>();
+  json fl = json::parse(must("bpftool -j map show pinned " + dir + "/dp_flows"));
+  EXPECT_EQ(fl["max_entries"], 65536) << fl.dump();
+  EXPECT_EQ(::access((dir + "/dp_abi").c_str(), F_OK), 0);
+  std::string filters = must(nsenter("dpl-a") + "tc filter show dev rail1 egress");
+  size_t ours = 0;
+  std::istringstream lines(filters);
+  for (std::string line; std::getline(lines, line);)
+    ours += line.find("name dp_egress") != std::string::npos;
+  EXPECT_EQ(ours, 1u) << filters;
+  lab::dpctl("a", "class unpin expert-combine");
+
+  // and a restart of the same build adopts as before: no upgrade
+  stop();
+  must(lab::dp_lab() + " start a");
+  st = layout(lab::dpctl("a", "status"));
+  EXPECT_EQ(st["found"], DP_LAYOUT_VERSION) << st.dump();
+  EXPECT_TRUE(st["upgrade"].empty()) << st.dump();
 }
 
 // ---------------------------------------------------------------- measurement

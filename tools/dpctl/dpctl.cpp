@@ -98,11 +98,16 @@ int cmd_status(const Globals& g) {
             << fmt::format("{:.0f}s", (*d)["uptime_s"].get<double>())
             << ((*d)["adopted"].get<bool>() ? ", adopted a pinned datapath" : "") << "\n"
             << "datapath:   pinned in " << str((*d)["bpffs"]) << ", generation "
-            << (*d)["generation"] << "\n"
+            << (*d)["generation"] << ", layout " << (*d)["layout"]["version"] << "\n"
             << "paths:      " << (*d)["paths"] << " (" << (*d)["paths_carrying"]
             << " carrying traffic), classes: " << (*d)["classes"] << "\n"
             << "flowlets:   gap " << fmt::format("{:.0f} us", (*d)["flowlet_gap_us"].get<double>())
             << "\n";
+  auto& layout = (*d)["layout"];
+  if (!layout["upgrade"].empty()) {
+    std::cout << "upgraded:   from layout " << layout["found"] << ":\n";
+    for (auto& line : layout["upgrade"]) std::cout << "            " << str(line) << "\n";
+  }
   if (d->contains("topology")) {
     bool separate = (*d)["topology"] == "separate";
     std::cout << "topology:   " << str((*d)["topology"])

@@ -24,6 +24,7 @@
 #include "dualpath/kernel/attach.h"
 #include "dualpath/kernel/bpf_skeleton.h"
 #include "dualpath/kernel/cgroups.h"
+#include "dualpath/kernel/upgrade.h"
 
 namespace dp {
 
@@ -111,6 +112,12 @@ class Datapath {
   const std::vector<int>& rail_slots() const { return rail_slot_; }
 
   bool adopted() const { return adopted_; }
+  // The layout version of the pins found at open (0: a build before
+  // versioning; DP_LAYOUT_VERSION when adopted as they are, or loaded fresh).
+  uint32_t found_layout() const { return found_layout_; }
+  // What an upgrade from another layout carried over (empty: none happened).
+  const std::vector<std::string>& upgrade_report() const { return upgrade_report_; }
+  bool upgrade_pending() const { return upgrade_ != nullptr; }
   const std::string& pin_dir() const { return pin_dir_; }
   uint32_t generation() const { return gen_; }
   const std::string& sockops_cgroup() const { return sockops_cgroup_; }
@@ -121,6 +128,9 @@ class Datapath {
   std::unique_ptr<DpSkeleton> skel_;
   std::string pin_dir_;
   bool adopted_ = false;
+  uint32_t found_layout_ = DP_LAYOUT_VERSION;
+  std::unique_ptr<LayoutUpgrade> upgrade_;  // until the programs are swapped (attach)
+  std::vector<std::string> upgrade_report_;
   uint32_t gen_ = 0;
   uint32_t decision_version_ = 0;
   uint64_t flowlet_gap_ns_ = 0;  // as written to dp_config (adapted to the rails' RTTs)
@@ -136,6 +146,9 @@ class Datapath {
   std::vector<CgroupRule> cgroups_;  // as written to the live generation
   bool cgroup_cache_dirty_ = false;  // emptied once more at the next refresh
 
+  // A layout upgrade (upgrade.h): begun at open, finished by attach.
+  Result<void> begin_upgrade();
+  Result<void> finish_upgrade();
   // dp_cgroups of generation `gen` made to hold `rules` (by class slot), and
   // that generation's cache emptied. Returns how many cgroups it holds.
   Result<size_t> write_cgroups(uint32_t gen, const std::vector<CgroupRule>& rules,
