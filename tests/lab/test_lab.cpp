@@ -3,10 +3,14 @@
 // root; the tests share one lab and run in the order written. The lab is torn
 // down at the end even when a test fails (and by the lab_cleanup CTest
 // fixture if this binary dies).
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -441,6 +445,91 @@ TEST_F(Lab, SocketGroupMembersQueryAndOnlyRootChanges) {
   EXPECT_NE(stranger.rc, 0);
   EXPECT_NE(stranger.out.find("Permission denied"), std::string::npos) << stranger.out;
   // back to the lab's own daemon
+  must(lab::dp_lab() + " stop a");
+  must(lab::dp_lab() + " start a");
+}
+
+// A member of the --socket-group floods the control socket for longer than
+// BFD's detection time (1.5 s): more clients than the cap, each writing
+// flow.list requests (over a full flow table) and never reading a reply. The
+// daemon's loop bounds its work per wake-up and per client, so BFD keeps
+// going: no rail of either node leaves "up", root's queries are answered,
+// and the daemon is the same process afterwards.
+TEST_F(Lab, AGroupMemberFloodingTheControlSocketDoesNotStopBfd) {
+  must(lab::dp_lab() + " stop a");
+  must("DP_LAB_DAEMON_ARGS='--socket-group nogroup' " + lab::dp_lab() + " start a");
+  ASSERT_TRUE(wait_all_up(std::chrono::seconds(30)));
+  pid_t daemon = daemon_pid("dpl-a");
+  // a full flow table makes every flow.list as expensive as it gets
+  std::string dir = lab::dpctl("a", "status")["bpffs"].get<std::string>();
+  int flows = bpf_obj_get((dir + "/dp_flows").c_str());
+  ASSERT_GE(flows, 0);
+  std::vector<dp_flow_key> made;
+  for (uint32_t i = 0; i < 65536; ++i) {
+    dp_flow_key k{};
+    k.saddr[0] = htonl(0xfd770000u);
+    k.saddr[3] = i;
+    k.sport = htons(static_cast<uint16_t>(i));
+    k.dport = htons(9);
+    k.proto = IPPROTO_UDP;
+    dp_flow v{};
+    v.packets = 1;
+    if (bpf_map_update_elem(flows, &k, &v, BPF_ANY) == 0) made.push_back(k);
+  }
+  uint64_t since_a = lab::dpctl("a", "events")["last"].get<uint64_t>();
+  uint64_t since_b = lab::dpctl("b", "events")["last"].get<uint64_t>();
+
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // nobody, in group nogroup: a member of the socket's group, not root
+    gid_t g = 65534;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(g, g, g) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0)
+      ::_exit(2);
+    std::string line = "{\"cmd\":\"flow.list\"}\n", burst;
+    while (burst.size() + line.size() <= 8192) burst += line;
+    std::vector<int> fds;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+    while (std::chrono::steady_clock::now() < end) {
+      if (fds.size() < 100) {
+        int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::strcpy(a.sun_path, "/run/dualpath/dpl-a.sock");
+        if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0)
+          fds.push_back(fd);
+        else if (fd >= 0)
+          ::close(fd);
+      }
+      for (int fd : fds) (void)!::send(fd, burst.data(), burst.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::_exit(fds.empty() ? 3 : 0);  // fds close with the process
+  }
+  // while it floods: root is answered and BFD holds
+  int answered = 0;
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    answered += lab::dpctl("a", "status").is_object();
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the flood ran: " << status;
+  EXPECT_GT(answered, 0) << "root's queries were answered during the flood";
+  for (auto [node, since] : {std::pair{"a", since_a}, std::pair{"b", since_b}}) {
+    json evs = lab::dpctl(node, "events --since " + std::to_string(since));
+    for (auto& e : evs.value("events", json::array()))
+      EXPECT_FALSE(e["kind"] == "health" &&
+                   e.value("reason", "").find("-> down") != std::string::npos)
+          << "node " << node << ": " << e.dump();
+    for (const char* rail : {"rail0", "rail1"})
+      EXPECT_EQ(lab::dpctl(node, std::string("path show ") + rail)["health"]["state"], "up")
+          << node << " " << rail;
+  }
+  EXPECT_EQ(daemon_pid("dpl-a"), daemon) << "the same daemon (no crash, no watchdog restart)";
+  for (auto& k : made) bpf_map_delete_elem(flows, &k);
+  ::close(flows);
   must(lab::dp_lab() + " stop a");
   must(lab::dp_lab() + " start a");
 }
