@@ -319,8 +319,10 @@ void Controller::effective(Plan& plan) const {
   for (size_t c = 0; c < C; ++c) {
     std::vector<double> former(R);
     for (size_t r = 0; r < R; ++r) former[r] = rails_[r].former[c];
+    // "latency_sensitive" here means "leaves a suspect rail"
     auto healthy = apply_health(sched_.classes[c].shares, former, views,
-                                policy_.classes[c].kind == ClassKind::LatencySensitive);
+                                policy_.classes[c].kind == ClassKind::LatencySensitive ||
+                                    policy_.health.suspect_moves_elastic);
     if (!healthy) continue;
     Shares eff = policy_.topology == Topology::Separate ? by_bytes(c, *healthy) : *healthy;
     if (eff == written_[c] && *healthy == written_health_[c]) continue;

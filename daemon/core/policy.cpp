@@ -570,7 +570,9 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
   auto* t = root.get_as<toml::table>("health");
   if (!t) return;
   const char* s = "[health]";
-  c.only_keys(*t, {"bfd", "interval", "multiplier", "holddown", "ramp", "ramp_interval"}, s);
+  c.only_keys(
+      *t, {"bfd", "interval", "multiplier", "holddown", "ramp", "ramp_interval", "suspect_moves"},
+      s);
   auto& h = p.health;
   if (const toml::node* n = t->get("bfd")) {
     if (auto b = n->as_boolean())
@@ -585,6 +587,17 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
   if (auto v = c.duration(*t, "holddown", s, std::chrono::nanoseconds(0))) h.holddown = *v;
   if (auto v = c.duration(*t, "ramp_interval", s, std::chrono::nanoseconds(0)))
     h.ramp_interval = *v;
+  if (auto v = c.string(*t, "suspect_moves", s, false)) {
+    if (*v == "all")
+      h.suspect_moves_elastic = true;
+    else if (*v == "latency_sensitive")
+      h.suspect_moves_elastic = false;
+    else
+      c.error(where(*t, "suspect_moves"),
+              fmt::format("suspect_moves in [health] must be \"all\" or \"latency_sensitive\", "
+                          "not \"{}\"",
+                          *v));
+  }
   if (const toml::node* n = t->get("ramp")) {
     auto* arr = n->as_array();
     std::vector<int> ramp;

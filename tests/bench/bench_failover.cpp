@@ -1,23 +1,32 @@
-// How fast a failed rail stops carrying traffic: trials of each fault in the
-// lab, with the default BFD timers (500 ms x 3). For each trial:
-//   carrier   - `ip link set rail0 down` at the peer: netlink event to decision
-//               map (inside the daemon) and command to decision map;
-//   blackhole - a drop-all filter on rail0 both ways while an expert-dispatch
-//               stream and a control request/response stream run on it: fault
-//               to the latency-sensitive classes' decisions leaving rail0, the
-//               longest request/response stall, connections lost;
-//   idle      - the same blackhole with no traffic: fault to BFD declaring the
-//               rail down.
+// What a failed rail costs the application, and how fast the daemon acts: trials
+// of each fault in the lab, with the default BFD timers (500 ms x 3). In every
+// trial, before the fault, three things run on rail0: an expert-dispatch
+// stream (latency-sensitive), an expert-combine stream (elastic), each paced
+// at 20 Mbit/s, and a control request/response stream (latency-sensitive,
+// 256 bytes each way, a request every 2 ms). One second in, the fault:
+//   blackhole - everything arriving on rail0 dropped, at both nodes;
+//   one way   - only what arrives at the peer (a -> b);
+//   loss 30%  - 30% of what arrives on rail0 dropped, at both nodes;
+//   carrier   - `ip link set rail0 down` at the peer (a sees no carrier);
+//   none      - no fault: the baseline of the same measures.
+// Measured, per fault: fault to the latency-sensitive classes' decisions
+// leaving rail0 (the daemon); the longest gap in delivered bytes at each
+// stream's receiver, and the longest request/response round trip (the
+// application); connections reset or lost (must be 0). The streams send in
+// 64 KiB writes, so the baseline gap is one write's time at 20 Mbit/s (~26
+// ms). Also: carrier, netlink event to decision map (inside the daemon), and
+// an idle blackhole, fault to BFD declaring the rail down.
 // The hold-down is 1 s and the ramp 100 ms steps so that trials follow
 // quickly; those do not change the detection being measured.
 //
-//   build/tests/bench/dp-bench-failover [--trials N]
+//   build/tests/bench/dp-bench-failover [--trials N] [--faults a,b,...]
 //
 // Needs root and the lab down; brings the lab up (tools/dp-lab) and down.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -113,8 +122,58 @@ struct Stats {
 };
 
 void row(const char* what, const Stats& s, int trials, const char* goal) {
-  std::printf("%-44s %6zu/%-3d %9.2f %9.2f %9.2f  %s\n", what, s.v.size(), trials, s.pct(0.5),
+  std::printf("%-34s %4zu/%-3d %9.2f %9.2f %9.2f  %s\n", what, s.v.size(), trials, s.pct(0.5),
               s.pct(0.99), s.v.empty() ? -1.0 : *std::max_element(s.v.begin(), s.v.end()), goal);
+}
+
+struct Fault {
+  const char* name;
+  std::function<int64_t()> inject;  // returns the fault's time
+  std::function<void()> clear;
+};
+
+void carrier_back() {
+  must(nsenter("dpl-b") + "ip link set rail0 up");
+  sh(nsenter("dpl-b") + "ip route replace 10.99.0.1/32 via 10.98.0.1 dev rail0 src 10.99.0.2");
+  sh(nsenter("dpl-b") + "ip -6 route replace fd99::1/128 via fd98:0::1 dev rail0 src fd99::2");
+}
+
+std::vector<Fault> faults() {
+  return {
+      {"blackhole", [] { return blackhole_rail0(true); }, [] { blackhole_rail0(false); }},
+      {"one way",
+       [] {
+         attach_drop("dpl-b", "rail0", 100000);
+         return mono_ns();
+       },
+       [] { attach_drop("dpl-b", "rail0", 0, true); }},
+      {"loss 30%",
+       [] {
+         attach_drop("dpl-b", "rail0", 30000);
+         int64_t t0 = mono_ns();
+         attach_drop("dpl-a", "rail0", 30000);
+         return t0;
+       },
+       [] { blackhole_rail0(false); }},
+      {"carrier",
+       [] {
+         int64_t t0 = mono_ns();
+         must(nsenter("dpl-b") + "ip link set rail0 down");
+         return t0;
+       },
+       carrier_back},
+      {"none", [] { return mono_ns(); }, [] {}},
+  };
+}
+
+struct FaultStats {
+  Stats decision, ls_gap, elastic_gap, rpc_stall;
+  int resets = 0, lost = 0, trials = 0;
+};
+
+bool is_reset(const TransferResult& r) {
+  return r.error.find("reset") != std::string::npos ||
+         r.error.find("Broken pipe") != std::string::npos;
 }
 
 }  // namespace
@@ -122,7 +181,10 @@ void row(const char* what, const Stats& s, int trials, const char* goal) {
 int main(int argc, char** argv) {
   CLI::App app{"dualpath failover benchmark"};
   int trials = 20;
+  std::string only;
   app.add_option("--trials", trials, "trials of each fault")->capture_default_str();
+  app.add_option("--faults", only,
+                 "comma-separated faults to run (blackhole, one way, loss 30%, carrier, none)");
   CLI11_PARSE(app, argc, argv);
 
   Env env;
@@ -141,65 +203,87 @@ int main(int argc, char** argv) {
     env.TearDown();
     return 1;
   }
-  Stats carrier_internal, carrier_e2e, bh_decision, bh_stall, idle_down;
-  int lost = 0, failed_trials = 0;
+  std::vector<Fault> list = faults();
+  std::vector<FaultStats> stats(list.size());
+  Stats carrier_internal, idle_down;
+  int failed_trials = 0;
 
   for (int t = 0; t < trials; ++t) {
-    // ---- carrier loss
-    if (!wait_up(30s)) ++failed_trials;
-    uint64_t since = last_event();
-    int64_t t0 = mono_ns();
-    must(nsenter("dpl-b") + "ip link set rail0 down");
-    std::this_thread::sleep_for(300ms);
-    json evs = events_since(since);
-    double down = first_after(evs, t0, is_rail0_down);
-    double moved = first_after(evs, t0, ls_moved);
-    carrier_e2e.add(moved);
-    if (down >= 0 && moved >= 0) carrier_internal.add(moved - down);
-    must(nsenter("dpl-b") + "ip link set rail0 up");
-    sh(nsenter("dpl-b") + "ip route replace 10.99.0.1/32 via 10.98.0.1 dev rail0 src 10.99.0.2");
-    sh(nsenter("dpl-b") + "ip -6 route replace fd99::1/128 via fd98:0::1 dev rail0 src fd99::2");
-
-    // ---- blackhole with active flows
-    if (!wait_up(30s)) ++failed_trials;
-    {
-      Transfer stream({"dpl-a", "dpl-b", "10.99.0.2", 50201, 0, 0, 20'000'000 / 8 * 4, 20e6});
+    for (size_t f = 0; f < list.size(); ++f) {
+      if (!only.empty() && only.find(list[f].name) == std::string::npos) continue;
+      auto& st = stats[f];
+      if (!wait_up(30s)) ++failed_trials;
+      ++st.trials;
+      constexpr double kRate = 20e6;
+      const uint64_t bytes = static_cast<uint64_t>(kRate / 8 * 4);  // 4 s
+      Transfer ls({"dpl-a", "dpl-b", "10.99.0.2", 50201, 0, 0, bytes, kRate});
+      Transfer elastic({"dpl-a", "dpl-b", "10.99.0.2", 51201, 0, 0, bytes, kRate});
       std::vector<double> rtts;
       std::thread rpc(
-          [&] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53060, 1000, 256, 2000); });
+          [&] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53060, 1200, 256, 2000); });
       std::this_thread::sleep_for(1000ms);
-      since = last_event();
-      t0 = blackhole_rail0(true);
+      uint64_t since = last_event();
+      int64_t t0 = list[f].inject();
       std::this_thread::sleep_for(2000ms);
-      bh_decision.add(first_after(events_since(since), t0, ls_moved));
-      auto r = stream.wait();
+      json evs = events_since(since);
+      st.decision.add(first_after(evs, t0, ls_moved));
+      if (std::string(list[f].name) == "carrier") {
+        double down = first_after(evs, t0, is_rail0_down), moved = first_after(evs, t0, ls_moved);
+        if (down >= 0 && moved >= 0) carrier_internal.add(moved - down);
+      }
+      list[f].clear();
+      auto a = ls.wait(), b = elastic.wait();
       rpc.join();
-      if (!r.ok() || rtts.size() != 1000) ++lost;
-      if (!rtts.empty()) bh_stall.add(*std::max_element(rtts.begin(), rtts.end()) / 1000.0);
+      for (auto* r : {&a, &b}) {
+        st.resets += is_reset(*r);
+        st.lost += !r->ok();
+      }
+      if (rtts.size() != 1200) ++st.lost;
+      if (a.ok()) st.ls_gap.add(static_cast<double>(a.max_gap_us) / 1000.0);
+      if (b.ok()) st.elastic_gap.add(static_cast<double>(b.max_gap_us) / 1000.0);
+      if (!rtts.empty()) st.rpc_stall.add(*std::max_element(rtts.begin(), rtts.end()) / 1000.0);
+      if (!a.ok() || !b.ok())
+        std::fprintf(stderr, "  %s: %s / %s\n", list[f].name, a.error.c_str(), b.error.c_str());
+    }
+    // ---- idle blackhole: BFD alone
+    if (only.empty() || only.find("idle") != std::string::npos) {
+      if (!wait_up(30s)) ++failed_trials;
+      uint64_t since = last_event();
+      int64_t t0 = blackhole_rail0(true);
+      std::this_thread::sleep_for(2000ms);
+      idle_down.add(first_after(events_since(since), t0, is_rail0_down));
       blackhole_rail0(false);
     }
-
-    // ---- idle blackhole: BFD alone
-    if (!wait_up(30s)) ++failed_trials;
-    since = last_event();
-    t0 = blackhole_rail0(true);
-    std::this_thread::sleep_for(2000ms);
-    idle_down.add(first_after(events_since(since), t0, is_rail0_down));
-    blackhole_rail0(false);
     std::fprintf(stderr, "trial %d/%d done\n", t + 1, trials);
   }
   wait_up(30s);
   env.TearDown();
 
-  std::printf("\nfailover: %d trials of each fault, BFD 500 ms x 3 (detection 1500 ms)\n", trials);
-  std::printf("%-44s %10s %9s %9s %9s  %s\n", "measure (ms)", "trials", "p50", "p99", "max",
-              "goal");
-  row("carrier: netlink event -> decision map", carrier_internal, trials, "<= 10 ms");
-  row("carrier: ip link down -> decision map", carrier_e2e, trials, "");
-  row("blackhole, active: fault -> LS decision", bh_decision, trials, "<= 300 ms p99");
-  row("blackhole, active: longest RPC stall", bh_stall, trials, "");
-  row("blackhole, idle: fault -> rail down (BFD)", idle_down, trials, "<= 1550 ms");
-  std::printf("connections lost: %d of %d trials; trials that began with a rail not up: %d\n", lost,
-              trials, failed_trials);
+  std::printf(
+      "\nfailover: %d trials of each fault, BFD 500 ms x 3 (detection 1500 ms); "
+      "streams paced at 20 Mbit/s in 64 KiB writes\n",
+      trials);
+  std::printf("%-10s %-34s %7s %9s %9s %9s  %s\n", "fault", "measure (ms)", "trials", "p50", "p99",
+              "max", "goal");
+  for (size_t f = 0; f < list.size(); ++f) {
+    auto& st = stats[f];
+    if (!st.trials) continue;
+    auto line = [&](const char* what, const Stats& s, const char* goal) {
+      std::printf("%-10s ", list[f].name);
+      row(what, s, st.trials, goal);
+    };
+    bool none = std::string(list[f].name) == "none";
+    line("fault -> LS decisions off rail0", st.decision, none ? "" : "<= 300 ms p99");
+    line("longest gap, expert-dispatch (LS)", st.ls_gap, none ? "" : "<= 300 ms p99");
+    line("longest gap, expert-combine (el.)", st.elastic_gap, none ? "" : "<= 500 ms p99");
+    line("longest RPC round trip, control", st.rpc_stall, none ? "" : "<= 300 ms p99");
+    std::printf("%-10s %-34s %7d  (connections reset: %d; goal 0)\n", list[f].name,
+                "connections lost", st.lost, st.resets);
+  }
+  if (!carrier_internal.v.empty())
+    row("carrier: netlink event -> decision map", carrier_internal, trials, "<= 10 ms");
+  if (!idle_down.v.empty())
+    row("blackhole, idle: fault -> rail down (BFD)", idle_down, trials, "<= 1550 ms");
+  std::printf("trials that began with a rail not up: %d\n", failed_trials);
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace lab {
@@ -88,6 +89,7 @@ bool enter_netns(const std::string& ns) {
 
 struct Wire {
   uint64_t bytes = 0, sum = 0;
+  uint64_t max_gap_us = 0;  // server: the longest time between two reads that returned data
   char error[200] = {};
 };
 
@@ -132,10 +134,18 @@ void run_server(const TransferSpec& s, int out, int ready) {
   set_timeouts(fd);
   w.sum = kFnvInit;
   std::vector<uint8_t> buf(1 << 16);
+  std::optional<std::chrono::steady_clock::time_point> last;
   for (;;) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n < 0) finish(out, w, "server recv");
     if (n == 0) break;
+    auto now = std::chrono::steady_clock::now();
+    if (last)
+      w.max_gap_us = std::max<uint64_t>(
+          w.max_gap_us,
+          static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::microseconds>(now - *last).count()));
+    last = now;
     w.sum = fnv(w.sum, buf.data(), static_cast<size_t>(n));
     w.bytes += static_cast<uint64_t>(n);
     if (s.server_us_per_kib > 0) {
@@ -252,6 +262,7 @@ TransferResult Transfer::wait() {
   r.sent_sum = c.sum;
   r.received = s.bytes;
   r.received_sum = s.sum;
+  r.max_gap_us = s.max_gap_us;
   if (s.error[0])
     r.error = std::string("server: ") + s.error;
   else if (c.error[0])

@@ -44,7 +44,8 @@ struct TransferSpec {
 struct TransferResult {
   uint64_t sent = 0, received = 0;
   uint64_t sent_sum = 0, received_sum = 0;  // FNV-1a over the byte stream
-  std::string error;                        // empty when both ends succeeded
+  uint64_t max_gap_us = 0;  // the receiver's longest wait between two reads that returned data
+  std::string error;        // empty when both ends succeeded
   bool ok() const { return error.empty() && sent == received && sent_sum == received_sum; }
 };
 

@@ -164,6 +164,29 @@ TEST(Controller, DataPathEvidenceMovesLatencySensitiveClassesBeforeBfdCanTell) {
     EXPECT_EQ(w->shares, (Shares{0, kAll})) << name;
   }
   EXPECT_FALSE(plan.route_around) << "a suspect rail still forwards: routing stays";
+  // [health] suspect_moves = "all" (the default): elastic classes too
+  auto* combine = f.write_of(plan, "expert-combine");
+  ASSERT_NE(combine, nullptr);
+  EXPECT_EQ(combine->shares, (Shares{0, kAll}));
+}
+
+TEST(Controller, ElasticClassesMayBeToldToWaitForBfd) {
+  Fixture f;
+  Policy p = f.policy;
+  p.health.suspect_moves_elastic = false;  // suspect_moves = "latency_sensitive"
+  f.c.set_policy(p, {true, true}, {false, false}, {}, f.t);
+  f.carry_out(f.c.settle(f.t));
+  TickInput in = f.quiet(f.t + 1s);
+  f.carry_out(f.c.tick(in));
+  in.now += 50ms;
+  in.rails[0].tcp.segs_out = 100;
+  in.rails[0].tcp.retrans_segs = 50;
+  in.rails[0].tcp.rto_events = 2;
+  in.rails[1].tcp.segs_out = 1000;
+  Plan plan = f.c.tick(in);
+  ASSERT_EQ(f.c.health(0).state(), RailState::Suspect);
+  EXPECT_NE(f.write_of(plan, "control"), nullptr) << "latency-sensitive classes move";
+  EXPECT_EQ(f.write_of(plan, "expert-combine"), nullptr) << "elastic ones stay";
 }
 
 TEST(Controller, EvidenceIsNotTakenAgainstABusyRailOrTheLastGoodOne) {

@@ -264,6 +264,19 @@ TEST(Policy, TimersTheWatchdogCannotLiveWithRefused) {
   expect_one_error(std::string(kBase) + "\n[health]\ninterval = \"10m\"\n", 35, "must be at most");
 }
 
+TEST(Policy, SuspectMovesAllOrLatencySensitive) {
+  auto health = [](const std::string& line) {
+    return std::string(kBase) + "\n[health]\n" + line + "\n";
+  };
+  auto base = dp::parse_policy(kBase, "test.toml");
+  ASSERT_TRUE(base.ok());
+  EXPECT_TRUE(base.policy->health.suspect_moves_elastic) << "the default is all";
+  auto ls = dp::parse_policy(health("suspect_moves = \"latency_sensitive\""), "test.toml");
+  ASSERT_TRUE(ls.ok());
+  EXPECT_FALSE(ls.policy->health.suspect_moves_elastic);
+  expect_one_error(health("suspect_moves = \"elastic\""), 35, "must be \"all\" or");
+}
+
 TEST(Policy, FlowcellsArePowersOfTwoOrOff) {
   auto sched = [](const std::string& line) {
     return std::string(kBase) + "\n[scheduler]\n" + line + "\n";

@@ -149,6 +149,10 @@ struct HealthSettings {
   std::chrono::nanoseconds holddown = std::chrono::minutes(5);
   std::vector<int> ramp{10, 25, 50, 100};  // percent of the former share, a step per interval
   std::chrono::nanoseconds ramp_interval = std::chrono::seconds(30);
+  // Which classes leave a rail that data-path evidence made suspect, before
+  // BFD confirms: every class (their flows there are in RTO backoff too), or
+  // only the latency-sensitive ones.
+  bool suspect_moves_elastic = true;
   bool operator==(const HealthSettings&) const = default;
 };
 
