@@ -49,7 +49,8 @@ static __always_inline void dp_flow_move(struct dp_flow *f, __u32 to, __u8 cls)
  * A class whose decision gives every rail less than its whole share is split.
  * A split class is placed by cells when the daemon says so (dp_cells): each
  * cell of a flow, and each new flow, goes where it would finish first
- * (dp_place_ecf). Otherwise a new flow and a new flowlet (after an idle gap)
+ * (dp_place_ecf), but a cell changes rail only if it cannot overtake the
+ * flow's own bytes on the rail it leaves (unless DP_CELL_F_ANY_ORDER). Otherwise a new flow and a new flowlet (after an idle gap)
  * are placed by the shares, by hash. A flow whose rail lost its share moves
  * at once either way. */
 static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u8 rule, __u32 gen,
@@ -93,6 +94,10 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 			target = rail_here;
 		if (!now)
 			now = bpf_ktime_get_ns();
+		if (cc && vq) {
+			dp_vq_add(vq, cc, target, len, now);
+			nf.tail_ns = vq->finish_ns[target & (DP_MAX_RAILS - 1)];
+		}
 		nf.first_seen_ns = now;
 		nf.last_seen_ns = now;
 		nf.bytes = len;
@@ -109,8 +114,6 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		} else {
 			dp_count_exception(rail_here, DP_EXC_FLOW_TABLE_FULL);
 		}
-		if (cc && vq)
-			dp_vq_add(vq, cc, target, len, now);
 		return target;
 	}
 
@@ -151,6 +154,15 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 						: dp_place(d, dp_flow_hash(&pkt->key, flowlet));
 
 			f->flowlet = flowlet;
+			if (cc && vq && placed < DP_MAX_RAILS && placed != target &&
+			    !(cc->flags & DP_CELL_F_ANY_ORDER)) {
+				/* in order: the cell would start on the other rail
+				 * before the flow's last byte leaves this one */
+				__u64 q = vq->finish_ns[placed & (DP_MAX_RAILS - 1)];
+
+				if ((q > now ? q : now) < f->tail_ns)
+					placed = target;
+			}
 			if (placed != DP_RAIL_NONE && placed != target) {
 				dp_flow_move(f, placed, cls);
 				target = placed;
@@ -160,8 +172,10 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 				c->flowlets += 1;
 		}
 	}
-	if (cc && vq)
+	if (cc && vq) {
 		dp_vq_add(vq, cc, target, len, now);
+		f->tail_ns = vq->finish_ns[target & (DP_MAX_RAILS - 1)];
+	}
 	if (timed) {
 		f->last_seen_ns = now;
 		f->flags &= ~DP_FLOW_F_COARSE_TIME;

@@ -287,7 +287,7 @@ void Daemon::carry_out(Plan plan) {
   }
   if (plan.cells) {
     const auto& c = *plan.cells;
-    if (auto r = datapath_->write_cells(c.shift, c.classes, c.ns_per_kib); !r)
+    if (auto r = datapath_->write_cells(c.shift, c.classes, c.ns_per_kib, c.any_order); !r)
       spdlog::error("writing the flowcell settings failed: {}", r.error().what());
   }
   if (plan.route_around) {

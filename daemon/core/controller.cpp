@@ -178,6 +178,7 @@ Plan::Cells plan_cells(const Policy& p, const std::vector<double>& other_bps) {
   out.ns_per_kib.assign(p.paths.size(), 0);
   if (p.topology != Topology::Shared || p.scheduler.flowcell == 0) return out;
   out.shift = static_cast<uint32_t>(std::countr_zero(p.scheduler.flowcell));
+  out.any_order = p.scheduler.flowcell_any_order;
   for (size_t c = 0; c < p.classes.size(); ++c)
     out.classes[c] = p.classes[c].kind == ClassKind::Elastic;
   for (size_t i = 0; i < p.paths.size(); ++i) {

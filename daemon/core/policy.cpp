@@ -506,11 +506,11 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   auto* t = root.get_as<toml::table>("scheduler");
   if (!t) return;
   const char* s = "[scheduler]";
-  c.only_keys(
-      *t,
-      {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown", "ewma_weight",
-       "tick", "flowlet_gap", "adaptive_flowlet_gap", "flowcell", "peak_window", "hold"},
-      s);
+  c.only_keys(*t,
+              {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown",
+               "ewma_weight", "tick", "flowlet_gap", "adaptive_flowlet_gap", "flowcell",
+               "flowcell_order", "peak_window", "hold"},
+              s);
   auto& k = p.scheduler;
   if (auto v = c.string(*t, "mode", s, false)) {
     if (*v == "adaptive" || *v == "static")
@@ -558,6 +558,14 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
                               *bytes));
     else
       k.flowcell = *bytes;
+  }
+  if (auto v = c.string(*t, "flowcell_order", s, false)) {
+    if (*v == "keep" || *v == "any")
+      k.flowcell_any_order = *v == "any";
+    else
+      c.error(
+          where(*t, "flowcell_order"),
+          fmt::format("flowcell_order in [scheduler] must be \"keep\" or \"any\", not \"{}\"", *v));
   }
   if (k.dead_zone > k.latency_tolerance)
     c.error(where(*t, "dead_zone"),

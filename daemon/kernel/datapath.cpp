@@ -417,9 +417,10 @@ Result<void> Datapath::set_flowlet_gap(uint64_t ns) {
 }
 
 Result<void> Datapath::write_cells(uint32_t shift, const std::vector<bool>& classes,
-                                   const std::vector<uint32_t>& ns_per_kib) {
+                                   const std::vector<uint32_t>& ns_per_kib, bool any_order) {
   dp_cell_cfg cc{};
   cc.cell_shift = shift;
+  cc.flags = any_order ? DP_CELL_F_ANY_ORDER : 0;
   for (size_t c = 0; c < classes.size() && c < class_slot_.size(); ++c)
     if (classes[c]) cc.class_mask |= 1u << class_slot_[c];
   for (size_t i = 0; i < ns_per_kib.size() && i < rail_slot_.size(); ++i)

@@ -34,7 +34,7 @@
 #ifdef DP_ABI_TEST_LAYOUT
 #define DP_LAYOUT_VERSION 0x8001u
 #else
-#define DP_LAYOUT_VERSION 1u
+#define DP_LAYOUT_VERSION 2u /* 2: dp_flow.tail_ns, dp_cell_cfg.flags */
 #endif
 
 /* dp_abi: ARRAY with one element, written by the daemon: the layout version
@@ -169,6 +169,13 @@ struct dp_cell_cfg {
   /* time 1024 bytes take on the rail, in ns (0: not a target): a multiply
    * and a shift per packet, no division */
   __u32 ns_per_kib[DP_MAX_RAILS];
+  __u32 flags; /* enum dp_cell_flags */
+};
+
+enum dp_cell_flags {
+  /* a cell may overtake the flow's own bytes on another rail (reordering);
+   * without it, a flow moves only when its last byte would arrive first */
+  DP_CELL_F_ANY_ORDER = 1u << 0,
 };
 
 /* dp_vq: ARRAY with one element, written by the datapath: per rail slot, the
@@ -239,6 +246,10 @@ struct dp_flow {
   __u32 retrans_segs; /* retransmitted segments */
   __u32 rto_events;
   __u32 data_segs_out; /* last value seen, to count deltas per rail and class */
+  /* cells: when the flow's last byte leaves its rail's virtual queue (dp_vq
+   * time); a cell may go to another rail only if it would start there after
+   * this, so that it cannot overtake the flow's own bytes */
+  __u64 tail_ns;
 #ifdef DP_ABI_TEST_LAYOUT
   __u64 test_only;
 #endif

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -446,10 +447,12 @@ class Cells : public Classifier {
   // Cells of 2^shift bytes for param-sync (elastic), rails at the given
   // drain times; the class split 50/50 (the shares only say which rails may
   // take cells: completion time decides).
-  void cells(uint32_t shift, uint32_t ns0, uint32_t ns1, uint32_t mask = 1u << kParamSync) {
+  void cells(uint32_t shift, uint32_t ns0, uint32_t ns1, uint32_t mask = 1u << kParamSync,
+             uint32_t flags = 0) {
     uint32_t zero = 0;
     dp_cell_cfg cc{};
     cc.cell_shift = shift;
+    cc.flags = flags;
     cc.class_mask = mask;
     cc.ns_per_kib[0] = ns0;
     cc.ns_per_kib[1] = ns1;
@@ -505,7 +508,9 @@ TEST_F(Cells, EachCellJoinsItsRailsVirtualQueueAtTheRailsRate) {
 TEST_F(Cells, ABurstOfManyFlowsSplitsByCapacity) {
   // slow rails (1 Mbit/s and 250 kbit/s) so that the queues barely drain
   // while the test runs: what each rail gets follows completion time alone
-  cells(12, 8'192'000, 32'768'000);
+  // (in any order: kept in order, flows this backlogged never leave rail0,
+  // ACellThatWouldOvertakeItsOwnFlowStays)
+  cells(12, 8'192'000, 32'768'000, 1u << kParamSync, DP_CELL_F_ANY_ORDER);
   set_vq(0, 0);
   for (int round = 0; round < 40; ++round)
     for (uint16_t f = 0; f < 8; ++f) egress(big(tcp4(static_cast<uint16_t>(42000 + f), 52001)));
@@ -517,8 +522,9 @@ TEST_F(Cells, ABurstOfManyFlowsSplitsByCapacity) {
   EXPECT_NEAR(q0 / q1, 1.0, 0.05) << "and both rails' queues end together";
 }
 
-TEST_F(Cells, AFlowChangesRailOnlyAtACellBoundary) {
-  cells(14, 8'192'000, 32'768'000);  // 16 KiB cells
+TEST_F(Cells, InAnyOrderAFlowChangesRailOnlyAtACellBoundary) {
+  // 16 KiB cells; flowcell_order = "any"
+  cells(14, 8'192'000, 32'768'000, 1u << kParamSync, DP_CELL_F_ANY_ORDER);
   set_vq(0, 0);
   PacketSpec s = big(tcp4(43000, 52001));
   auto key = dptest::flow_key_of(s);
@@ -539,6 +545,42 @@ TEST_F(Cells, AFlowChangesRailOnlyAtACellBoundary) {
   EXPECT_GT(changes, 0) << "one flow alone still uses both rails, a cell at a time";
   EXPECT_GT(counters(0, kParamSync).flowlets + counters(1, kParamSync).flowlets, 20u)
       << "cells started are counted";
+}
+
+// flowcell_order = "keep" (the default): a cell goes to the rail where it
+// would finish first only if it would start there after the flow's last byte
+// leaves the rail it is on; otherwise it overtakes nothing and stays.
+TEST_F(Cells, ACellThatWouldOvertakeItsOwnFlowStays) {
+  for (uint32_t flags : {0u, static_cast<uint32_t>(DP_CELL_F_ANY_ORDER)}) {
+    SCOPED_TRACE(flags ? "any order" : "keep order");
+    // 4 KiB cells; slow rails (8 and 32 ms a KiB) so that the flow's own
+    // bytes are still queued on rail0 when its second cell starts
+    cells(12, 8'192'000, 32'768'000, 1u << kParamSync, flags);
+    set_vq(0, 0);
+    PacketSpec s = big(tcp4(static_cast<uint16_t>(44000 + flags), 52001));
+    ASSERT_EQ(egress(s).ret, DP_PASS) << "the first cell: rail0 finishes first";
+    ASSERT_EQ(egress(s).ret, DP_PASS);
+    set_vq(mono_ns() + 60'000'000'000ull, 0);  // others fill rail0 for a minute
+    int third = egress(s).ret;                 // the second cell starts with it
+    if (flags)
+      EXPECT_EQ(third, TC_ACT_REDIRECT) << "rail1 finishes first, whatever the order";
+    else
+      EXPECT_EQ(third, DP_PASS) << "on rail1 it would arrive before the flow's first cell";
+  }
+}
+
+TEST_F(Cells, AFlowMovesOnceItsBytesHaveLeftTheRail) {
+  cells(12, 8192, 32768);  // 1 Gbit and 250 Mbit: a packet leaves in ~12 us
+  set_vq(0, 0);
+  PacketSpec s = big(tcp4(44100, 52001));
+  ASSERT_EQ(egress(s).ret, DP_PASS);
+  ASSERT_EQ(egress(s).ret, DP_PASS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the flow's bytes have left
+  set_vq(mono_ns() + 60'000'000'000ull, 0);
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "nothing of the flow is left to overtake";
+  dp_flow f{};
+  ASSERT_TRUE(skel_->flows().lookup(dptest::flow_key_of(s).bytes, &f));
+  EXPECT_EQ(f.tail_ns, vq().finish_ns[1]) << "its tail is on rail1 now";
 }
 
 TEST_F(Cells, OnlyRailsWithAShareAndClassesInTheMaskTakeCells) {

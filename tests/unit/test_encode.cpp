@@ -118,6 +118,6 @@ TEST(AbiLayout, StructSizesAreStable) {
   EXPECT_EQ(sizeof(dp_decision), 16u);
   EXPECT_EQ(sizeof(dp_flow_key), 40u);
   EXPECT_EQ(sizeof(dp_counters), 72u);
-  EXPECT_EQ(sizeof(dp_flow), 64u);
+  EXPECT_EQ(sizeof(dp_flow), 72u);
   EXPECT_EQ(sizeof(dp_tcp_stats), 296u);
 }

@@ -294,6 +294,10 @@ TEST(Policy, FlowcellsArePowersOfTwoOrOff) {
   expect_one_error(sched("flowcell = \"64 furlongs\""), 35, "unknown unit");
   expect_one_error(sched("flowcell = -1"), 35, "must be a size");
   expect_one_error(sched("peak_window = \"11s\""), 35, "at most");
+  auto order = dp::parse_policy(sched("flowcell_order = \"any\""), "test.toml");
+  ASSERT_TRUE(order.ok());
+  EXPECT_TRUE(order.policy->scheduler.flowcell_any_order);
+  expect_one_error(sched("flowcell_order = \"random\""), 35, "must be \"keep\" or \"any\"");
 }
 
 TEST(Policy, MinimumRtoPerClass) {

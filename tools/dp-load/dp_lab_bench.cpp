@@ -34,7 +34,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Opts {
-  std::vector<std::string> modes{"single", "static", "ecmp", "mptcp", "dualpath", "cells"};
+  std::vector<std::string> modes{"single",   "static", "ecmp",     "mptcp",
+                                 "dualpath", "cells",  "cells-any"};
   int rounds = 3;
   std::string duration = "10s";
   bool quick = false;
@@ -522,7 +523,8 @@ void print_peers(const Opts& o) {
       "            rates, split classes by flowlets\n"
       "  cells     dualpathd, adaptive with burst placement: decisions on 100 ms peaks,\n"
       "            a 1 s hold, split elastic classes by 16 KiB flowcells where they\n"
-      "            finish first\n"
+      "            finish first, a flow's cells kept in order (flowcell_order keep)\n"
+      "  cells-any the same, cells free to overtake their own flow (flowcell_order any)\n"
       "  static, dualpath and cells run the lab policies with expert-dispatch elastic and the\n"
       "  paths' capacities at the rails' rates (dp-lab bench_policies)\n",
       dp::format_bandwidth(o.cap0).c_str(), dp::format_bandwidth(o.cap1).c_str());

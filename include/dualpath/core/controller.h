@@ -76,6 +76,7 @@ struct Plan {
     uint32_t shift = 0;                // cell = 1 << shift bytes; 0: off
     std::vector<bool> classes;         // per policy class: placed by cells while split
     std::vector<uint32_t> ns_per_kib;  // per policy path: the capacity left to cells
+    bool any_order = false;            // dp_cell_flags DP_CELL_F_ANY_ORDER
     bool operator==(const Cells&) const = default;
   };
   std::optional<Cells> cells;

@@ -134,6 +134,9 @@ struct SchedulerSettings {
   // Off by default: see docs/ARCHITECTURE.md, "Flowcells", for what the lab
   // measured.
   uint64_t flowcell = 0;
+  // a cell may overtake the flow's own bytes on another rail ("any"), or
+  // changes rail only when it cannot ("keep", the default)
+  bool flowcell_any_order = false;
   // Spill decisions look at the highest per-tick utilisation and demand of
   // this window; a spilled class returns only when the peak of `hold` fits.
   // 0: the smoothed rates (ewma_weight) now, as before (the default).

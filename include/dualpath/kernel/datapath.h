@@ -77,7 +77,7 @@ class Datapath {
   // Flowcells (abi.h, dp_cell_cfg): `classes` per policy class, `ns_per_kib`
   // per policy path.
   Result<void> write_cells(uint32_t shift, const std::vector<bool>& classes,
-                           const std::vector<uint32_t>& ns_per_kib);
+                           const std::vector<uint32_t>& ns_per_kib, bool any_order = false);
   Result<dp_cell_cfg> cells() const;
   // Per policy path: how far ahead of now its cells' virtual queue reaches.
   std::vector<std::chrono::nanoseconds> cell_backlog() const;

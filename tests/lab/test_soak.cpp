@@ -1,0 +1,275 @@
+// The soak: traffic in every class while rails flap, a daemon is killed and
+// restarted, policies are reloaded and a rail is blackholed, round after
+// round, for DP_SOAK_SECONDS (default 90; CI). Run it longer as a benchmark:
+//   DP_SOAK_SECONDS=1800 build/tests/dp_lab_soak_tests
+// Invariants, checked every round and at the end:
+//  - every TCP byte of every class arrives intact, no connection breaks;
+//  - nothing leaks: the rules, dualpath's routes, the tc filters and the pins
+//    of both nodes are what they were before the first round, and the BPF
+//    programs and maps loaded in the kernel are as many as before;
+//  - node b's daemon (reloaded and flapped, never restarted) keeps its open
+//    descriptors and its resident memory flat.
+// A lab of its own, with a short hold-down (3 s) and ramp (500 ms steps).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "lab_fixture.h"
+
+namespace fs = std::filesystem;
+using namespace lab;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string sorted_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) lines.push_back(l);
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (auto& l : lines) out += l + "\n";
+  return out;
+}
+
+// What dualpath made on a node, as text that is equal when nothing leaked.
+// Program ids change with every restart, so filters are counted by name.
+std::string footprint(const std::string& ns) {
+  std::string out;
+  out += "rules:\n" + sorted_lines(must(nsenter(ns) + "ip rule show"));
+  out += "rules6:\n" + sorted_lines(must(nsenter(ns) + "ip -6 rule show"));
+  out += "routes:\n" + sorted_lines(must(nsenter(ns) + "ip route show table all proto 200"));
+  out += "routes6:\n" + sorted_lines(must(nsenter(ns) + "ip -6 route show table all proto 200"));
+  for (const char* dev : {"rail0", "rail1"})
+    for (const char* dir : {"ingress", "egress"}) {
+      std::string f = must(nsenter(ns) + "tc filter show dev " + dev + " " + dir);
+      std::regex name(R"(name (\S+))");
+      std::string names;
+      for (auto it = std::sregex_iterator(f.begin(), f.end(), name); it != std::sregex_iterator();
+           ++it)
+        names += (*it)[1].str() + " ";
+      out += std::string("tc ") + dev + " " + dir + ": " + names + "\n";
+    }
+  out += "pins:";
+  std::vector<std::string> pins;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator("/sys/fs/bpf/dualpath/" + ns, ec))
+    pins.push_back(e.path().filename().string());
+  std::sort(pins.begin(), pins.end());
+  for (auto& p : pins) out += " " + p;
+  return out + "\n";
+}
+
+// BPF programs and maps named dp_* in the kernel (both nodes').
+std::pair<size_t, size_t> bpf_objects() {
+  auto count = [](const std::string& what) {
+    json all = json::parse(must("bpftool -j " + what + " show"), nullptr, false);
+    size_t n = 0;
+    if (all.is_array())
+      for (auto& o : all) n += o.value("name", std::string()).rfind("dp_", 0) == 0;
+    return n;
+  };
+  return {count("prog"), count("map")};
+}
+
+long status_kib(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::atol(line.c_str() + key.size() + 1);
+  return -1;
+}
+
+size_t open_fds(pid_t pid) {
+  std::error_code ec;
+  size_t n = 0;
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); ++it)
+    ++n;
+  return n;
+}
+
+void restore_lab_routes(const std::string& ns) {
+  bool a = ns == "dpl-a";
+  std::string me = a ? "1" : "2", peer = a ? "2" : "1";
+  sh(nsenter(ns) + "ip route replace 10.99.0." + peer + "/32 via 10.98.0." + peer +
+     " dev rail0 src 10.99.0." + me);
+  sh(nsenter(ns) + "ip -6 route replace fd99::" + peer + "/128 via fd98:0::" + peer +
+     " dev rail0 src fd99::" + me);
+}
+
+// TCP in every class, a to b, checksummed: expert-dispatch, expert-combine,
+// param-sync and logs streams, and control request/response.
+struct Traffic {
+  std::vector<std::unique_ptr<Transfer>> streams;
+  std::thread rpc;
+  std::vector<double> rtts;
+  int rpc_count;
+  uint64_t bytes = 0;
+  explicit Traffic(std::chrono::seconds len, uint16_t round) {
+    const double secs = static_cast<double>(len.count());
+    struct C {
+      uint16_t port;
+      double rate;
+    };
+    uint16_t off = static_cast<uint16_t>(round % 50);
+    for (C c :
+         {C{static_cast<uint16_t>(50400 + off), 20e6}, C{static_cast<uint16_t>(51400 + off), 20e6},
+          C{static_cast<uint16_t>(52400 + off), 10e6},
+          C{static_cast<uint16_t>(54010 + off), 5e6}}) {
+      uint64_t n = static_cast<uint64_t>(c.rate * secs / 8);
+      bytes += n;
+      streams.push_back(std::make_unique<Transfer>(
+          TransferSpec{"dpl-a", "dpl-b", "10.99.0.2", c.port, 0, 0, n, c.rate}));
+    }
+    rpc_count = static_cast<int>(secs * 300);
+    rpc = std::thread([this, off] {
+      rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", static_cast<uint16_t>(53040 + off), rpc_count,
+                       256, 3000);
+    });
+  }
+  // false (with the reason added to the test's failures) when anything broke
+  bool intact(const std::string& during) {
+    bool ok = true;
+    for (auto& t : streams) {
+      auto r = t->wait();
+      EXPECT_TRUE(r.ok()) << during << ": \"" << r.error << "\", sent " << r.sent << " received "
+                          << r.received;
+      ok = ok && r.ok();
+    }
+    rpc.join();
+    EXPECT_EQ(static_cast<int>(rtts.size()), rpc_count) << during << ": the control stream broke";
+    return ok && static_cast<int>(rtts.size()) == rpc_count;
+  }
+  ~Traffic() {
+    if (rpc.joinable()) rpc.join();
+  }
+};
+
+class Soak : public Fixture {};
+
+TEST_F(Soak, TrafficSurvivesFlapsRestartsAndReloadsAndNothingLeaks) {
+  const char* env = std::getenv("DP_SOAK_SECONDS");
+  const auto duration = std::chrono::seconds(env ? std::atoi(env) : 90);
+  ASSERT_TRUE(wait_all_up(30s));
+  const std::string base_a = footprint("dpl-a"), base_b = footprint("dpl-b");
+  const auto base_objects = bpf_objects();
+  const pid_t b = daemon_pid("dpl-b");
+  ASSERT_GT(b, 0);
+
+  struct Action {
+    const char* what;
+    std::function<void()> run;
+  };
+  auto flap = [](const char* rail) {
+    must(nsenter("dpl-b") + "ip link set " + rail + " down");
+    std::this_thread::sleep_for(1s);
+    must(nsenter("dpl-b") + "ip link set " + rail + " up");
+    restore_lab_routes("dpl-b");
+    restore_lab_routes("dpl-a");
+  };
+  auto restart_a = [](int sig) {
+    pid_t a = daemon_pid("dpl-a");
+    ASSERT_GT(a, 0);
+    ASSERT_EQ(::kill(a, sig), 0);
+    wait_gone(a);
+    must(dp_lab() + " start a");
+  };
+  const std::vector<Action> actions = {
+      {"rail0 flaps", [&] { flap("rail0"); }},
+      {"node a's daemon is killed (SIGKILL) and restarted", [&] { restart_a(SIGKILL); }},
+      {"both policies are reloaded",
+       [] {
+         for (const char* n : {"a", "b"}) must(dp_lab() + " dpctl " + n + " policy reload");
+       }},
+      {"rail1 flaps", [&] { flap("rail1"); }},
+      {"node a's daemon is stopped (SIGTERM) and restarted", [&] { restart_a(SIGTERM); }},
+      {"rail0 is blackholed both ways for 2 s",
+       [] {
+         attach_drop("dpl-b", "rail0", 100000);
+         attach_drop("dpl-a", "rail0", 100000);
+         std::this_thread::sleep_for(2s);
+         attach_drop("dpl-a", "rail0", 0, true);
+         attach_drop("dpl-b", "rail0", 0, true);
+       }},
+  };
+
+  auto start = std::chrono::steady_clock::now();
+  long rss_first = -1, rss_last = -1;
+  size_t fds_first = 0, fds_last = 0;
+  uint64_t bytes = 0;
+  int rounds = 0;
+  while (std::chrono::steady_clock::now() - start < duration) {
+    const Action& act = actions[static_cast<size_t>(rounds) % actions.size()];
+    {
+      Traffic traffic(6s, static_cast<uint16_t>(rounds));
+      std::this_thread::sleep_for(1500ms);
+      act.run();
+      if (!traffic.intact(act.what)) break;
+      bytes += traffic.bytes;
+    }
+    ++rounds;
+    ASSERT_TRUE(wait_all_up(60s)) << "the rails did not come back after: " << act.what;
+    ASSERT_EQ(daemon_pid("dpl-b"), b) << "node b's daemon was never to restart";
+    rss_last = status_kib(b, "VmRSS");
+    fds_last = open_fds(b);
+    if (rounds == static_cast<int>(actions.size())) {  // after the first of every action
+      rss_first = rss_last;
+      fds_first = fds_last;
+    }
+    std::fprintf(stderr, "soak: round %d (%s): intact; node b's daemon: %ld KiB, %zu fds\n", rounds,
+                 act.what, rss_last, fds_last);
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("soak: %d rounds in %.0f s, %.1f MB delivered intact\n", rounds, secs,
+              static_cast<double>(bytes) / 1e6);
+  EXPECT_GE(rounds, static_cast<int>(actions.size())) << "every action ran at least once";
+
+  // nothing leaked: what dualpath made is what it was
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(footprint("dpl-a"), base_a);
+  EXPECT_EQ(footprint("dpl-b"), base_b);
+  auto objects = bpf_objects();
+  for (int i = 0; i < 50 && objects != base_objects; ++i) {  // freed after an RCU grace period
+    std::this_thread::sleep_for(100ms);
+    objects = bpf_objects();
+  }
+  EXPECT_EQ(objects.first, base_objects.first) << "BPF programs named dp_*";
+  EXPECT_EQ(objects.second, base_objects.second) << "BPF maps named dp_*";
+  if (rss_first > 0) {
+    std::printf("soak: node b's daemon: %ld -> %ld KiB resident, %zu -> %zu fds\n", rss_first,
+                rss_last, fds_first, fds_last);
+    EXPECT_LE(fds_last, fds_first) << "descriptors leaked";
+    EXPECT_LE(rss_last, rss_first + 2048) << "resident memory grew by more than 2 MiB";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto* env = new Env;
+  env->edit = [](const std::string& text) {
+    return std::regex_replace(text, std::regex("holddown = \"5m\""),
+                              "holddown = \"3s\"\nramp_interval = \"500ms\"");
+  };
+  // a clsact on b's rails for the blackhole's drop filters, as in the fault tests
+  env->prepare = [] {
+    must(nsenter("dpl-b") + "tc qdisc add dev rail0 clsact");
+    must(nsenter("dpl-b") + "tc qdisc add dev rail1 clsact");
+    return std::string();
+  };
+  ::testing::AddGlobalTestEnvironment(env);
+  return RUN_ALL_TESTS();
+}
