@@ -306,6 +306,24 @@ void Daemon::carry_out(Plan plan) {
     }
   }
   for (const auto& r : plan.resets) reset_connections(r.path, r.latency_sensitive_only);
+  // packets caught waiting for address resolution on a rail routed around
+  // (Routing::drop_unresolved_neighbours): on every plan, as one may have
+  // been queued just after the last sweep
+  auto around = controller_.routed_around_for(policy_);
+  for (size_t i = 0; i < around.size(); ++i) {
+    if (!around[i]) continue;
+    auto n = Routing::drop_unresolved_neighbours(policy_.paths[i].interface);
+    if (!n)
+      spdlog::warn("path {}: {}", policy_.paths[i].name, n.error().what());
+    else if (*n > 0)
+      // the failed rail's own traffic (BFD) makes new ones: said once
+      spdlog::log(neighbours_said_ ? spdlog::level::debug : spdlog::level::info,
+                  "path {}: {} unresolved neighbour entr{} deleted (packets waiting there are "
+                  "sent again by TCP on the new path)",
+                  policy_.paths[i].name, *n, *n == 1 ? "y" : "ies");
+    neighbours_said_ = neighbours_said_ || (n && *n > 0);
+  }
+  if (std::find(around.begin(), around.end(), true) == around.end()) neighbours_said_ = false;
 }
 
 // The separate topology: a failed rail's classified TCP connections cannot

@@ -93,6 +93,7 @@ class Daemon {
   bool have_policy_ = false;
   std::chrono::steady_clock::time_point started_;
   uint64_t ticks_ = 0;
+  bool neighbours_said_ = false;  // unresolved neighbours of a failed rail deleted: logged once
   std::chrono::steady_clock::time_point cgroups_checked_{};
 
   EventLoop loop_;

@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netlink/netlink.h>
+#include <netlink/route/neighbour.h>
 #include <netlink/route/route.h>
 #include <netlink/route/rule.h>
 
@@ -327,6 +328,27 @@ Result<RoutingChange> Routing::remove(const Policy& p) {
     ++ch.removed;
   }
   return ch;
+}
+
+Result<int> Routing::drop_unresolved_neighbours(const std::string& ifname) {
+  unsigned idx = if_nametoindex(ifname.c_str());
+  if (!idx) return 0;  // gone: nothing of it is queued
+  NlSock s;
+  DP_TRY(connect(s));
+  nl_cache* raw = nullptr;
+  DP_TRY(nl_err(rtnl_neigh_alloc_cache(s.sk, &raw), "reading the neighbour table failed"));
+  CachePtr cache(raw);
+  std::vector<rtnl_neigh*> unresolved;
+  for (nl_object* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
+    auto* n = reinterpret_cast<rtnl_neigh*>(o);
+    if (rtnl_neigh_get_ifindex(n) == static_cast<int>(idx) &&
+        (rtnl_neigh_get_state(n) & NUD_INCOMPLETE))
+      unresolved.push_back(n);
+  }
+  int dropped = 0;
+  for (auto* n : unresolved)
+    if (rtnl_neigh_delete(s.sk, n, 0) >= 0) ++dropped;  // gone meanwhile: resolved or failed
+  return dropped;
 }
 
 Result<std::vector<RoutingObject>> Routing::owned(const Policy& p) {

@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
   int trials = 20;
   std::string only;
   app.add_option("--trials", trials, "trials of each fault")->capture_default_str();
+  bool diagnose = false;
+  app.add_flag("--diagnose", diagnose,
+               "read both nodes' rules and routes mid-fault; print them when a stream stalled");
   app.add_option("--faults", only,
                  "comma-separated faults to run (blackhole, one way, loss 30%, carrier, none)");
   CLI11_PARSE(app, argc, argv);
@@ -224,7 +227,23 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(1000ms);
       uint64_t since = last_event();
       int64_t t0 = list[f].inject();
-      std::this_thread::sleep_for(2000ms);
+      std::this_thread::sleep_for(1000ms);
+      // the nodes' routing in the middle of the fault, shown if a stream stalled
+      std::string mid;
+      if (diagnose)
+        for (const char* ns : {"dpl-a", "dpl-b"})
+          mid += std::string(ns) + ":\n" + sh(nsenter(ns) + "ip rule show").out +
+                 sh(nsenter(ns) +
+                    "ip route show table all | grep -v '^local\\|^broadcast\\|fe80\\|^multicast'")
+                     .out +
+                 sh(nsenter(ns) + "ip -s link show dev rail0").out +
+                 sh(nsenter(ns) + "nstat -azs TcpExtTCPSpuriousRtxHostQueues").out +
+                 sh(nsenter(ns) + "tc -s qdisc show dev rail0").out +
+                 sh(nsenter(ns) +
+                    "ss -tin '( sport = 50201 or dport = 50201 or sport = 51201 or "
+                    "dport = 51201 or sport = 53060 or dport = 53060 )'")
+                     .out;
+      std::this_thread::sleep_for(1000ms);
       json evs = events_since(since);
       st.decision.add(first_after(evs, t0, ls_moved));
       if (std::string(list[f].name) == "carrier") {
@@ -244,6 +263,13 @@ int main(int argc, char** argv) {
       if (!rtts.empty()) st.rpc_stall.add(*std::max_element(rtts.begin(), rtts.end()) / 1000.0);
       if (!a.ok() || !b.ok())
         std::fprintf(stderr, "  %s: %s / %s\n", list[f].name, a.error.c_str(), b.error.c_str());
+      std::fprintf(stderr, "  %s: gaps %.0f / %.0f ms, longest RPC %.0f ms\n", list[f].name,
+                   static_cast<double>(a.max_gap_us) / 1000,
+                   static_cast<double>(b.max_gap_us) / 1000,
+                   rtts.empty() ? -1.0 : *std::max_element(rtts.begin(), rtts.end()) / 1000.0);
+      if (diagnose && (std::max(a.max_gap_us, b.max_gap_us) > 1'000'000 ||
+                       (!rtts.empty() && *std::max_element(rtts.begin(), rtts.end()) > 1e6)))
+        std::fprintf(stderr, "  stalled; mid-fault routing:\n%s\n", mid.c_str());
     }
     // ---- idle blackhole: BFD alone
     if (only.empty() || only.find("idle") != std::string::npos) {

@@ -41,6 +41,15 @@ class Routing {
   // went away).
   static Result<std::vector<RoutingObject>> missing(const Policy& p,
                                                     const std::vector<bool>& failed = {});
+  // Deletes the unresolved (INCOMPLETE) neighbour entries of a failed rail's
+  // interface; returns how many. Packets routed to the rail just before it
+  // was routed around wait in such an entry's queue for address resolution
+  // that cannot succeed (up to 3 s), and while a TCP segment waits there,
+  // TCP does not retransmit it (TCPSpuriousRtxHostQueues): the connection
+  // stalls although its decision and routing have moved. Deleting the entry
+  // drops those packets, so TCP retransmits on the new path. Resolved,
+  // permanent and noarp entries are not touched.
+  static Result<int> drop_unresolved_neighbours(const std::string& ifname);
 };
 
 }  // namespace dp
