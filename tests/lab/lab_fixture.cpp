@@ -48,6 +48,15 @@ void wait_gone(pid_t pid) {
 
 std::string nsenter(const std::string& ns) { return "nsenter --net=/run/netns/" + ns + " -- "; }
 
+void restore_lab_routes(const std::string& ns) {
+  bool a = ns == "dpl-a";
+  std::string me = a ? "1" : "2", peer = a ? "2" : "1";
+  sh(nsenter(ns) + "ip route replace 10.99.0." + peer + "/32 via 10.98.0." + peer +
+     " dev rail0 src 10.99.0." + me);
+  sh(nsenter(ns) + "ip -6 route replace fd99::" + peer + "/128 via fd98:0::" + peer +
+     " dev rail0 src fd99::" + me);
+}
+
 bool wait_all_up(std::chrono::seconds timeout) {
   auto end = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < end) {

@@ -30,6 +30,9 @@ void wait_gone(pid_t pid);
 std::string nsenter(const std::string& ns);
 // Waits until every rail of both nodes is up with BFD up; false on timeout.
 bool wait_all_up(std::chrono::seconds timeout);
+// The lab's own routes over rail0 (not dualpath's) that the kernel removed
+// with an interface taken down, put back in ns (dpl-a or dpl-b).
+void restore_lab_routes(const std::string& ns);
 
 // Runs fn() with this thread in network namespace ns, then returns to the
 // original one. Returns fn()'s error message, or why ns could not be entered.

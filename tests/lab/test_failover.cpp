@@ -57,17 +57,6 @@ class Failover : public Fixture {
     since_a_ = last_event("a");
   }
 
-  // The lab's own routes over rail0 (not dualpath's) that the kernel removed
-  // with an interface taken down.
-  static void restore_lab_routes(const std::string& ns) {
-    bool a = ns == "dpl-a";
-    std::string me = a ? "1" : "2", peer = a ? "2" : "1";
-    sh(nsenter(ns) + "ip route replace 10.99.0." + peer + "/32 via 10.98.0." + peer +
-       " dev rail0 src 10.99.0." + me);
-    sh(nsenter(ns) + "ip -6 route replace fd99::" + peer + "/128 via fd98:0::" + peer +
-       " dev rail0 src fd99::" + me);
-  }
-
   // After the fault is gone: rail0 of node a comes back through the
   // hold-down and every ramp step, in order and not early.
   void expect_failback() {

@@ -100,15 +100,6 @@ size_t open_fds(pid_t pid) {
   return n;
 }
 
-void restore_lab_routes(const std::string& ns) {
-  bool a = ns == "dpl-a";
-  std::string me = a ? "1" : "2", peer = a ? "2" : "1";
-  sh(nsenter(ns) + "ip route replace 10.99.0." + peer + "/32 via 10.98.0." + peer +
-     " dev rail0 src 10.99.0." + me);
-  sh(nsenter(ns) + "ip -6 route replace fd99::" + peer + "/128 via fd98:0::" + peer +
-     " dev rail0 src fd99::" + me);
-}
-
 // TCP in every class, a to b, checksummed: expert-dispatch, expert-combine,
 // param-sync and logs streams, and control request/response.
 struct Traffic {
