@@ -146,17 +146,22 @@ TEST(Controller, FailbackWaitsOutTheHolddownThenRampsTheFormerShareBack) {
   EXPECT_EQ(steps.back(), kAll) << "the former share is back";
 }
 
-TEST(Controller, DataPathEvidenceMovesLatencySensitiveClassesBeforeBfdCanTell) {
-  Fixture f;
+// A quiet tick, then one where rail0's flows had 2 RTOs and retransmitted
+// half of what they sent while rail1's were clean: the plan of that tick.
+Plan evidence_against_rail0(Fixture& f) {
   TickInput in = f.quiet(f.t + 1s);
   f.carry_out(f.c.tick(in));
-  // rail0's flows: 2 RTOs and half of what they sent retransmitted; rail1 clean
   in.now += 50ms;
   in.rails[0].tcp.segs_out = 100;
   in.rails[0].tcp.retrans_segs = 50;
   in.rails[0].tcp.rto_events = 2;
   in.rails[1].tcp.segs_out = 1000;
-  Plan plan = f.c.tick(in);
+  return f.c.tick(in);
+}
+
+TEST(Controller, DataPathEvidenceMovesLatencySensitiveClassesBeforeBfdCanTell) {
+  Fixture f;
+  Plan plan = evidence_against_rail0(f);
   EXPECT_EQ(f.c.health(0).state(), RailState::Suspect);
   for (auto name : {"expert-dispatch", "control"}) {
     auto* w = f.write_of(plan, name);
@@ -176,14 +181,7 @@ TEST(Controller, ElasticClassesMayBeToldToWaitForBfd) {
   p.health.suspect_moves_elastic = false;  // suspect_moves = "latency_sensitive"
   f.c.set_policy(p, {true, true}, {false, false}, {}, f.t);
   f.carry_out(f.c.settle(f.t));
-  TickInput in = f.quiet(f.t + 1s);
-  f.carry_out(f.c.tick(in));
-  in.now += 50ms;
-  in.rails[0].tcp.segs_out = 100;
-  in.rails[0].tcp.retrans_segs = 50;
-  in.rails[0].tcp.rto_events = 2;
-  in.rails[1].tcp.segs_out = 1000;
-  Plan plan = f.c.tick(in);
+  Plan plan = evidence_against_rail0(f);
   ASSERT_EQ(f.c.health(0).state(), RailState::Suspect);
   EXPECT_NE(f.write_of(plan, "control"), nullptr) << "latency-sensitive classes move";
   EXPECT_EQ(f.write_of(plan, "expert-combine"), nullptr) << "elastic ones stay";
