@@ -33,6 +33,43 @@ static __always_inline void dp_count_tx(__u32 rail, __u8 cls, __u32 len)
 	}
 }
 
+/* The fields of the kernel's struct tcp_sock that burst placement reads,
+ * relocated by name against the running kernel's BTF (CO-RE). */
+struct tcp_sock {
+	__u32 srtt_us; /* smoothed RTT << 3 */
+	__u32 snd_una;
+	__u32 snd_nxt;
+	__u32 write_seq;
+} __attribute__((preserve_access_index));
+
+/* What the packet's TCP socket says at the start of a burst: `unsent`, the
+ * bytes the application wrote and TCP has not sent yet, this packet's
+ * included (how large the burst is, as far as the send buffer holds it), and
+ * `in_flight`, the bytes sent before this packet and not yet acknowledged,
+ * and `srtt_ns`, the connection's smoothed RTT (what its bytes take to
+ * arrive, queueing included). Returns 0 without a TCP socket (a forwarded
+ * packet, UDP, BPF_PROG_TEST_RUN). At tc egress TCP has not yet counted the
+ * packet in snd_nxt. */
+static __always_inline int dp_tcp_state(struct __sk_buff *skb, __u64 *unsent, __u64 *in_flight,
+					__u64 *srtt_ns)
+{
+	struct bpf_sock *sk;
+	struct tcp_sock *tp;
+
+	if (!skb)
+		return 0;
+	sk = skb->sk;
+	if (!sk)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	*unsent = (__u32)(tp->write_seq - tp->snd_nxt);
+	*in_flight = (__u32)(tp->snd_nxt - tp->snd_una);
+	*srtt_ns = (__u64)(tp->srtt_us >> 3) * 1000;
+	return 1;
+}
+
 /* An existing flow changes rail: record it and count it on the new rail. */
 static __always_inline void dp_flow_move(struct dp_flow *f, __u32 to, __u8 cls)
 {
@@ -50,12 +87,15 @@ static __always_inline void dp_flow_move(struct dp_flow *f, __u32 to, __u8 cls)
  * A split class is placed by cells when the daemon says so (dp_cells): each
  * cell of a flow, and each new flow, goes where it would finish first
  * (dp_place_ecf), but a cell changes rail only if it cannot overtake the
- * flow's own bytes on the rail it leaves (unless DP_CELL_F_ANY_ORDER). Otherwise a new flow and a new flowlet (after an idle gap)
- * are placed by the shares, by hash. A flow whose rail lost its share moves
- * at once either way. */
+ * flow's own bytes on the rail it leaves (unless DP_CELL_F_ANY_ORDER). A
+ * class placed by bursts (DP_CELL_F_BURSTS) has its bursts measured whether
+ * split or not, and, while split, a flow's next burst goes where the daemon
+ * planned it (dp_plans); a flow without a plan stays. Otherwise a new flow and
+ * a new flowlet (after an idle gap) are placed by the shares, by hash. A flow
+ * whose rail lost its share moves at once either way. */
 static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __u8 rule, __u32 gen,
 					  __u32 rail_here, __u32 len, __u64 flowlet_gap_ns,
-					  __u64 mono_tstamp)
+					  __u64 mono_tstamp, struct __sk_buff *skb)
 {
 	__u32 idx = cls, zero = 0;
 	struct dp_decision *d = bpf_map_lookup_elem(&dp_decisions, &idx);
@@ -64,7 +104,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 	struct dp_counters *c;
 	struct dp_flow *f;
 	__u32 target;
-	int split;
+	int split, bursts;
 
 	if (!d)
 		return rail_here;
@@ -76,10 +116,13 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		if (!vq)
 			cc = 0;
 	}
-	/* the time is needed only for a split class (flowlets, cells): a TCP
-	 * packet carries it (its departure time, set by TCP on the monotonic
-	 * clock); others read the clock */
-	int timed = split && (flowlet_gap_ns || cc);
+	/* bursts are measured split or not, so that the daemon knows them
+	 * before it splits the class */
+	bursts = flowlet_gap_ns && dp_bursts_of(cls);
+	/* the time is needed only for a split class (flowlets, cells) and for
+	 * bursts: a TCP packet carries it (its departure time, set by TCP on the
+	 * monotonic clock); others read the clock */
+	int timed = (split && (flowlet_gap_ns || cc)) || bursts;
 	__u64 now = timed ? (mono_tstamp ? mono_tstamp : bpf_ktime_get_ns()) : 0;
 
 	f = bpf_map_lookup_elem(&dp_flows, &pkt->key);
@@ -107,6 +150,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		nf.rule = rule;
 		nf.rail = target;
 		nf.flowlet = 1;
+		nf.burst_bytes = bursts ? len : 0;
 		if (bpf_map_update_elem(&dp_flows, &pkt->key, &nf, BPF_NOEXIST) == 0) {
 			c = dp_counters_of(target, cls);
 			if (c)
@@ -138,7 +182,8 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		}
 		target = moved;
 	} else if (timed && !(f->flags & DP_FLOW_F_COARSE_TIME)) {
-		int idle = flowlet_gap_ns && now - f->last_seen_ns > flowlet_gap_ns;
+		__u64 idle_ns = now - f->last_seen_ns;
+		int idle = flowlet_gap_ns && idle_ns > flowlet_gap_ns;
 		int new_cell = 0;
 
 		if (cc) {
@@ -146,7 +191,64 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 
 			new_cell = (f->bytes >> sh) != ((f->bytes + len) >> sh);
 		}
-		if (idle || new_cell) {
+		if (bursts && idle) {
+			/* a new burst: where the daemon planned it, if split */
+			__u32 planned = split ? dp_planned_rail(&pkt->key, d) : DP_RAIL_NONE;
+
+			f->last_burst = f->burst_bytes;
+			f->burst_bytes = 0;
+			f->flowlet += 1;
+			f->flags &= ~DP_FLOW_F_OVERFLOW;
+			if (planned != DP_RAIL_NONE) {
+				/* the socket, when there is one, says more than the
+				 * idle gap. The plan took the last burst for this
+				 * one's size, so a burst the application wrote larger
+				 * than that goes to the class's main rail from its
+				 * first byte, whatever it still has in flight (it
+				 * would move there in the middle of the burst
+				 * anyway). Otherwise a flow whose last bytes are still
+				 * in flight, sent less than an RTT ago, stays: this
+				 * burst would overtake them (an unacknowledged tail
+				 * sent an RTT ago has arrived; its ACK is only
+				 * delayed). */
+				__u64 unsent = 0, in_flight = 0, srtt_ns = 0;
+				__u32 main = dp_main_rail(d);
+
+				if (dp_tcp_state(skb, &unsent, &in_flight, &srtt_ns)) {
+					if (main != DP_RAIL_NONE && planned != main &&
+					    dp_burst_outgrows(unsent, f->last_burst)) {
+						planned = main;
+						f->flags |= DP_FLOW_F_OVERFLOW;
+					} else if (in_flight && idle_ns <= srtt_ns) {
+						planned = DP_RAIL_NONE;
+					}
+				}
+			}
+			if (planned != DP_RAIL_NONE && planned != target) {
+				dp_flow_move(f, planned, cls);
+				target = planned;
+			}
+			c = dp_counters_of(target, cls);
+			if (c)
+				c->flowlets += 1;
+		} else if (bursts) {
+			/* in a burst: it stays where it began, unless the burst
+			 * outgrew the plan (its flow's last burst was much
+			 * smaller: the plan put it on a rail for less than it
+			 * carries). Then it finishes on the class's main rail:
+			 * a move reorders what is queued behind it once, where
+			 * staying would hold the whole round back. */
+			if (split && !(f->flags & DP_FLOW_F_OVERFLOW) &&
+			    dp_burst_outgrows(f->burst_bytes, f->last_burst)) {
+				__u32 main = dp_main_rail(d);
+
+				f->flags |= DP_FLOW_F_OVERFLOW;
+				if (main != DP_RAIL_NONE && main != target) {
+					dp_flow_move(f, main, cls);
+					target = main;
+				}
+			}
+		} else if (idle || new_cell) {
 			/* a new flowlet or cell: by completion time, or by the
 			 * shares (deterministic per flow and flowlet number) */
 			__u32 flowlet = f->flowlet + 1;
@@ -176,6 +278,8 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		dp_vq_add(vq, cc, target, len, now);
 		f->tail_ns = vq->finish_ns[target & (DP_MAX_RAILS - 1)];
 	}
+	if (bursts)
+		f->burst_bytes += len;
 	if (timed) {
 		f->last_seen_ns = now;
 		f->flags &= ~DP_FLOW_F_COARSE_TIME;
@@ -292,7 +396,7 @@ int dp_egress(struct __sk_buff *skb)
 	}
 
 	target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
-			      cfg->flowlet_gap_ns, dp_mono_tstamp(skb));
+			      cfg->flowlet_gap_ns, dp_mono_tstamp(skb), skb);
 	dp_apply_qos(skb, &pkt, cls);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);

@@ -162,6 +162,14 @@ json Daemon::status_json() const {
       {"paths_carrying", controller_.paths_carrying()},
       {"all_paths_down", controller_.all_down()},
       {"flowlet_gap_us", static_cast<double>(datapath_->flowlet_gap_ns()) / 1000},
+      {"placement",
+       {{"mode", policy_.topology != Topology::Shared ? "connections"
+                 : policy_.scheduler.burst_placement  ? "bursts"
+                 : policy_.scheduler.flowcell         ? "cells"
+                                                      : "flowlets"},
+        {"flowcell_bytes", policy_.scheduler.flowcell},
+        {"flowcell_order", policy_.scheduler.flowcell_any_order ? "any" : "keep"},
+        {"planned_flows", datapath_->planned_flows()}}},
       {"topology", to_string(policy_.topology)},
       {"steering", render_steering(policy_)},
       {"checks", to_json(checks_)},

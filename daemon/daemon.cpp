@@ -250,9 +250,55 @@ void Daemon::tick() {
   measurements_.collect(policy_, *datapath_, ticks_);
   adapt_flowlet_gap();
   carry_out(controller_.tick(measurements_.tick_input(policy_, *datapath_)));
+  place_bursts();
   if (metrics_ && metrics_->wanted()) publish_metrics();  // a scrape waits for it
   ++ticks_;
   sd_notify(0, "WATCHDOG=1");
+}
+
+// [scheduler] placement = "bursts": where each active flow of a split elastic
+// class sends its next burst (core/bursts.cpp), from the bursts the datapath
+// measured, on the rails the class's decision opens, at the capacity the
+// other traffic leaves them (the cell settings' ns_per_kib).
+void Daemon::place_bursts() {
+  const auto& cells = controller_.cells();
+  if (!cells || !cells->bursts) {
+    if (plans_written_) {  // placement changed by a reload: the plans go
+      if (auto r = datapath_->write_plans({}, {}); !r)
+        spdlog::warn("clearing the burst plans failed: {}", r.error().what());
+      else
+        plans_written_ = false;
+    }
+    return;
+  }
+  const size_t C = policy_.classes.size(), P = policy_.paths.size();
+  std::vector<std::vector<bool>> allowed(C, std::vector<bool>(P, false));
+  std::vector<bool> planned(C, false);
+  for (size_t c = 0; c < C && c < cells->classes.size(); ++c) {
+    const Shares& w = controller_.written_shares(c);
+    // only a split class: a class whole on one rail has nowhere else to go
+    size_t open = 0;
+    for (size_t p = 0; p < P && p < w.size(); ++p) open += w[p] > 0;
+    if (!cells->classes[c] || open < 2) continue;
+    planned[c] = true;
+    for (size_t p = 0; p < P && p < w.size(); ++p)
+      allowed[c][p] = w[p] > 0 && datapath_->present(p);
+  }
+  std::vector<double> left(P, 0);
+  for (size_t p = 0; p < P && p < cells->ns_per_kib.size(); ++p)
+    if (cells->ns_per_kib[p]) left[p] = 8192e9 / cells->ns_per_kib[p];
+  // flows that sent in the last two seconds: the bursts of a step recur
+  // well within that; older plans go
+  auto flows = datapath_->burst_flows(planned, std::chrono::seconds(2));
+  std::vector<BurstFlow> bursts;
+  bursts.reserve(flows.size());
+  for (auto& f : flows) bursts.push_back(f.flow);
+  std::vector<int> priority;
+  for (auto& c : policy_.classes) priority.push_back(c.priority);
+  auto plan = plan_bursts(bursts, allowed, priority, left);
+  if (auto r = datapath_->write_plans(flows, plan); !r)
+    spdlog::warn("writing the burst plans failed: {}", r.error().what());
+  plans_written_ = true;
 }
 
 // Rails whose delays differ need a longer flowlet gap, or a re-placed
@@ -287,7 +333,8 @@ void Daemon::carry_out(Plan plan) {
   }
   if (plan.cells) {
     const auto& c = *plan.cells;
-    if (auto r = datapath_->write_cells(c.shift, c.classes, c.ns_per_kib, c.any_order); !r)
+    if (auto r = datapath_->write_cells(c.shift, c.classes, c.ns_per_kib, c.any_order, c.bursts);
+        !r)
       spdlog::error("writing the flowcell settings failed: {}", r.error().what());
   }
   if (plan.route_around) {

@@ -64,6 +64,7 @@ class Daemon {
   void tick();
   void check_interfaces();
   void adapt_flowlet_gap();
+  void place_bursts();
   void restart_responder(const Policy& next);
   // Carries a controller plan out: events, decisions first, then routing.
   void carry_out(Plan plan);
@@ -93,6 +94,7 @@ class Daemon {
   bool have_policy_ = false;
   std::chrono::steady_clock::time_point started_;
   uint64_t ticks_ = 0;
+  bool plans_written_ = false;    // dp_plans may hold entries (placement = "bursts")
   bool neighbours_said_ = false;  // unresolved neighbours of a failed rail deleted: logged once
   std::chrono::steady_clock::time_point cgroups_checked_{};
 

@@ -221,6 +221,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_vq SEC(".maps");
 
+/* dp_plans: where each planned flow's next burst goes (abi.h, dp_plan). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DP_PLAN_TABLE_SIZE);
+	__type(key, struct dp_flow_key);
+	__type(value, struct dp_plan);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_plans SEC(".maps");
+
 /* dp_abi: the layout version of these maps (abi.h). Never changes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -265,9 +265,60 @@ static __always_inline const struct dp_cell_cfg *dp_cells_of(__u8 cls)
 	__u32 zero = 0;
 	const struct dp_cell_cfg *cc = bpf_map_lookup_elem(&dp_cells, &zero);
 
-	if (!cc || !cc->cell_shift || cls >= DP_MAX_CLASSES || !((cc->class_mask >> cls) & 1))
+	if (!cc || !cc->cell_shift || (cc->flags & DP_CELL_F_BURSTS) || cls >= DP_MAX_CLASSES ||
+	    !((cc->class_mask >> cls) & 1))
 		return 0;
 	return cc;
+}
+
+/* Bursts (abi.h, DP_CELL_F_BURSTS): whether class `cls` is placed a burst at
+ * a time by the daemon's plan. */
+static __always_inline int dp_bursts_of(__u8 cls)
+{
+	__u32 zero = 0;
+	const struct dp_cell_cfg *cc = bpf_map_lookup_elem(&dp_cells, &zero);
+
+	return cc && (cc->flags & DP_CELL_F_BURSTS) && cls < DP_MAX_CLASSES &&
+	       ((cc->class_mask >> cls) & 1);
+}
+
+/* The usable rail with the largest share of the class (the lowest slot on a
+ * tie), or DP_RAIL_NONE. */
+static __always_inline __u32 dp_main_rail(const struct dp_decision *d)
+{
+	__u32 best = DP_RAIL_NONE, best_share = 0;
+
+#pragma unroll
+	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
+		if (d->share[r] > best_share && dp_rail_usable(r)) {
+			best = r;
+			best_share = d->share[r];
+		}
+	}
+	return best;
+}
+
+/* A burst of `bytes` outgrows the plan made for the flow's last burst: it is
+ * half as large again, and 64 KiB, past it. */
+static __always_inline int dp_burst_outgrows(__u64 bytes, __u64 last_burst)
+{
+	return last_burst && bytes > last_burst + (last_burst >> 1) + 65536;
+}
+
+/* The rail the daemon planned for the flow's next burst, if it has a share
+ * in the class's decision and is usable; else DP_RAIL_NONE. */
+static __always_inline __u32 dp_planned_rail(const struct dp_flow_key *key,
+					     const struct dp_decision *d)
+{
+	struct dp_plan *p = bpf_map_lookup_elem(&dp_plans, key);
+	__u32 r;
+
+	if (!p || p->rail >= DP_MAX_RAILS)
+		return DP_RAIL_NONE;
+	r = p->rail & (DP_MAX_RAILS - 1);
+	if (!d->share[r] || !dp_rail_usable(r))
+		return DP_RAIL_NONE;
+	return r;
 }
 
 /* Earliest completion first: the rail with a share and usable where a cell

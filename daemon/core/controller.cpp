@@ -110,6 +110,10 @@ Plan Controller::tick(const TickInput& in) {
   plan_cells(in, plan);
   Plan settled = settle(in.now);
   settled.events.insert(settled.events.begin(), plan.events.begin(), plan.events.end());
+  // (the scheduler's decisions reach the plan through settle(); the cell
+  // settings only through here: until 2026-12 they were dropped, and the
+  // datapath never saw a cell)
+  settled.cells = std::move(plan.cells);
   return settled;
 }
 
@@ -176,9 +180,13 @@ Plan::Cells plan_cells(const Policy& p, const std::vector<double>& other_bps) {
   Plan::Cells out;
   out.classes.assign(p.classes.size(), false);
   out.ns_per_kib.assign(p.paths.size(), 0);
-  if (p.topology != Topology::Shared || p.scheduler.flowcell == 0) return out;
-  out.shift = static_cast<uint32_t>(std::countr_zero(p.scheduler.flowcell));
-  out.any_order = p.scheduler.flowcell_any_order;
+  if (p.topology != Topology::Shared || (p.scheduler.flowcell == 0 && !p.scheduler.burst_placement))
+    return out;
+  out.bursts = p.scheduler.burst_placement;
+  if (!out.bursts) {
+    out.shift = static_cast<uint32_t>(std::countr_zero(p.scheduler.flowcell));
+    out.any_order = p.scheduler.flowcell_any_order;
+  }
   for (size_t c = 0; c < p.classes.size(); ++c)
     out.classes[c] = p.classes[c].kind == ClassKind::Elastic;
   for (size_t i = 0; i < p.paths.size(); ++i) {
@@ -209,7 +217,8 @@ void Controller::plan_cells(const TickInput& in, Plan& plan) {
   }
   Plan::Cells next = dp::plan_cells(policy_, other);
   // a rail's drain time changes by the tick; a write is worth 5% of it
-  bool same = cells_ && cells_->shift == next.shift && cells_->classes == next.classes &&
+  bool same = cells_ && cells_->shift == next.shift && cells_->bursts == next.bursts &&
+              cells_->classes == next.classes &&
               cells_->ns_per_kib.size() == next.ns_per_kib.size();
   for (size_t i = 0; same && i < next.ns_per_kib.size(); ++i) {
     double a = cells_->ns_per_kib[i], b = next.ns_per_kib[i];

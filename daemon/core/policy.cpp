@@ -509,7 +509,7 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   c.only_keys(*t,
               {"mode", "load_threshold", "latency_tolerance", "dead_zone", "cooldown",
                "ewma_weight", "tick", "flowlet_gap", "adaptive_flowlet_gap", "flowcell",
-               "flowcell_order", "peak_window", "hold"},
+               "flowcell_order", "peak_window", "hold", "placement"},
               s);
   auto& k = p.scheduler;
   if (auto v = c.string(*t, "mode", s, false)) {
@@ -558,6 +558,31 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
                               *bytes));
     else
       k.flowcell = *bytes;
+  }
+  if (auto v = c.string(*t, "placement", s, false)) {
+    const toml::node* n = t->get("placement");
+    if (*v == "bursts") {
+      k.burst_placement = true;
+      // a burst ends at an idle gap: a TCP flow paced by a 250 Mbit rail
+      // pauses for a 64 KiB segment's 2 ms within one, so the flowlet
+      // default (500 us) would cut bursts short
+      if (!t->get("flowlet_gap")) k.flowlet_gap = kDefaultBurstGap;
+      if (k.flowcell != 0)
+        c.error(*n,
+                "placement = \"bursts\" in [scheduler] places whole bursts: remove flowcell "
+                "(the cell size of placement = \"cells\")");
+    } else if (*v == "cells") {
+      if (k.flowcell == 0) k.flowcell = kDefaultFlowcell;
+    } else if (*v == "flowlets") {
+      if (k.flowcell != 0)
+        c.error(*n,
+                "placement = \"flowlets\" in [scheduler] does not use flowcell: remove it, "
+                "or say placement = \"cells\"");
+    } else {
+      c.error(*n, fmt::format("placement in [scheduler] must be \"flowlets\", \"cells\" or "
+                              "\"bursts\", not \"{}\"",
+                              *v));
+    }
   }
   if (auto v = c.string(*t, "flowcell_order", s, false)) {
     if (*v == "keep" || *v == "any")

@@ -162,9 +162,10 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
     bool pinned = cls.pinned || (c < in.operator_pinned.size() && in.operator_pinned[c]);
     if (pinned) continue;  // the scheduler never moves a pinned class
     const size_t pref = static_cast<size_t>(p.path_index(cls.prefer));
-    // placed by cells while split (the datapath's dp_cells): see plan_cells()
-    const bool by_cells =
-        p.topology == Topology::Shared && k.flowcell != 0 && cls.kind == ClassKind::Elastic;
+    // placed by cells or bursts while split (the datapath's dp_cells): see
+    // plan_cells() and plan_bursts()
+    const bool by_cells = p.topology == Topology::Shared &&
+                          (k.flowcell != 0 || k.burst_placement) && cls.kind == ClassKind::Elastic;
     // the class's demand at its peaks: of the short window for a spill,
     // of the hold window for a return
     const double demand = st.demand.peak(in.now, peak_w);
@@ -246,10 +247,11 @@ SchedulerResult schedule(const Policy& p, const SchedulerInput& in, const Schedu
           for (size_t r = 0; r < R; ++r)
             if (r != pref && spare[r] > 0) total_cap += cap[r];
           for (size_t r = 0; r < R; ++r) f[r] = r == pref || spare[r] > 0 ? cap[r] / total_cap : 0;
-          reason = fmt::format(
-              "{} utilisation {} > threshold {:.2f}: {} spills by cells, each on the rail where "
-              "it finishes first",
-              p.paths[pref].name, peak_words(proj[pref]), thr, cls.name);
+          reason = fmt::format("{} utilisation {} > threshold {:.2f}: {} spills by {}",
+                               p.paths[pref].name, peak_words(proj[pref]), thr, cls.name,
+                               k.burst_placement
+                                   ? "bursts, planned so that a round of them finishes soonest"
+                                   : "cells, each on the rail where it finishes first");
         }
         Shares q = quantize(f);
         int change = std::abs(int(q[pref]) - int(before[pref]));

@@ -261,6 +261,9 @@ json render_flows(const std::vector<FlowRow>& rows, size_t total,
         {"retrans_segs", r.flow.retrans_segs},
         {"rto_events", r.flow.rto_events},
         {"replacements", r.flow.replacements},
+        {"flowlets", r.flow.flowlet},
+        {"burst_bytes", r.flow.burst_bytes},
+        {"last_burst_bytes", r.flow.last_burst},
         {"idle_s", now_ns > r.flow.last_seen_ns
                        ? static_cast<double>(now_ns - r.flow.last_seen_ns) / 1e9
                        : 0.0},

@@ -417,10 +417,11 @@ Result<void> Datapath::set_flowlet_gap(uint64_t ns) {
 }
 
 Result<void> Datapath::write_cells(uint32_t shift, const std::vector<bool>& classes,
-                                   const std::vector<uint32_t>& ns_per_kib, bool any_order) {
+                                   const std::vector<uint32_t>& ns_per_kib, bool any_order,
+                                   bool bursts) {
   dp_cell_cfg cc{};
-  cc.cell_shift = shift;
-  cc.flags = any_order ? DP_CELL_F_ANY_ORDER : 0;
+  cc.cell_shift = bursts ? 0 : shift;
+  cc.flags = (any_order ? DP_CELL_F_ANY_ORDER : 0) | (bursts ? DP_CELL_F_BURSTS : 0);
   for (size_t c = 0; c < classes.size() && c < class_slot_.size(); ++c)
     if (classes[c]) cc.class_mask |= 1u << class_slot_[c];
   for (size_t i = 0; i < ns_per_kib.size() && i < rail_slot_.size(); ++i)
@@ -434,6 +435,131 @@ Result<dp_cell_cfg> Datapath::cells() const {
   uint32_t zero = 0;
   DP_TRY(skel_->cells().lookup(&zero, &cc));
   return cc;
+}
+
+namespace {
+
+// Every entry of a hash map, in batches (one system call per batch, not two
+// per entry: the flow table is read every tick while bursts are planned).
+template <class K, class V>
+std::vector<std::pair<K, V>> entries_of(const BpfMap& m) {
+  std::vector<std::pair<K, V>> out;
+  constexpr uint32_t kBatch = 1024;
+  std::vector<K> keys(kBatch);
+  std::vector<V> vals(kBatch);
+  uint32_t token = 0;
+  bool first = true;
+  for (;;) {
+    uint32_t n = kBatch;
+    int rc = bpf_map_lookup_batch(m.fd(), first ? nullptr : &token, &token, keys.data(),
+                                  vals.data(), &n, nullptr);
+    int err = rc ? errno : 0;
+    if (rc && err != ENOENT) {
+      // no batch operations (an older kernel): one key at a time
+      if (first && (err == EINVAL || err == 524 /* ENOTSUPP */ || err == EOPNOTSUPP)) {
+        for (auto& k : keys_of<K>(m)) {
+          V v{};
+          if (m.lookup(&k, &v)) out.emplace_back(k, v);
+        }
+      }
+      return out;
+    }
+    for (uint32_t i = 0; i < n; ++i) out.emplace_back(keys[i], vals[i]);
+    if (err == ENOENT) return out;
+    first = false;
+  }
+}
+
+Datapath::FlowKeyBytes key_bytes(const dp_flow_key& k) {
+  Datapath::FlowKeyBytes b;
+  std::memcpy(b.data(), &k, sizeof(k));
+  return b;
+}
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// An ACK-only flow (the reverse of a bulk flow) has no bursts worth a plan:
+// its packets average far below a data segment.
+constexpr uint64_t kMinMeanPacket = 256;
+// Nor has a flow whose bursts are smaller than this.
+constexpr uint64_t kMinBurst = 16 << 10;
+
+}  // namespace
+
+std::vector<PlannedFlow> Datapath::burst_flows(const std::vector<bool>& classes,
+                                               std::chrono::nanoseconds active) const {
+  std::vector<PlannedFlow> out;
+  std::array<size_t, DP_MAX_CLASSES> klass;
+  klass.fill(BurstPlan::kNone);
+  bool any = false;
+  for (size_t c = 0; c < classes.size() && c < class_slot_.size(); ++c)
+    if (classes[c] && class_slot_[c] >= 0 && class_slot_[c] < DP_MAX_CLASSES) {
+      klass[static_cast<size_t>(class_slot_[c])] = c;
+      any = true;
+    }
+  if (!any) return out;
+  std::array<size_t, DP_MAX_RAILS> path;
+  path.fill(BurstPlan::kNone);
+  for (size_t i = 0; i < rail_slot_.size(); ++i)
+    if (rail_slot_[i] >= 0 && rail_slot_[i] < DP_MAX_RAILS)
+      path[static_cast<size_t>(rail_slot_[i])] = i;
+  const uint64_t now = monotonic_ns();
+  const auto since = static_cast<uint64_t>(active.count());
+  for (auto& [k, f] : entries_of<dp_flow_key, dp_flow>(skel_->flows())) {
+    if (f.cls >= DP_MAX_CLASSES || klass[f.cls] == BurstPlan::kNone) continue;
+    if (f.last_seen_ns + since < now || !f.packets || f.bytes / f.packets < kMinMeanPacket)
+      continue;
+    uint64_t burst = std::max(f.last_burst, f.burst_bytes);
+    if (burst < kMinBurst) continue;
+    out.push_back(
+        {k, {klass[f.cls], f.rail < DP_MAX_RAILS ? path[f.rail] : BurstPlan::kNone, burst}});
+  }
+  // the table holds the largest bursts when there are more flows than it
+  if (out.size() > DP_PLAN_TABLE_SIZE) {
+    std::nth_element(
+        out.begin(), out.begin() + DP_PLAN_TABLE_SIZE, out.end(),
+        [](const PlannedFlow& a, const PlannedFlow& b) { return a.flow.burst > b.flow.burst; });
+    out.resize(DP_PLAN_TABLE_SIZE);
+  }
+  return out;
+}
+
+Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const BurstPlan& plan) {
+  BpfMap m = skel_->plans();
+  if (!plans_read_) {  // what a previous process planned is ours to keep or delete
+    for (auto& [k, v] : entries_of<dp_flow_key, dp_plan>(m)) plans_[key_bytes(k)] = v.rail;
+    plans_read_ = true;
+  }
+  std::map<FlowKeyBytes, uint32_t> want;
+  for (size_t i = 0; i < flows.size() && i < plan.path.size(); ++i) {
+    size_t p = plan.path[i];
+    if (p == BurstPlan::kNone || p >= rail_slot_.size() || rail_slot_[p] < 0) continue;
+    want[key_bytes(flows[i].key)] = static_cast<uint32_t>(rail_slot_[p]);
+  }
+  for (auto it = plans_.begin(); it != plans_.end();) {
+    if (want.count(it->first)) {
+      ++it;
+      continue;
+    }
+    dp_flow_key k;
+    std::memcpy(&k, it->first.data(), sizeof(k));
+    DP_TRY(m.remove(&k));
+    it = plans_.erase(it);
+  }
+  for (auto& [kb, rail] : want) {
+    auto it = plans_.find(kb);
+    if (it != plans_.end() && it->second == rail) continue;
+    dp_flow_key k;
+    std::memcpy(&k, kb.data(), sizeof(k));
+    dp_plan v{rail, ++plan_version_};
+    DP_TRY(m.update(&k, &v));
+    plans_[kb] = rail;
+  }
+  return {};
 }
 
 std::vector<std::chrono::nanoseconds> Datapath::cell_backlog() const {

@@ -34,7 +34,7 @@
 #ifdef DP_ABI_TEST_LAYOUT
 #define DP_LAYOUT_VERSION 0x8001u
 #else
-#define DP_LAYOUT_VERSION 2u /* 2: dp_flow.tail_ns, dp_cell_cfg.flags */
+#define DP_LAYOUT_VERSION 3u /* 2: dp_flow.tail_ns, dp_cell_cfg.flags; 3: bursts */
 #endif
 
 /* dp_abi: ARRAY with one element, written by the daemon: the layout version
@@ -176,6 +176,29 @@ enum dp_cell_flags {
   /* a cell may overtake the flow's own bytes on another rail (reordering);
    * without it, a flow moves only when its last byte would arrive first */
   DP_CELL_F_ANY_ORDER = 1u << 0,
+  /* bursts instead of cells: the classes in class_mask are placed a whole
+   * burst at a time (a burst ends at an idle gap of dp_config.flowlet_gap_ns),
+   * each flow's next burst on the rail the daemon planned for it (dp_plans);
+   * cell_shift and ns_per_kib are not used */
+  DP_CELL_F_BURSTS = 1u << 1,
+};
+
+/*
+ * Burst placement (DP_CELL_F_BURSTS). The datapath measures each flow's
+ * bursts (dp_flow.burst_bytes, last_burst); the daemon reads them every tick
+ * and plans where each flow's next burst goes so that the bursts of a round
+ * finish together on all rails (largest first, each where it would finish
+ * first given the capacity left: daemon/core/bursts.cpp), and writes the plan
+ * here. A flow changes rail only at the start of a burst, after an idle gap:
+ * never in the middle of one, so a burst is never reordered.
+ *
+ * dp_plans: HASH, flow key -> the rail slot of the flow's next burst. Written
+ * by the daemon only; a flow without an entry stays where it is.
+ */
+#define DP_PLAN_TABLE_SIZE 4096 /* the daemon plans the largest bursts first */
+struct dp_plan {
+  __u32 rail;
+  __u32 version; /* bumped by the daemon on every plan it writes */
 };
 
 /* dp_vq: ARRAY with one element, written by the datapath: per rail slot, the
@@ -217,6 +240,9 @@ enum dp_flow_flags {
   /* last_seen_ns came from the coarse clock (the class was not split over
    * rails, so no flowlet timing was needed): it cannot mark a flowlet gap */
   DP_FLOW_F_COARSE_TIME = 1u << 0,
+  /* bursts: this burst outgrew what the flow's last one said, and moved to
+   * the class's main rail (once per burst) */
+  DP_FLOW_F_OVERFLOW = 1u << 1,
 };
 
 /* dp_flows: LRU_HASH. Addresses are IPv4-mapped for IPv4 (::ffff:a.b.c.d). */
@@ -250,6 +276,10 @@ struct dp_flow {
    * time); a cell may go to another rail only if it would start there after
    * this, so that it cannot overtake the flow's own bytes */
   __u64 tail_ns;
+  /* bursts (DP_CELL_F_BURSTS): bytes since the flow's current burst began,
+   * and the size of the burst before it */
+  __u64 burst_bytes;
+  __u64 last_burst;
 #ifdef DP_ABI_TEST_LAYOUT
   __u64 test_only;
 #endif

@@ -605,6 +605,112 @@ TEST_F(Cells, OnlyRailsWithAShareAndClassesInTheMaskTakeCells) {
         << "a 99.99% share keeps the flows of a class without cells on rail0";
 }
 
+// Bursts (abi.h, DP_CELL_F_BURSTS): param-sync placed a whole burst at a
+// time; a burst ends at 1 ms without a packet.
+class Bursts : public Cells {
+ protected:
+  static constexpr uint64_t kGapNs = 1'000'000;
+  void SetUp() override {
+    Cells::SetUp();
+    uint32_t zero = 0;
+    dp_cell_cfg cc{};
+    cc.flags = DP_CELL_F_BURSTS;
+    cc.class_mask = 1u << kParamSync;
+    ASSERT_TRUE(skel_->cells().update(&zero, &cc));
+    set_config(0, DP_CLASS_NONE, kGapNs);
+  }
+  void plan(const PacketSpec& s, uint32_t rail) {
+    dp_plan p{rail, 1};
+    ASSERT_TRUE(skel_->plans().update(dptest::flow_key_of(s).bytes, &p));
+  }
+  dp_flow flow(const PacketSpec& s) {
+    dp_flow f{};
+    EXPECT_TRUE(skel_->flows().lookup(dptest::flow_key_of(s).bytes, &f));
+    return f;
+  }
+  static void idle() { std::this_thread::sleep_for(std::chrono::milliseconds(3)); }
+};
+
+TEST_F(Bursts, AFlowsBurstsAreMeasuredAtTheIdleGapsThatEndThem) {
+  set_shares(kParamSync, 10000, 0);  // whole on rail0: measured all the same
+  PacketSpec s = big(tcp4(45000, 52001));
+  uint32_t len = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto r = egress(s);
+    ASSERT_EQ(r.ret, DP_PASS);
+  }
+  len = static_cast<uint32_t>(flow(s).bytes / 5);
+  idle();
+  ASSERT_EQ(egress(s).ret, DP_PASS);
+  dp_flow f = flow(s);
+  EXPECT_EQ(f.last_burst, 5u * len) << "the burst the gap ended";
+  EXPECT_EQ(f.burst_bytes, len) << "the one that began";
+  EXPECT_EQ(f.flowlet, 2u);
+  EXPECT_EQ(f.replacements, 0u);
+}
+
+TEST_F(Bursts, AFlowMovesToItsPlannedRailOnlyWhereABurstBegins) {
+  set_shares(kParamSync, 10000, 0);  // the flow starts on rail0
+  PacketSpec s = big(tcp4(45100, 52001));
+  ASSERT_EQ(egress(s).ret, DP_PASS);
+  set_shares(kParamSync, 5000, 5000);
+  plan(s, 1);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(egress(s).ret, DP_PASS) << "in the middle of a burst it stays, planned or not";
+  idle();
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "the next burst goes where it was planned";
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "and stays there";
+  EXPECT_EQ(flow(s).replacements, 1u);
+  plan(s, 0);
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "a new plan waits for the next burst too";
+  idle();
+  EXPECT_EQ(egress(s).ret, DP_PASS);
+}
+
+TEST_F(Bursts, ABurstThatOutgrowsItsPlanFinishesOnTheMainRail) {
+  set_shares(kParamSync, 10000, 0);
+  PacketSpec s = big(tcp4(45300, 52001));
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(egress(s).ret, DP_PASS);
+  const uint64_t len = flow(s).bytes / 5;
+  set_shares(kParamSync, 8000, 2000);  // rail0 is the class's main rail
+  plan(s, 1);
+  idle();
+  ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "planned for a burst of 5 packets";
+  // past its last burst, half as large again and 64 KiB: back to rail0
+  const uint64_t limit = 5 * len + 5 * len / 2 + 65536;
+  int sent = 1, redirected = 1;
+  while (sent * len <= limit + 2 * len) {
+    redirected += egress(s).ret == TC_ACT_REDIRECT;
+    ++sent;
+  }
+  EXPECT_EQ(static_cast<uint64_t>(redirected), limit / len + 1) << "moved once it outgrew";
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(egress(s).ret, DP_PASS) << "and stays for the burst";
+  EXPECT_EQ(flow(s).replacements, 2u);
+  idle();
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "the next burst follows the plan again";
+}
+
+TEST_F(Bursts, WithoutAPlanOrARailTheDecisionOpensAFlowStays) {
+  set_shares(kParamSync, 10000, 0);
+  std::vector<PacketSpec> flows;
+  for (uint16_t i = 0; i < 20; ++i) {
+    flows.push_back(big(tcp4(static_cast<uint16_t>(45200 + i), 52001)));
+    ASSERT_EQ(egress(flows.back()).ret, DP_PASS);
+  }
+  plan(flows[0], 1);  // planned while the class is whole on rail0
+  idle();
+  ASSERT_EQ(egress(flows[0]).ret, DP_PASS) << "not split: the plan waits";
+  set_shares(kParamSync, 5000, 5000);
+  idle();
+  for (size_t i = 1; i < flows.size(); ++i)
+    EXPECT_EQ(egress(flows[i]).ret, DP_PASS) << "split, but no plan: no move by hash";
+  set_rail(1, kRail1Ifindex, false, true, true);
+  EXPECT_EQ(egress(flows[0]).ret, DP_PASS) << "its planned rail is disabled";
+  set_rail(1, kRail1Ifindex, true, true, true);
+  idle();
+  EXPECT_EQ(egress(flows[0]).ret, TC_ACT_REDIRECT) << "the plan, once the rail is back";
+}
+
 TEST_F(Classifier, DefaultClassTakesUnmatchedTraffic) {
   set_config(0, kLogs);
   EXPECT_EQ(egress(tcp4(40000, 40001)).ret, TC_ACT_REDIRECT);

@@ -904,6 +904,75 @@ TEST_F(Lab, ClassesGetTheirMinimumRtoAtEstablishment) {
   EXPECT_GE(combine, 200) << "ss shows rto:" << combine;
 }
 
+// placement = "bursts" with real MoE traffic: dp-load's combine connections
+// (b to a, elastic on b) send one skewed burst each per step (1/rank: 1.92,
+// 0.96, 0.64 and 0.48 MiB), the hottest expert never changing. b's daemon
+// measures the bursts, plans them, and the class uses both rails; a burst
+// never lands where it would finish last.
+TEST_F(Lab, BurstPlacementMeasuresBurstsAndPlansEachRoundOverBothRails) {
+  const std::string file = g_policies + "/lab-b.toml";
+  const std::string before = read_file(file);
+  // (the lab policy's flowlet_gap, 500us, would cut bursts short: a burst
+  // ends at placement's default 4 ms)
+  std::string text = std::regex_replace(before, std::regex("mode = \"static\""),
+                                        "mode = \"adaptive\"\nplacement = \"bursts\"\n"
+                                        "peak_window = \"100ms\"\nhold = \"1s\"");
+  write_file(file, std::regex_replace(text, std::regex("\nflowlet_gap = .*\n"), "\n"));
+  json rl = lab::dpctl("b", "policy reload");
+  ASSERT_TRUE(rl.contains("hash")) << rl.dump();
+  EXPECT_EQ(lab::dpctl("b", "status")["placement"]["mode"], "bursts");
+  uint64_t r1_before = klass("b", "expert-combine")["tx_bytes_by_path"]["rail1"].get<uint64_t>();
+
+  const std::string load = DP_BUILD_DIR "/tools/dp-load/dp-load";
+  const std::string out = g_policies + "/bursts-client.json";
+  pid_t server = lab::spawn_in_ns("dpl-b", {load, "server", "--once"}, g_policies + "/srv.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pid_t client =
+      lab::spawn_in_ns("dpl-a",
+                       {load, "client", "--connect", "10.99.0.2", "--workload", "moe", "--duration",
+                        "6s", "--skew", "1", "--skew-shift", "60s", "-q", "--json", out},
+                       g_policies + "/client.log");
+  // while it runs: the plans, and each combine flow's bursts as measured
+  size_t planned = 0;
+  json flows;
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    planned = std::max<size_t>(
+        planned, lab::dpctl("b", "status")["placement"]["planned_flows"].get<size_t>());
+    if (i == 40) flows = lab::dpctl("b", "flow list --class expert-combine")["flows"];
+  }
+  int st = 0;
+  for (int i = 0; i < 150 && waitpid(client, &st, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  lab::stop_child(client);
+  lab::stop_child(server);
+  write_file(file, before);
+  lab::dpctl("b", "policy reload");
+
+  json res = json::parse(read_file(out), nullptr, false);
+  ASSERT_TRUE(res.is_object()) << read_file(g_policies + "/client.log");
+  EXPECT_EQ(res["errors"], 0) << res.dump();
+  EXPECT_GT(res["steps"]["completed"].get<int>(), 20) << res.dump();
+  EXPECT_GE(planned, 4u) << "every combine flow had a plan for its next burst";
+
+  // the bursts as b measured them: one step's share of each connection
+  std::vector<std::pair<uint64_t, std::string>> bursts;
+  for (auto& f : flows)
+    if (f["src"] == "10.99.0.2" && f["idle_s"].get<double>() < 1)  // (earlier tests' flows)
+      bursts.push_back({f["last_burst_bytes"].get<uint64_t>(), f["path"].get<std::string>()});
+  ASSERT_EQ(bursts.size(), 4u) << flows.dump();
+  std::sort(bursts.rbegin(), bursts.rend());
+  const double mib = 1 << 20, want[] = {1.92, 0.96, 0.64, 0.48};
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(static_cast<double>(bursts[i].first) / mib, want[i], 0.1)
+        << "burst " << i << ": " << flows.dump();
+  EXPECT_EQ(bursts[0].second, "rail0") << "the largest burst would finish last on rail1";
+  uint64_t r1 = klass("b", "expert-combine")["tx_bytes_by_path"]["rail1"].get<uint64_t>();
+  EXPECT_GT(r1 - r1_before, 4u << 20) << "bursts went over rail1 too";
+  EXPECT_EQ(lab::dpctl("b", "status")["placement"]["planned_flows"], 0)
+      << "a reload to flowlets removes the plans";
+}
+
 TEST_F(Lab, TheSchedulerSpillsAnElasticClassAndBringsItBack) {
   const std::string file = g_policies + "/lab-a.toml";
   const std::string static_policy = read_file(file);

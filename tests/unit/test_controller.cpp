@@ -424,5 +424,30 @@ TEST(Controller, InTheSeparateTopologyNewConnectionsLeanTowardTheRailShortOfItsS
   EXPECT_NEAR(back[0], 1000, 200) << "within the 2% that is not worth a write";
 }
 
+// The cell (or burst) settings a tick plans reach the plan the daemon
+// carries out. (They were once planned and dropped: the datapath never saw a
+// cell, and the lab's "cells" figures measured flowlets.)
+TEST(Controller, ATickCarriesTheCellAndBurstSettingsToTheDatapath) {
+  for (bool bursts : {false, true}) {
+    SCOPED_TRACE(bursts ? "bursts" : "cells");
+    Fixture f(true);
+    f.policy.scheduler.flowcell = bursts ? 0 : kDefaultFlowcell;
+    f.policy.scheduler.burst_placement = bursts;
+    f.c.set_policy(f.policy, {true, true}, {false, false}, {}, f.t);
+    f.carry_out(f.c.settle(f.t));
+    Plan plan = f.c.tick(f.quiet(f.t + 50ms));
+    ASSERT_TRUE(plan.cells.has_value());
+    EXPECT_EQ(plan.cells->bursts, bursts);
+    EXPECT_EQ(plan.cells->shift, bursts ? 0u : 14u);
+    EXPECT_TRUE(plan.cells->classes[klass(f.policy, "expert-combine")]) << "elastic";
+    EXPECT_FALSE(plan.cells->classes[klass(f.policy, "control")]) << "latency-sensitive";
+    ASSERT_EQ(plan.cells->ns_per_kib.size(), 2u);
+    EXPECT_EQ(plan.cells->ns_per_kib[0], 8192u) << "1 Gbit idle: 8.192 us a KiB";
+    ASSERT_TRUE(f.c.cells().has_value());
+    EXPECT_EQ(*f.c.cells(), *plan.cells);
+    EXPECT_FALSE(f.c.tick(f.quiet(f.t + 100ms)).cells) << "unchanged: not written again";
+  }
+}
+
 }  // namespace
 }  // namespace dp

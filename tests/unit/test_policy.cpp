@@ -300,6 +300,38 @@ TEST(Policy, FlowcellsArePowersOfTwoOrOff) {
   expect_one_error(sched("flowcell_order = \"random\""), 35, "must be \"keep\" or \"any\"");
 }
 
+TEST(Policy, PlacementIsFlowletsCellsOrBursts) {
+  auto sched = [](const std::string& lines) {
+    return std::string(kBase) + "\n[scheduler]\n" + lines + "\n";
+  };
+  auto parse = [&](const std::string& lines) {
+    auto r = dp::parse_policy(sched(lines), "test.toml");
+    EXPECT_TRUE(r.ok()) << lines;
+    return r.ok() ? r.policy->scheduler : dp::SchedulerSettings{};
+  };
+  auto base = dp::parse_policy(kBase, "test.toml");
+  ASSERT_TRUE(base.ok());
+  EXPECT_FALSE(base.policy->scheduler.burst_placement) << "flowlets by default";
+  EXPECT_EQ(base.policy->scheduler.flowcell, 0u);
+  auto b = parse("placement = \"bursts\"");
+  EXPECT_TRUE(b.burst_placement);
+  EXPECT_EQ(b.flowcell, 0u);
+  EXPECT_EQ(b.flowlet_gap, dp::kDefaultBurstGap) << "a burst ends at a longer gap";
+  EXPECT_EQ(parse("placement = \"bursts\"\nflowlet_gap = \"1ms\"").flowlet_gap,
+            std::chrono::milliseconds(1))
+      << "unless the policy says";
+  EXPECT_EQ(parse("flowlet_gap = \"1ms\"\nplacement = \"bursts\"").flowlet_gap,
+            std::chrono::milliseconds(1))
+      << "in whichever order";
+  EXPECT_EQ(parse("placement = \"cells\"").flowcell, dp::kDefaultFlowcell);
+  EXPECT_EQ(parse("placement = \"cells\"\nflowcell = \"64KiB\"").flowcell, 65536u);
+  EXPECT_FALSE(parse("placement = \"flowlets\"").burst_placement);
+  expect_one_error(sched("placement = \"packets\""), 35, "must be \"flowlets\", \"cells\"");
+  expect_one_error(sched("flowcell = \"64KiB\"\nplacement = \"bursts\""), 36, "remove flowcell");
+  expect_one_error(sched("flowcell = \"64KiB\"\nplacement = \"flowlets\""), 36,
+                   "does not use flowcell");
+}
+
 TEST(Policy, MinimumRtoPerClass) {
   auto lab = dp::load_policy_file(std::string(DP_SOURCE_DIR) + "/policies/lab-a.toml");
   ASSERT_TRUE(lab.ok());

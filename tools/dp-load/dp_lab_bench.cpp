@@ -34,8 +34,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Opts {
-  std::vector<std::string> modes{"single",   "static", "ecmp",     "mptcp",
-                                 "dualpath", "cells",  "cells-any"};
+  std::vector<std::string> modes{"single",   "static", "ecmp",      "mptcp",
+                                 "dualpath", "cells",  "cells-any", "bursts"};
   int rounds = 3;
   std::string duration = "10s";
   bool quick = false;
@@ -525,6 +525,9 @@ void print_peers(const Opts& o) {
       "            a 1 s hold, split elastic classes by 16 KiB flowcells where they\n"
       "            finish first, a flow's cells kept in order (flowcell_order keep)\n"
       "  cells-any the same, cells free to overtake their own flow (flowcell_order any)\n"
+      "  bursts    dualpathd, adaptive with burst placement: decisions on 100 ms peaks, a 1 s\n"
+      "            hold, split elastic classes placed a whole burst at a time, each flow's\n"
+      "            next burst where the daemon's plan finishes the round soonest\n"
       "  static, dualpath and cells run the lab policies with expert-dispatch elastic and the\n"
       "  paths' capacities at the rails' rates (dp-lab bench_policies)\n",
       dp::format_bandwidth(o.cap0).c_str(), dp::format_bandwidth(o.cap1).c_str());
@@ -689,7 +692,8 @@ int main(int argc, char** argv) {
         o.rounds, o.rounds == 1 ? "" : "s");
     print_table(wsums, !o.faults.empty());
     json goals = {{"dualpath", print_goals(wsums, o, "dualpath")},
-                  {"cells", print_goals(wsums, o, "cells")}};
+                  {"cells", print_goals(wsums, o, "cells")},
+                  {"bursts", print_goals(wsums, o, "bursts")}};
     write_svg(o.out + "/utilisation-" + w.name + ".svg", wruns, o.modes);
     per_workload.push_back({{"workload", w.name},
                             {"rail0", w.rail0},

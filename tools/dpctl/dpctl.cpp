@@ -86,6 +86,23 @@ namespace {
 
 using namespace dpctl;
 
+// "bursts (a burst ends after 4 ms idle), 5 flows planned", "cells of 16 KiB,
+// in order", "flowlets (gap 500 us)", "connections (separate topology)"
+std::string placement_line(const json& d) {
+  double gap_us = d["flowlet_gap_us"].get<double>();
+  if (!d.contains("placement")) return fmt::format("flowlets (gap {:.0f} us)", gap_us);
+  const json& p = d["placement"];
+  std::string mode = p.value("mode", "flowlets");
+  if (mode == "bursts")
+    return fmt::format("bursts (a burst ends after {:.0f} us idle), {} flow{} planned", gap_us,
+                       p.value("planned_flows", 0), p.value("planned_flows", 0) == 1 ? "" : "s");
+  if (mode == "cells")
+    return fmt::format("cells of {} KiB, {}", p.value("flowcell_bytes", 0) / 1024,
+                       p.value("flowcell_order", "keep") == "any" ? "in any order" : "in order");
+  if (mode == "connections") return "connections, when made (separate topology)";
+  return fmt::format("flowlets (gap {:.0f} us)", gap_us);
+}
+
 int cmd_status(const Globals& g) {
   int rc;
   auto d = request(g, "status", json::object(), &rc);
@@ -101,8 +118,7 @@ int cmd_status(const Globals& g) {
             << (*d)["generation"] << ", layout " << (*d)["layout"]["version"] << "\n"
             << "paths:      " << (*d)["paths"] << " (" << (*d)["paths_carrying"]
             << " carrying traffic), classes: " << (*d)["classes"] << "\n"
-            << "flowlets:   gap " << fmt::format("{:.0f} us", (*d)["flowlet_gap_us"].get<double>())
-            << "\n";
+            << "placement:  " << placement_line(*d) << "\n";
   auto& layout = (*d)["layout"];
   if (!layout["upgrade"].empty()) {
     std::cout << "upgraded:   from layout " << layout["found"] << ":\n";

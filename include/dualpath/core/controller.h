@@ -77,15 +77,16 @@ struct Plan {
     std::vector<bool> classes;         // per policy class: placed by cells while split
     std::vector<uint32_t> ns_per_kib;  // per policy path: the capacity left to cells
     bool any_order = false;            // dp_cell_flags DP_CELL_F_ANY_ORDER
+    bool bursts = false;               // DP_CELL_F_BURSTS: classes placed by bursts, not cells
     bool operator==(const Cells&) const = default;
   };
   std::optional<Cells> cells;
 };
 
-// Flowcells for a policy: the shared topology's elastic classes, when
-// [scheduler] flowcell is not 0. `other_bps` is, per path, what traffic
-// other than cells sends there: a cell's time on a rail is its bytes over the
-// capacity that is left (never less than a twentieth of the capacity).
+// Flowcells (or bursts) for a policy: the shared topology's elastic classes,
+// when [scheduler] flowcell is not 0 (or placement is "bursts"). `other_bps` is, per path, what
+// traffic other than cells sends there: a cell's time on a rail is its bytes over the capacity that
+// is left (never less than a twentieth of the capacity).
 Plan::Cells plan_cells(const Policy& p, const std::vector<double>& other_bps);
 
 class Controller {
@@ -131,6 +132,10 @@ class Controller {
   bool all_down() const { return all_down_; }
   bool operator_pinned(size_t klass) const { return op_pinned_.at(klass); }
   const SchedulerState& scheduler() const { return sched_; }
+  // The cell (or burst) settings as last planned; nullopt before the first.
+  const std::optional<Plan::Cells>& cells() const { return cells_; }
+  // What the decision map holds for a policy class (empty before a write).
+  const Shares& written_shares(size_t klass) const { return written_.at(klass); }
   size_t paths_carrying() const;
 
  private:

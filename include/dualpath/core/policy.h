@@ -119,6 +119,12 @@ struct ClassSpec {
   bool operator==(const ClassSpec&) const = default;
 };
 
+// The cell size of [scheduler] placement = "cells" without a flowcell.
+constexpr uint64_t kDefaultFlowcell = 16u << 10;
+// The flowlet_gap of [scheduler] placement = "bursts" without one: the idle
+// time that ends a burst.
+constexpr std::chrono::nanoseconds kDefaultBurstGap = std::chrono::milliseconds(4);
+
 struct SchedulerSettings {
   bool adaptive = true;  // mode = "adaptive" | "static" (never moves a class)
   double load_threshold = 0.60;
@@ -134,6 +140,12 @@ struct SchedulerSettings {
   // Off by default: see docs/ARCHITECTURE.md, "Flowcells", for what the lab
   // measured.
   uint64_t flowcell = 0;
+  // How split elastic classes (shared topology) are placed: "flowlets" (by
+  // the shares, a flowlet at a time: the default), "cells" (flowcell, above;
+  // a flowcell size alone also means cells) or "bursts" (a whole burst at a
+  // time, where the daemon's plan finishes a round of bursts soonest:
+  // abi.h, DP_CELL_F_BURSTS). Cells: flowcell != 0; bursts: this.
+  bool burst_placement = false;
   // a cell may overtake the flow's own bytes on another rail ("any"), or
   // changes rail only when it cannot ("keep", the default)
   bool flowcell_any_order = false;

@@ -98,6 +98,7 @@ class DpSkeleton {
   BpfMap class_tcp() const;        // dp_class_tcp
   BpfMap cells() const;            // dp_cells
   BpfMap vq() const;               // dp_vq
+  BpfMap plans() const;            // dp_plans
   BpfMap abi() const;              // dp_abi
   // The names of the maps this build pins (dp_*).
   std::vector<std::string> pinned_map_names() const;

@@ -9,12 +9,14 @@
 
 #include <array>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dualpath/abi.h"
+#include "dualpath/core/bursts.h"
 #include "dualpath/core/encode.h"
 #include "dualpath/core/measure.h"
 #include "dualpath/core/policy.h"
@@ -37,6 +39,7 @@ using ConnectTable = std::array<std::array<uint64_t, DP_MAX_CLASSES>, DP_MAX_RAI
 
 class Datapath {
  public:
+  using FlowKeyBytes = std::array<uint8_t, sizeof(dp_flow_key)>;
   // Loads the programs, or adopts the maps pinned in pin_dir (a restart), and
   // pins the programs beside them.
   static Result<std::unique_ptr<Datapath>> open(const std::string& pin_dir);
@@ -77,7 +80,19 @@ class Datapath {
   // Flowcells (abi.h, dp_cell_cfg): `classes` per policy class, `ns_per_kib`
   // per policy path.
   Result<void> write_cells(uint32_t shift, const std::vector<bool>& classes,
-                           const std::vector<uint32_t>& ns_per_kib, bool any_order = false);
+                           const std::vector<uint32_t>& ns_per_kib, bool any_order = false,
+                           bool bursts = false);
+  // Bursts (abi.h, dp_plans): the flows of the classes placed by bursts
+  // (`classes`, per policy class) that sent within `active` and are not
+  // ACK-only, with what they burst; and the plan for their next bursts.
+  std::vector<PlannedFlow> burst_flows(const std::vector<bool>& classes,
+                                       std::chrono::nanoseconds active) const;
+  // Writes `plan` (paths per flow of burst_flows(); BurstPlan::kNone: no
+  // plan) to dp_plans: what changed, and deletes what is no longer planned
+  // (all of it for an empty `flows`).
+  Result<void> write_plans(const std::vector<PlannedFlow>& flows, const BurstPlan& plan);
+  // Flows whose next burst has a plan (as last written).
+  size_t planned_flows() const { return plans_.size(); }
   Result<dp_cell_cfg> cells() const;
   // Per policy path: how far ahead of now its cells' virtual queue reaches.
   std::vector<std::chrono::nanoseconds> cell_backlog() const;
@@ -138,6 +153,10 @@ class Datapath {
   std::string sockops_cgroup_;  // "" when TCP measurement is off
   std::vector<int> class_slot_;
   std::vector<int> rail_slot_;
+  // dp_plans as this process wrote it (read back once: a restart adopts it)
+  std::map<FlowKeyBytes, uint32_t> plans_;  // flow key -> rail slot
+  bool plans_read_ = false;
+  uint32_t plan_version_ = 0;
   std::vector<uint32_t> rail_ifindex_;  // as attached
   std::vector<bool> vanished_;          // interface gone: not a redirect target
   Topology topology_ = Topology::Shared;
