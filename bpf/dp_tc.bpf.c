@@ -81,6 +81,24 @@ static __always_inline void dp_flow_move(struct dp_flow *f, __u32 to, __u8 cls)
 		c->flows_replaced += 1;
 }
 
+/* A flowlet, cell or burst begins: the flow moves to `placed` (unless that is
+ * DP_RAIL_NONE or where it is) and the flowlet is counted on the rail it goes
+ * out on, which is returned. */
+static __always_inline __u32 dp_flowlet_begins(struct dp_flow *f, __u32 placed, __u32 target,
+					       __u8 cls)
+{
+	struct dp_counters *c;
+
+	if (placed != DP_RAIL_NONE && placed != target) {
+		dp_flow_move(f, placed, cls);
+		target = placed;
+	}
+	c = dp_counters_of(target, cls);
+	if (c)
+		c->flowlets += 1;
+	return target;
+}
+
 /* Returns the rail the flow goes out on, updating the flow table.
  *
  * A class whose decision gives every rail less than its whole share is split.
@@ -224,13 +242,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 					}
 				}
 			}
-			if (planned != DP_RAIL_NONE && planned != target) {
-				dp_flow_move(f, planned, cls);
-				target = planned;
-			}
-			c = dp_counters_of(target, cls);
-			if (c)
-				c->flowlets += 1;
+			target = dp_flowlet_begins(f, planned, target, cls);
 		} else if (bursts) {
 			/* in a burst: it stays where it began, unless the burst
 			 * outgrew the plan (its flow's last burst was much
@@ -265,13 +277,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 				if ((q > now ? q : now) < f->tail_ns)
 					placed = target;
 			}
-			if (placed != DP_RAIL_NONE && placed != target) {
-				dp_flow_move(f, placed, cls);
-				target = placed;
-			}
-			c = dp_counters_of(target, cls);
-			if (c)
-				c->flowlets += 1;
+			target = dp_flowlet_begins(f, placed, target, cls);
 		}
 	}
 	if (cc && vq) {
