@@ -562,22 +562,6 @@ Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const 
   return {};
 }
 
-std::vector<std::chrono::nanoseconds> Datapath::cell_backlog() const {
-  std::vector<std::chrono::nanoseconds> out(rail_slot_.size(), std::chrono::nanoseconds(0));
-  dp_vq vq{};
-  uint32_t zero = 0;
-  if (!skel_->vq().lookup(&zero, &vq)) return out;
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()
-  uint64_t now =
-      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-  for (size_t i = 0; i < rail_slot_.size(); ++i) {
-    uint64_t f = vq.finish_ns[static_cast<size_t>(rail_slot_[i])];
-    out[i] = std::chrono::nanoseconds(f > now ? f - now : 0);
-  }
-  return out;
-}
-
 bool Datapath::check_present(size_t path, const PathSpec& ps) {
   if (path >= vanished_.size() || vanished_[path]) return false;
   if (ifindex_of(ps.interface) == rail_ifindex_[path]) return false;
@@ -630,13 +614,8 @@ ConnectTable Datapath::connects() const {
 std::vector<FlowRow> Datapath::flows(size_t* total) const {
   BpfMap flows = skel_->flows();
   std::vector<FlowRow> rows;
-  *total = 0;
-  for (auto& k : keys_of<dp_flow_key>(flows)) {
-    FlowRow r{k, {}};
-    if (!flows.lookup(&k, &r.flow)) continue;
-    ++*total;
-    rows.push_back(r);
-  }
+  for (auto& [k, f] : entries_of<dp_flow_key, dp_flow>(flows)) rows.push_back({k, f});
+  *total = rows.size();
   return rows;
 }
 

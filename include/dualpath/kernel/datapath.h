@@ -94,8 +94,6 @@ class Datapath {
   // Flows whose next burst has a plan (as last written).
   size_t planned_flows() const { return plans_.size(); }
   Result<dp_cell_cfg> cells() const;
-  // Per policy path: how far ahead of now its cells' virtual queue reaches.
-  std::vector<std::chrono::nanoseconds> cell_backlog() const;
   uint64_t flowlet_gap_ns() const { return flowlet_gap_ns_; }
 
   // Classes by cgroup: finds the policy's cgroups again (a unit restarted,
