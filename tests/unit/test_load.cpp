@@ -136,5 +136,29 @@ TEST(Load, SkewedSizesSumToTheStepAndRotate) {
   EXPECT_EQ(skewed_sizes(4 << 20, 4, 1.0, 4), a) << "and after n periods the first again";
 }
 
+TEST(Load, RoundFloorIsTheBestSplitOfWholeBurstsAndOfEveryByte) {
+  // the default workload's round: 4 MiB at skew 1 (1.92/0.96/0.64/0.48 MiB)
+  // on 1 Gbit/s + 250 Mbit/s
+  auto sizes = skewed_sizes(4 << 20, 4, 1.0, 0);
+  auto f = round_floor(sizes, 1e9, 250e6);
+  const double bits = 8.0 * (4 << 20);
+  EXPECT_DOUBLE_EQ(f.one_rail_s, bits / 1e9);
+  EXPECT_DOUBLE_EQ(f.shared_s, bits / 1.25e9);
+  // the best whole split puts the 0.64 MiB burst on rail1: rail0 then carries
+  // 3.36 MiB (28.2 ms), rail1 0.64 MiB (21.5 ms)
+  EXPECT_NEAR(f.whole_bursts_s, 8.0 * (sizes[0] + sizes[1] + sizes[3]) / 1e9, 1e-9);
+  EXPECT_GT(f.whole_bursts_s, f.shared_s);
+  EXPECT_LT(f.whole_bursts_s, f.one_rail_s);
+  // equal rails: 1.92 against 0.96 + 0.64 + 0.48 = 2.08 MiB
+  auto e = round_floor(sizes, 1e9, 1e9);
+  EXPECT_NEAR(e.whole_bursts_s, 8.0 * (sizes[1] + sizes[2] + sizes[3]) / 1e9, 1e-9);
+  EXPECT_DOUBLE_EQ(e.shared_s, bits / 2e9);
+  // one burst cannot be split: the floor of whole bursts is rail0 alone
+  auto one = round_floor({4u << 20}, 1e9, 250e6);
+  EXPECT_DOUBLE_EQ(one.whole_bursts_s, one.one_rail_s);
+  // no second rail
+  EXPECT_DOUBLE_EQ(round_floor(sizes, 1e9, 0).whole_bursts_s, bits / 1e9);
+}
+
 }  // namespace
 }  // namespace dpload

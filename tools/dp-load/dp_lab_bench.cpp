@@ -510,6 +510,64 @@ json print_goals(const std::vector<json>& sums, const Opts& o, const std::string
   return out;
 }
 
+// What the rails allow a step, from the workload's own round of bursts: a
+// step moves its dispatch round, then its combine round (the same sizes back),
+// and spends the rest of its time elsewhere (the server, the scheduler of the
+// machine): that rest is single's step p50 less its two rounds on rail0.
+// Against these floors the step goals can be read: a goal below the floor
+// of whole bursts cannot be met by placing whole bursts. Estimates: the
+// rounds leave out other traffic, and the rest is single's.
+json print_floors(const std::vector<json>& runs, const std::vector<json>& sums, const Opts& o) {
+  json w;
+  for (auto& r : runs)
+    if (r.value("complete", false)) {
+      w = r["client"]["workload"];
+      break;
+    }
+  double single_p50 = NAN, static_p50 = NAN, static_p99 = NAN;
+  for (auto& s : sums) {
+    auto v = [&](const char* k) {
+      return s.contains(k) && s[k].is_number() ? s[k].get<double>() : NAN;
+    };
+    if (s["mode"] == "single") single_p50 = v("step_p50_ms");
+    if (s["mode"] == "static") static_p50 = v("step_p50_ms"), static_p99 = v("step_p99_ms");
+  }
+  if (!w.is_object() || !std::isfinite(single_p50)) return nullptr;
+  const auto n = w.value("dispatch", 0);
+  const double skew = w.value("skew", 0.0);
+  const uint64_t burst = w.value("burst", uint64_t{0});
+  auto sizes =
+      dpload::skewed_sizes(burst * static_cast<uint64_t>(n), static_cast<size_t>(n), skew, 0);
+  auto f = dpload::round_floor(sizes, o.cap0, o.cap1);
+  const double rest = single_p50 - 2e3 * f.one_rail_s;
+  const double shared = rest + 2e3 * f.shared_s, whole = rest + 2e3 * f.whole_bursts_s;
+  std::string list;
+  for (auto b : sizes) list += fmt::format("{}{:.2f}", list.empty() ? "" : "/", b / 1048576.0);
+  std::printf(
+      "\nstep floors (a step: its dispatch round of %d bursts of %s MiB, then its combine round "
+      "of the same;\n single's step p50 %.1f ms = %.1f ms of the two rounds on rail0 + %.1f ms "
+      "of the rest):\n",
+      n, list.c_str(), single_p50, 2e3 * f.one_rail_s, rest);
+  std::printf(
+      "  every byte shared over both rails (an ideal multipath transport)  %6.1f ms"
+      "  (%.2fx static's p50)\n",
+      shared, shared / static_p50);
+  std::printf(
+      "  each burst whole, the best split of every round                    %6.1f ms"
+      "  (%.2fx static's p50)\n",
+      whole, whole / static_p50);
+  std::printf("  the goal step p99 <= 0.85x static's                                %6.1f ms\n",
+              0.85 * static_p99);
+  std::printf(
+      "  (estimates: the rounds leave out param-sync and logs, and the rest is single's, "
+      "which\n  includes its waits behind them)\n");
+  return {{"rest_ms", rest},
+          {"shared_ms", shared},
+          {"whole_bursts_ms", whole},
+          {"burst_bytes", sizes},
+          {"goal_p99_ms", 0.85 * static_p99}};
+}
+
 void print_peers(const Opts& o) {
   std::printf(
       "\nhow each mode is set up (tools/dp-lab mode):\n"
@@ -691,6 +749,7 @@ int main(int argc, char** argv) {
         w.name.c_str(), w.rail0.c_str(), w.rail1.c_str(), argline.c_str(), o.duration.c_str(),
         o.rounds, o.rounds == 1 ? "" : "s");
     print_table(wsums, !o.faults.empty());
+    json floors = print_floors(wruns, wsums, o);
     json goals = {{"dualpath", print_goals(wsums, o, "dualpath")},
                   {"cells", print_goals(wsums, o, "cells")},
                   {"bursts", print_goals(wsums, o, "bursts")}};
@@ -700,6 +759,7 @@ int main(int argc, char** argv) {
                             {"rail1", w.rail1},
                             {"args", w.args},
                             {"summary", wsums},
+                            {"floors", floors},
                             {"goals", goals}});
     runs.insert(runs.end(), wruns.begin(), wruns.end());
     sums.insert(sums.end(), wsums.begin(), wsums.end());

@@ -213,6 +213,25 @@ std::vector<uint32_t> skewed_sizes(uint64_t total, size_t n, double skew, uint64
   return out;
 }
 
+RoundFloor round_floor(const std::vector<uint32_t>& bursts, double rail0_bps, double rail1_bps) {
+  RoundFloor f;
+  if (rail0_bps <= 0 || rail1_bps < 0) return f;
+  double total = 0;
+  for (auto b : bursts) total += 8.0 * b;
+  f.one_rail_s = total / rail0_bps;
+  f.shared_s = total / (rail0_bps + rail1_bps);
+  f.whole_bursts_s = f.one_rail_s;
+  const size_t n = std::min<size_t>(bursts.size(), 16);
+  if (rail1_bps <= 0) return f;
+  for (uint32_t set = 0; set < (1u << n); ++set) {  // bit i: burst i on rail1
+    double on0 = 0, on1 = 0;
+    for (size_t i = 0; i < bursts.size(); ++i)
+      (i < n && (set >> i) & 1 ? on1 : on0) += 8.0 * bursts[i];
+    f.whole_bursts_s = std::min(f.whole_bursts_s, std::max(on0 / rail0_bps, on1 / rail1_bps));
+  }
+  return f;
+}
+
 uint64_t payload_checksum(size_t len, uint64_t seed, uint32_t conn, uint64_t step) {
   std::vector<uint8_t> buf(len);
   fill_payload(buf.data(), len, seed, conn, step);

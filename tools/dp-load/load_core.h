@@ -114,6 +114,19 @@ bool payload_matches(const uint8_t* p, size_t len, uint64_t seed, uint32_t conn,
 // total (the rounding goes to the first connection); skew 0: equal.
 std::vector<uint32_t> skewed_sizes(uint64_t total, size_t n, double skew, uint64_t phase);
 
+// How fast two rails can at best move one round of bursts (one direction of
+// a step), in seconds: on rail0 alone; with every byte shared over both rails
+// in the ratio of their rates (as an ideal multipath transport would); and
+// with each burst whole on one rail, in the best split of the round (tried
+// exhaustively, for up to 16 bursts). Rates in bits per second; other
+// traffic is not counted, so these are floors, not predictions.
+struct RoundFloor {
+  double one_rail_s = 0;
+  double shared_s = 0;
+  double whole_bursts_s = 0;
+};
+RoundFloor round_floor(const std::vector<uint32_t>& bursts, double rail0_bps, double rail1_bps);
+
 // "1MB", "64KiB", "512", "2GB" -> bytes (rates and durations use dualpath's
 // own units: dp::parse_bandwidth, dp::parse_duration)
 std::optional<uint64_t> parse_size(const std::string& s);
