@@ -34,6 +34,7 @@ struct Case {
   bool baseline;
   Cgroups cgroups = Cgroups::Off;
   bool tcp_time = false;  // carries a departure time (skb->tstamp), as TCP's packets do
+  bool bursts = false;    // param-sync placed by bursts instead of cells (DP_CELL_F_BURSTS)
 };
 
 uint64_t mono_ns() {
@@ -151,6 +152,16 @@ int main(int argc, char** argv) {
        Cgroups::Off,
        true},
       {"v4 tcp, split, cells, clock read", {4, IPPROTO_TCP, 40005, 52002}, 0, false},
+      // inside a burst, planned where it is (the cost of every packet but a
+      // burst's first; the first also reads the socket, which a test run's
+      // packet does not have)
+      {"v4 tcp, split, bursts, TCP time",
+       {4, IPPROTO_TCP, 40006, 52002},
+       0,
+       false,
+       Cgroups::Off,
+       true,
+       true},
       {"v4 tcp, unclassified", {4, IPPROTO_TCP, 40000, 40001}, 0, false},
       {"v4 fragment (passed)", {4, IPPROTO_TCP, 40000, 50001, 0, false, true}, 0, false},
       {"v4 tcp, class by cgroup", {4, IPPROTO_TCP, 40000, 40001}, 0, false, Cgroups::Match},
@@ -178,6 +189,18 @@ int main(int argc, char** argv) {
     uint32_t gens = mode == Cgroups::Off ? 0 : 1;
     (void)s.cgroup_gens().update(&zero, &gens);
   };
+  // param-sync by cells, or by bursts with a plan that keeps the flow on rail0
+  dp_cell_cfg burst_cfg = cells;
+  burst_cfg.flags |= DP_CELL_F_BURSTS;
+  for (auto& c : cases)
+    if (c.bursts) {
+      dp_plan plan{0, 1};
+      auto key = dptest::flow_key_of(c.pkt);
+      (void)s.plans().update(key.bytes, &plan);
+    }
+  auto set_placement = [&](bool bursts) {
+    (void)s.cells().update(&zero, bursts ? &burst_cfg : &cells);
+  };
   const size_t n = std::size(cases);
   std::vector<std::vector<uint8_t>> pkts;
   for (auto& c : cases) pkts.push_back(dptest::build_packet(c.pkt));
@@ -186,6 +209,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < n; ++i) {
       set_cgroups(cases[i].cgroups);
+      set_placement(cases[i].bursts);
       samples[i].push_back(run_ns(cases[i].baseline ? s.empty_fd() : s.egress_fd(), pkts[i],
                                   cases[i].mark, cases[i].tcp_time, repeat, &rets[i]));
     }
