@@ -198,6 +198,10 @@ json render_class(const ClassView& v) {
       {"flows_replaced", replaced},
       {"dscp", cs.dscp ? json(*cs.dscp) : json(nullptr)},
       {"skb_priority", cs.skb_priority ? json(*cs.skb_priority) : json(nullptr)},
+      // TCP's minimum RTO for the class's connections; null: the kernel's 200 ms
+      {"rto_min_ms", cs.rto_min.count() > 0
+                         ? json(std::chrono::duration<double, std::milli>(cs.rto_min).count())
+                         : json(nullptr)},
       // "redirect": a flow may move between rails (shared topology);
       // "connect-time": a connection is placed when it is made (separate)
       {"placement", v.topology == Topology::Separate ? "connect-time" : "redirect"},

@@ -388,12 +388,16 @@ int cmd_class_list(const Globals& g) {
       cgroups += fmt::format("{}{}{}", cgroups.empty() ? "" : ",", word,
                              cg["present"].get<bool>() ? "" : "(absent)");
     }
+    // the class's minimum RTO, "-" for the kernel's (200 ms)
+    const json rto = c.value("rto_min_ms", json(nullptr));
     rows.push_back({str(c["name"]), str(c["kind"]), std::to_string(c["priority"].get<int>()),
                     ports.empty() ? "-" : ports, cgroups.empty() ? "-" : cgroups,
                     c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),
+                    rto.is_number() ? fmt::format("{:g}ms", rto.get<double>()) : "-",
                     rail + (c["pinned"].get<bool>() ? " (pinned)" : ""), by_path});
   }
-  print_table({"CLASS", "KIND", "PRIO", "PORTS", "CGROUPS", "MARK", "RAIL", "TX BYTES"}, rows);
+  print_table({"CLASS", "KIND", "PRIO", "PORTS", "CGROUPS", "MARK", "RTO MIN", "RAIL", "TX BYTES"},
+              rows);
   return 0;
 }
 
