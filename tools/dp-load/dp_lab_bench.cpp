@@ -222,6 +222,31 @@ std::map<std::string, double> nstat(const std::string& ns) {
   return out;
 }
 
+// Packets the rails' root qdiscs (the lab's HTB shaping) dropped so far, both
+// rails of one node: a queue overflowing, as against a segment retransmitted
+// for nothing.
+double qdisc_drops(const std::string& ns) {
+  double drops = 0;
+  for (const char* dev : {"rail0", "rail1"}) {
+    FILE* f = popen(
+        ("nsenter --net=/run/netns/" + ns + " -- tc -s -j qdisc show dev " + dev + " 2>/dev/null")
+            .c_str(),
+        "r");
+    if (!f) continue;
+    std::string s;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
+    pclose(f);
+    json j = json::parse(s, nullptr, false);
+    if (!j.is_array()) continue;
+    for (auto& q : j)
+      if (q.value("root", false) && q.contains("drops") && q["drops"].is_number())
+        drops += q["drops"].get<double>();
+  }
+  return drops;
+}
+
 struct Fault {
   std::string kind, rail;
   int percent = 0;
@@ -296,6 +321,7 @@ json run_one(const Opts& o, const std::string& mode, int round,
     return r;
   }
   auto na = nstat("dpl-a"), nb = nstat("dpl-b");
+  const double qd0 = qdisc_drops("dpl-a") + qdisc_drops("dpl-b");
   Sampler sm;
   sm.start();
   std::vector<std::string> cargs{o.dp_load,      "client", "--connect",
@@ -327,6 +353,7 @@ json run_one(const Opts& o, const std::string& mode, int round,
   clear_faults(o);
   int src = wait_exit(server, 40);
   auto ea = nstat("dpl-a"), eb = nstat("dpl-b");
+  const double qd1 = qdisc_drops("dpl-a") + qdisc_drops("dpl-b");
   json cj = json::parse(slurp(base + ".json"), nullptr, false);
   json sj = json::parse(slurp(base + ".server.json"), nullptr, false);
   r["client_exit"] = crc;
@@ -353,13 +380,18 @@ json run_one(const Opts& o, const std::string& mode, int round,
   auto d = [&](const char* k, std::map<std::string, double>& s, std::map<std::string, double>& e) {
     return e[k] - s[k];
   };
-  r["tcp"] = {{"retrans_segs", d("TcpRetransSegs", na, ea) + d("TcpRetransSegs", nb, eb)},
-              {"reorder", d("TcpExtTCPSACKReorder", na, ea) + d("TcpExtTCPSACKReorder", nb, eb) +
-                              d("TcpExtTCPTSReorder", na, ea) + d("TcpExtTCPTSReorder", nb, eb)},
-              {"dsack_recv", d("TcpExtTCPDSACKRecv", na, ea) + d("TcpExtTCPDSACKRecv", nb, eb)},
-              {"ofo_queue", d("TcpExtTCPOFOQueue", na, ea) + d("TcpExtTCPOFOQueue", nb, eb)},
-              {"resets", d("TcpEstabResets", na, ea) + d("TcpEstabResets", nb, eb)},
-              {"timeouts", d("TcpExtTCPTimeouts", na, ea) + d("TcpExtTCPTimeouts", nb, eb)}};
+  r["tcp"] = {
+      {"retrans_segs", d("TcpRetransSegs", na, ea) + d("TcpRetransSegs", nb, eb)},
+      {"reorder", d("TcpExtTCPSACKReorder", na, ea) + d("TcpExtTCPSACKReorder", nb, eb) +
+                      d("TcpExtTCPTSReorder", na, ea) + d("TcpExtTCPTSReorder", nb, eb)},
+      {"dsack_recv", d("TcpExtTCPDSACKRecv", na, ea) + d("TcpExtTCPDSACKRecv", nb, eb)},
+      // segments the receivers reported as duplicates: retransmitted
+      // for nothing (reordering taken for loss, a probe), not lost
+      {"dsack_segs", d("TcpExtTCPDSACKRecvSegs", na, ea) + d("TcpExtTCPDSACKRecvSegs", nb, eb)},
+      {"qdisc_drops", qd1 - qd0},
+      {"ofo_queue", d("TcpExtTCPOFOQueue", na, ea) + d("TcpExtTCPOFOQueue", nb, eb)},
+      {"resets", d("TcpEstabResets", na, ea) + d("TcpEstabResets", nb, eb)},
+      {"timeouts", d("TcpExtTCPTimeouts", na, ea) + d("TcpExtTCPTimeouts", nb, eb)}};
   bool complete = r["client"].is_object() && r["server"].is_object() &&
                   r["client"].contains("steps") && r["client"].contains("rpc");
   r["complete"] = complete;
@@ -412,6 +444,8 @@ json summarise(const std::vector<json>& runs, const std::string& mode) {
     f["util_rail1_peak"].push_back(num(r, {"utilisation", "rail1", "peak"}));
     f["util_both_mean"].push_back(num(r, {"utilisation", "both", "mean"}));
     f["retrans_segs"].push_back(num(r, {"tcp", "retrans_segs"}));
+    f["dsack_segs"].push_back(num(r, {"tcp", "dsack_segs"}));
+    f["qdisc_drops"].push_back(num(r, {"tcp", "qdisc_drops"}));
     f["reorder"].push_back(num(r, {"tcp", "reorder"}));
     f["ofo_queue"].push_back(num(r, {"tcp", "ofo_queue"}));
     f["timeouts"].push_back(num(r, {"tcp", "timeouts"}));
@@ -427,10 +461,11 @@ void print_table(const std::vector<json>& sums, bool faults) {
   const json* single = nullptr;
   for (auto& s : sums)
     if (s["mode"] == "single") single = &s;
-  std::printf("\n%-9s %4s %10s %6s %6s %6s %6s %6s %9s %9s %9s %9s %7s %7s %7s %5s %6s %8s %8s",
-              "mode", "runs", "goodput", "r0 avg", "r0 pk", "r1 avg", "r1 pk", "both", "step p50",
-              "step p99", "rpc p50", "rpc p99", "retx", "reord", "ofo", "cpu", "errors", "gput/1",
-              "p99/1");
+  std::printf(
+      "\n%-9s %4s %10s %6s %6s %6s %6s %6s %9s %9s %9s %9s %7s %7s %7s %7s %7s %5s %6s %8s %8s",
+      "mode", "runs", "goodput", "r0 avg", "r0 pk", "r1 avg", "r1 pk", "both", "step p50",
+      "step p99", "rpc p50", "rpc p99", "retx", "spur", "qdrop", "reord", "ofo", "cpu", "errors",
+      "gput/1", "p99/1");
   if (faults) std::printf(" %6s %8s %6s", "failed", "stall s", "resets");
   std::printf("\n");
   for (auto& s : sums) {
@@ -441,20 +476,22 @@ void print_table(const std::vector<json>& sums, bool faults) {
     double pr = single ? v("step_p99_ms") / (*single)["step_p99_ms"].get<double>() : NAN;
     std::printf(
         "%-9s %4d %10s %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %7.1fms %7.1fms %7.0fus %7.0fus "
-        "%7.0f %7.0f %7.0f %4.0f%% %6.0f %7.2fx %7.2fx",
+        "%7.0f %7.0f %7.0f %7.0f %7.0f %4.0f%% %6.0f %7.2fx %7.2fx",
         s["mode"].get<std::string>().c_str(), s["runs"].get<int>(),
         dp::format_bandwidth(v("goodput_bps")).c_str(), 100 * v("util_rail0_mean"),
         100 * v("util_rail0_peak"), 100 * v("util_rail1_mean"), 100 * v("util_rail1_peak"),
         100 * v("util_both_mean"), v("step_p50_ms"), v("step_p99_ms"), v("rpc_p50_us"),
-        v("rpc_p99_us"), v("retrans_segs"), v("reorder"), v("ofo_queue"), 100 * v("cpu_busy"),
-        v("errors"), gr, pr);
+        v("rpc_p99_us"), v("retrans_segs"), v("dsack_segs"), v("qdisc_drops"), v("reorder"),
+        v("ofo_queue"), 100 * v("cpu_busy"), v("errors"), gr, pr);
     if (faults)
       std::printf(" %6.0f %8.2f %6.0f", v("steps_failed"), v("longest_stall_s"), v("resets"));
     std::printf("\n");
   }
   std::printf(
       "(medians over rounds; utilisation from the link counters every 100 ms, both "
-      "directions;\n retx: TCP segments retransmitted, reord: reorderings the senders detected "
+      "directions;\n retx: TCP segments retransmitted, spur: of them, what the receivers "
+      "reported as duplicates\n (DSACK: not lost), qdrop: packets the rails' qdiscs dropped, "
+      "reord: reorderings the senders detected "
       "(SACK and\n timestamps), ofo: segments the receivers queued out of order, cpu: both "
       "cores busy;\n gput/1 and p99/1 against single)\n");
 }
@@ -502,8 +539,10 @@ json print_goals(const std::vector<json>& sums, const Opts& o, const std::string
   line("step p99 <= the best peer's", p99, best_p99, false,
        fmt::format("{:.1f} ms against {:.1f} ms", p99, best_p99));
   double rx = v(mine, "retrans_segs"), rs = v("static", "retrans_segs");
+  double dx = v(mine, "dsack_segs"), ds = v("static", "dsack_segs");
   line("retransmits <= 1.5x static's", rx, 1.5 * rs, false,
-       fmt::format("{:.0f} against {:.0f} ({:.2f}x)", rx, rs, rx / std::fmax(rs, 1)));
+       fmt::format("{:.0f} against {:.0f} ({:.2f}x); spurious (DSACKed) {:.0f} against {:.0f}", rx,
+                   rs, rx / std::fmax(rs, 1), dx, ds));
   double rpc = v(mine, "rpc_p99_us"), rpc_s = v("static", "rpc_p99_us");
   line("control RPC p99 <= static's", rpc, rpc_s, false,
        fmt::format("{:.0f} us against {:.0f} us", rpc, rpc_s));
