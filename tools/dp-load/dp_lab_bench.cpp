@@ -206,17 +206,21 @@ struct Sampler {
   }
 };
 
-std::map<std::string, double> nstat(const std::string& ns) {
-  std::map<std::string, double> out;
-  FILE* f =
-      popen(("nsenter --net=/run/netns/" + ns + " -- nstat -azs --json 2>/dev/null").c_str(), "r");
-  if (!f) return out;
+// What a command run in network namespace ns prints as JSON (discarded: none).
+json json_in(const std::string& ns, const std::string& cmd) {
+  FILE* f = popen(("nsenter --net=/run/netns/" + ns + " -- " + cmd + " 2>/dev/null").c_str(), "r");
+  if (!f) return json(json::value_t::discarded);
   std::string s;
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
   pclose(f);
-  json j = json::parse(s, nullptr, false);
+  return json::parse(s, nullptr, false);
+}
+
+std::map<std::string, double> nstat(const std::string& ns) {
+  std::map<std::string, double> out;
+  json j = json_in(ns, "nstat -azs --json");
   if (j.is_object() && j["kernel"].is_object())
     for (auto& [k, v] : j["kernel"].items()) out[k] = v.get<double>();
   return out;
@@ -228,17 +232,7 @@ std::map<std::string, double> nstat(const std::string& ns) {
 double qdisc_drops(const std::string& ns) {
   double drops = 0;
   for (const char* dev : {"rail0", "rail1"}) {
-    FILE* f = popen(
-        ("nsenter --net=/run/netns/" + ns + " -- tc -s -j qdisc show dev " + dev + " 2>/dev/null")
-            .c_str(),
-        "r");
-    if (!f) continue;
-    std::string s;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
-    pclose(f);
-    json j = json::parse(s, nullptr, false);
+    json j = json_in(ns, std::string("tc -s -j qdisc show dev ") + dev);
     if (!j.is_array()) continue;
     for (auto& q : j)
       if (q.value("root", false) && q.contains("drops") && q["drops"].is_number())
