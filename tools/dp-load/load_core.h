@@ -118,8 +118,10 @@ std::vector<uint32_t> skewed_sizes(uint64_t total, size_t n, double skew, uint64
 // a step), in seconds: on rail0 alone; with every byte shared over both rails
 // in the ratio of their rates (as an ideal multipath transport would); and
 // with each burst whole on one rail, in the best split of the round (tried
-// exhaustively, for up to 16 bursts). Rates in bits per second; other
-// traffic is not counted, so these are floors, not predictions.
+// exhaustively over the first 16 bursts; any past them are counted on rail0,
+// so with more than 16 that figure may be above the true floor). Rates in
+// bits per second; other traffic is not counted, so these are floors, not
+// predictions.
 struct RoundFloor {
   double one_rail_s = 0;
   double shared_s = 0;
