@@ -19,6 +19,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "lib/connect.h"
+#include "lib/listen.h"
 #include "lib/steer.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -483,15 +484,6 @@ int dp_empty(struct __sk_buff *skb)
  * dp_flows. Callbacks are enabled only for sockets whose flow is classified
  * and only in the daemon's network namespace (a cgroup spans namespaces).
  */
-/* Loads a context field inside its branch: without the barrier clang may
- * merge loads of different fields into one load through ctx + offset, which
- * the verifier refuses ("dereference of modified ctx ptr"). */
-#define DP_CTX_LOAD(dst, field)                                                                    \
-	do {                                                                                       \
-		(dst) = (field);                                                                   \
-		asm volatile("" : "+r"(dst));                                                      \
-	} while (0)
-
 static __always_inline int dp_sock_key(const struct bpf_sock_ops *skops, struct dp_flow_key *k)
 {
 	__u32 family, v, lport, rport;
@@ -589,13 +581,20 @@ int dp_sockops(struct bpf_sock_ops *skops)
 
 	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB &&
 	    op != BPF_SOCK_OPS_RTT_CB && op != BPF_SOCK_OPS_RETRANS_CB &&
-	    op != BPF_SOCK_OPS_RTO_CB && op != BPF_SOCK_OPS_STATE_CB)
+	    op != BPF_SOCK_OPS_RTO_CB && op != BPF_SOCK_OPS_STATE_CB &&
+	    op != BPF_SOCK_OPS_TCP_LISTEN_CB)
 		return 1;
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (!cfg || (cfg->netns_cookie && bpf_get_netns_cookie(skops) != cfg->netns_cookie))
 		return 1;
 	if (dp_sock_key(skops, &key))
 		return 1;
+	if (op == BPF_SOCK_OPS_TCP_LISTEN_CB) {
+		dp_listen_note(skops, &key);
+		return 1;
+	}
+	if (op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		dp_handover_accepted(skops, &key);
 	f = bpf_map_lookup_elem(&dp_flows, &key);
 
 	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
@@ -707,6 +706,26 @@ SEC("cgroup/recvmsg6")
 int dp_recvmsg6(struct bpf_sock_addr *ctx)
 {
 	return dp_restore(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/getsockname4")
+int dp_getsockname4(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/getsockname6")
+int dp_getsockname6(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET6);
+}
+
+/* Servers bound to one rail's address (lib/listen.h), attached to the
+ * daemon's network namespace. */
+SEC("sk_lookup")
+int dp_sk_lookup(struct bpf_sk_lookup *ctx)
+{
+	return dp_handover(ctx);
 }
 
 SEC("cgroup/sock_release")

@@ -481,6 +481,9 @@ void Daemon::publish_metrics() {
                                  conns[datapath_->rail_slot(i)][cslot]});
       v.connections.push_back({"", policy_.classes[c].name, conns[DP_CONNECT_UNMAPPED][cslot]});
     }
+    auto handed = datapath_->handovers();
+    for (size_t i = 0; i < policy_.paths.size(); ++i)
+      v.handovers.push_back({policy_.paths[i].name, "", handed[datapath_->rail_slot(i)]});
   }
   v.connections_reset = connections_reset_;
   v.all_paths_down = controller_.all_down();

@@ -230,6 +230,42 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dp_plans SEC(".maps");
 
+/* Servers bound to one rail's address (abi.h, dp_listen_key). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_MAX_RAILS);
+	__type(key, __u32);
+	__type(value, struct dp_local_addr);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_local_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, DP_LISTENERS_SIZE);
+	__type(key, struct dp_listen_key);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_listeners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DP_MAX_RAILS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_handovers SEC(".maps");
+
+/* sk_lookup -> sockops: the connections handed over, by the flow key sockops
+ * builds for the accepted socket (local side first); value: the rail slot of
+ * the listener it went to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, DP_LISTENERS_SIZE);
+	__type(key, struct dp_flow_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_handed SEC(".maps");
+
 /* dp_abi: the layout version of these maps (abi.h). Never changes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -122,6 +122,14 @@ dp_rail_net encode_rail_net(const PathSpec& p, Topology t) {
   return n;
 }
 
+dp_local_addr encode_local_addr(const PathSpec& p, Topology t) {
+  dp_local_addr a{};
+  if (t != Topology::Separate) return a;
+  if (p.source && p.source->family == AF_INET) std::memcpy(&a.addr4, p.source->bytes.data(), 4);
+  if (p.source6 && p.source6->family == AF_INET6) std::memcpy(a.addr6, p.source6->bytes.data(), 16);
+  return a;
+}
+
 dp_slot_name encode_name(const std::string& name) {
   dp_slot_name n{};
   std::strncpy(n.name, name.c_str(), DP_NAME_LEN - 1);

@@ -238,6 +238,13 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
                       "cannot move, and reconnect on a rail that works)",
                       MetricType::Counter);
   Builder::add(cr, {}, static_cast<double>(v.connections_reset));
+  auto& ho = b.family("dualpath_connections_handed_over_total",
+                      "connections addressed to this node on a path where nothing listened, "
+                      "handed to the listener bound to the same port on another path "
+                      "(separate topology)",
+                      MetricType::Counter);
+  for (const auto& h : v.handovers)
+    Builder::add(ho, {L("path", h.path)}, static_cast<double>(h.count));
 
   // Families without a series are left out (an empty family is not valid exposition).
   std::vector<MetricFamily> out;

@@ -73,6 +73,33 @@ Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const s
   return {};
 }
 
+Result<void> attach_netns(bpf_program* prog, const std::string& pin_dir, const std::string& what) {
+  std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
+  Fd ns(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!ns.valid() || ::fstat(ns.get(), &st) != 0)
+    return DP_SYS_ERROR(errno, "opening this network namespace for {} failed", what);
+  if (std::filesystem::exists(pin)) {
+    Fd link(bpf_obj_get(pin.c_str()));
+    bpf_link_info info{};
+    uint32_t len = sizeof(info);
+    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 &&
+        info.type == BPF_LINK_TYPE_NETNS && info.netns.netns_ino == st.st_ino) {
+      if (bpf_link_update(link.get(), bpf_program__fd(prog), nullptr) != 0)
+        return DP_SYS_ERROR(errno, "updating the {} link at {} failed", what, pin);
+      return {};
+    }
+    ::unlink(pin.c_str());  // another namespace's: attach here below
+  }
+  bpf_link* link = bpf_program__attach_netns(prog, ns.get());
+  if (!link) return DP_SYS_ERROR(errno, "attaching {} to this network namespace failed", what);
+  int err = bpf_link__pin(link, pin.c_str());
+  bpf_link__disconnect(link);  // the pin holds the attachment now
+  bpf_link__destroy(link);
+  if (err != 0) return DP_SYS_ERROR(err, "pinning the {} link at {} failed", what, pin);
+  return {};
+}
+
 // ---------------------------------------------------------------- bpffs
 
 Result<void> ensure_bpffs(const std::string& dir) {

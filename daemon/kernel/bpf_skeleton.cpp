@@ -97,6 +97,7 @@ int DpSkeleton::egress_fd() const { return bpf_program__fd(skel_->progs.dp_egres
 int DpSkeleton::ingress_fd() const { return bpf_program__fd(skel_->progs.dp_ingress); }
 int DpSkeleton::empty_fd() const { return bpf_program__fd(skel_->progs.dp_empty); }
 bpf_program* DpSkeleton::sockops_prog() const { return skel_->progs.dp_sockops; }
+bpf_program* DpSkeleton::sk_lookup_prog() const { return skel_->progs.dp_sk_lookup; }
 
 std::vector<std::pair<bpf_program*, std::string>> DpSkeleton::sock_addr_progs() const {
   auto& p = skel_->progs;
@@ -104,6 +105,7 @@ std::vector<std::pair<bpf_program*, std::string>> DpSkeleton::sock_addr_progs() 
           {p.dp_sendmsg4, "sendmsg4"},         {p.dp_sendmsg6, "sendmsg6"},
           {p.dp_getpeername4, "getpeername4"}, {p.dp_getpeername6, "getpeername6"},
           {p.dp_recvmsg4, "recvmsg4"},         {p.dp_recvmsg6, "recvmsg6"},
+          {p.dp_getsockname4, "getsockname4"}, {p.dp_getsockname6, "getsockname6"},
           {p.dp_sock_release, "sock_release"}};
 }
 
@@ -138,6 +140,10 @@ DP_SKELETON_MAP(cells)
 DP_SKELETON_MAP(vq)
 DP_SKELETON_MAP(plans)
 DP_SKELETON_MAP(abi)
+DP_SKELETON_MAP(local_addrs)
+DP_SKELETON_MAP(listeners)
+DP_SKELETON_MAP(handovers)
+DP_SKELETON_MAP(handed)
 #undef DP_SKELETON_MAP
 
 std::vector<std::string> DpSkeleton::pinned_map_names() const {

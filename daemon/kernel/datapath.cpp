@@ -263,6 +263,9 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
       spdlog::info("sockops and connect-time placement attached to cgroup {}", cgroup);
   }
   sockops_cgroup_ = cgroup;
+  // servers bound to one rail's address: inert in the shared topology
+  // (dp_local_addrs is all zero there), so it is attached in both
+  DP_TRY(attach_netns(skel_->sk_lookup_prog(), pin_dir_, "sk_lookup"));
   // every program of this build is in place: the old maps can go
   return finish_upgrade();
 }
@@ -276,6 +279,8 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     dp_rail r = encode_rail(next.paths[i], s.ifindex[i], true, next.topology);
     dp_rail_net net = encode_rail_net(next.paths[i], next.topology);
     DP_TRY(nets.update(&slot, &net));
+    dp_local_addr local = encode_local_addr(next.paths[i], next.topology);
+    DP_TRY(skel_->local_addrs().update(&slot, &local));
     dp_slot_name n = encode_name(next.paths[i].name);
     DP_TRY(rails.update(&slot, &r));
     DP_TRY(rail_names.update(&slot, &n));
@@ -341,6 +346,8 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     (void)rail_names.update(&slot, &empty);
     (void)rails.update(&slot, &none);
     (void)nets.update(&slot, &no_net);
+    dp_local_addr no_local{};
+    (void)skel_->local_addrs().update(&slot, &no_local);
   }
   BpfMap owned = skel_->owned();
   for (uint32_t idx : keys_of<uint32_t>(skel_->ifindex())) {
@@ -608,6 +615,17 @@ ConnectTable Datapath::connects() const {
       if (!v) continue;
       for (auto x : *v) out[r][c] += x;
     }
+  return out;
+}
+
+std::array<uint64_t, DP_MAX_RAILS> Datapath::handovers() const {
+  std::array<uint64_t, DP_MAX_RAILS> out{};
+  BpfMap m = skel_->handovers();
+  for (uint32_t r = 0; r < DP_MAX_RAILS; ++r) {
+    auto v = m.lookup_percpu<uint64_t>(&r);
+    if (v)
+      for (auto x : *v) out[r] += x;
+  }
   return out;
 }
 

@@ -430,4 +430,35 @@ struct dp_sock_orig {
  * chosen rail's network: they are left alone, never broken. */
 #define DP_CONNECT_UNMAPPED DP_MAX_RAILS
 
+/*
+ * Servers bound to one rail's address (the separate topology). Frameworks
+ * bind their listeners to the address of the interface they are given
+ * (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, an RPC server's --host), while a
+ * peer's connect-time placement may send a connection to this node's address
+ * on another rail. The sk_lookup program hands such a connection to the
+ * listener that holds the same port on this node's address on another rail,
+ * only when no listener holds the address and port asked for.
+ *
+ * dp_local_addrs: ARRAY, key = rail slot: this node's own address on each
+ * rail (the policy's source and source6), network byte order; all zero in the
+ * shared topology, where nothing is handed over.
+ * dp_listeners: SOCKHASH, struct dp_listen_key -> a TCP listener bound to one
+ * of those addresses (sockops adds it when it starts listening; the kernel
+ * removes it when it closes).
+ * dp_handovers: PERCPU_ARRAY, key = rail slot the connection was addressed
+ * to: connections handed to a listener on another rail.
+ */
+#define DP_LISTENERS_SIZE 16384
+struct dp_local_addr {
+  __u32 addr4;
+  __u32 addr6[4];
+};
+
+struct dp_listen_key {
+  __u32 addr[4]; /* IPv4 in [0], network byte order */
+  __u16 port;    /* host byte order */
+  __u8 proto;    /* IPPROTO_TCP */
+  __u8 family;   /* AF_INET or AF_INET6 */
+};
+
 #endif /* DUALPATH_ABI_H */

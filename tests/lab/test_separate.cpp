@@ -5,9 +5,12 @@
 // class's traffic crosses its rail in both directions over IPv4 and IPv6, TCP
 // and UDP, that the application sees the address it asked for, that class set
 // places new connections, that an unmappable destination is left alone, and
-// that a failed rail's connections are ended and reconnect on the survivor.
+// that a failed rail's connections are ended and reconnect on the survivor,
+// and that a server bound to one rail's address (as frameworks given an
+// interface bind) accepts what is placed on the other rail.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -472,6 +475,142 @@ TEST_F(Separate, AFailedRailsConnectionsAreEndedAndAReconnectingClientIsCarriedO
   EXPECT_GE(connections, 2) << "the connection on the failed rail was ended";
   EXPECT_GE(lab::dpctl("a", "status")["connections_reset"].get<uint64_t>(), 1u);
   EXPECT_TRUE(events_say("rail0 failed: ended")) << "dpctl events says what was ended";
+}
+
+// A server in dpl-b bound the way frameworks given an interface bind
+// (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, an RPC server's --host): to that
+// interface's address, found with getifaddrs(). It accepts one connection,
+// reads until the peer shuts down, answers one byte and says what its
+// accepted socket shows.
+class BoundServer {
+ public:
+  BoundServer(const std::string& ifname, int family, uint16_t port) {
+    std::atomic<bool> ready{false};
+    thread_ = std::thread([this, ifname, family, port, &ready] {
+      error_ = in_netns("dpl-b", [&]() -> std::string {
+        ifaddrs* ifs = nullptr;
+        if (getifaddrs(&ifs) != 0) return "getifaddrs failed";
+        sockaddr_storage addr{};
+        socklen_t len = 0;
+        for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+          if (!i->ifa_addr || ifname != i->ifa_name || i->ifa_addr->sa_family != family) continue;
+          if (family == AF_INET6 &&
+              IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+            continue;
+          len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+          std::memcpy(&addr, i->ifa_addr, len);
+          break;
+        }
+        freeifaddrs(ifs);
+        if (!len) {
+          ready = true;
+          return "no address on " + ifname;
+        }
+        reinterpret_cast<sockaddr_in*>(&addr)->sin_port = htons(port);  // same offset in both
+        bound_ = ip_of(addr);
+        int l = ::socket(family, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (::bind(l, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(l, 8) != 0) {
+          ready = true;
+          return "bind/listen on " + bound_ + ": " + std::strerror(errno);
+        }
+        ready = true;
+        pollfd pfd{l, POLLIN, 0};
+        if (::poll(&pfd, 1, 3000) <= 0) {
+          ::close(l);
+          return "";  // nothing came: accepted_ stays false
+        }
+        int c = ::accept(l, nullptr, nullptr);
+        ::close(l);
+        if (c < 0) return std::string("accept: ") + std::strerror(errno);
+        accepted_ = true;
+        sockaddr_storage me{}, peer{};
+        socklen_t ml = sizeof(me), pl = sizeof(peer);
+        getsockname(c, reinterpret_cast<sockaddr*>(&me), &ml);
+        getpeername(c, reinterpret_cast<sockaddr*>(&peer), &pl);
+        local_ = ip_of(me);
+        peer_ = ip_of(peer);
+        char buf[65536];
+        for (ssize_t n; (n = ::recv(c, buf, sizeof(buf), 0)) > 0;)
+          received_ += static_cast<uint64_t>(n);
+        (void)::send(c, "k", 1, 0);
+        ::close(c);
+        return "";
+      });
+    });
+    while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~BoundServer() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string error_, bound_, local_, peer_;
+  bool accepted_ = false;
+  uint64_t received_ = 0;
+
+ private:
+  std::thread thread_;
+};
+
+uint64_t handovers_on_b(const std::string& path) {
+  auto m = sh(nsenter("dpl-b") + "curl -s http://127.0.0.1:9464/metrics");
+  std::string key = "dualpath_connections_handed_over_total{path=\"" + path + "\"} ";
+  auto at = m.out.find(key);
+  return at == std::string::npos ? 0 : std::stoull(m.out.substr(at + key.size()));
+}
+
+TEST_F(Separate, AServerBoundToOneRailsAddressAcceptsWhatIsPlacedOnTheOther) {
+  constexpr uint64_t kBytes = 2 << 20;
+  // param-sync prefers rail1; b's server listens on its rail0 address only
+  struct Case {
+    int family;
+    const char* dst;
+    const char* a_rail0;
+    const char* a_rail1;
+    uint16_t port;
+  };
+  const Case cases[] = {{AF_INET, kB4[0], "10.10.1.1", "10.20.1.1", 52031},
+                        {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 52032}};
+  for (const auto& c : cases) {
+    uint64_t handed = handovers_on_b("rail1");
+    BoundServer server("rail0", c.family, c.port);
+    ASSERT_EQ(server.error_, "");
+    ASSERT_EQ(server.bound_, c.dst);
+    RailBytes before = rail_bytes();
+    Sent s = tcp_send(c.dst, c.port, kBytes);
+    server.join();
+    ASSERT_EQ(s.error, "") << c.dst << ": the connection placed on rail1 was refused";
+    ASSERT_EQ(server.error_, "");
+    EXPECT_TRUE(server.accepted_);
+    EXPECT_EQ(server.received_, kBytes);
+    EXPECT_EQ(s.local, c.a_rail1) << "the connection lives on rail1";
+    EXPECT_EQ(s.peer, c.dst) << "the client sees the address it connected to";
+    EXPECT_EQ(server.local_, c.dst) << "the server sees the address it bound";
+    EXPECT_EQ(server.peer_, c.a_rail0) << "and its peer on the rail it listens on";
+    expect_both_ways_on(1, before, kBytes, std::string("param-sync to a server bound to ") + c.dst);
+    EXPECT_EQ(handovers_on_b("rail1"), handed + 1);
+  }
+}
+
+TEST_F(Separate, AListenerOnTheAddressAskedForIsNeverOverridden) {
+  // b listens on port 52041 on both rails' addresses: the connection placed
+  // on rail1 reaches the rail1 listener, and nothing is handed over
+  uint64_t handed = handovers_on_b("rail1");
+  BoundServer on0("rail0", AF_INET, 52041), on1("rail1", AF_INET, 52041);
+  ASSERT_EQ(on0.error_, "");
+  ASSERT_EQ(on1.error_, "");
+  Sent s = tcp_send(kB4[0], 52041, 4096);
+  on0.join();
+  on1.join();
+  ASSERT_EQ(s.error, "");
+  EXPECT_TRUE(on1.accepted_) << "the listener bound to the address the SYN was for";
+  EXPECT_FALSE(on0.accepted_);
+  EXPECT_EQ(on1.received_, 4096u);
+  EXPECT_EQ(handovers_on_b("rail1"), handed);
+  // with no listener on either address, the connection is refused as before
+  Sent refused = tcp_send(kB4[0], 52042, 1);
+  EXPECT_NE(refused.error.find("refused"), std::string::npos) << refused.error;
 }
 
 TEST_F(Separate, MetricsCountPlacementsAndResets) {

@@ -48,6 +48,9 @@ dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled,
                     Topology t = Topology::Shared);
 // The rail's networks for connect-time placement (zero in the shared topology).
 dp_rail_net encode_rail_net(const PathSpec& p, Topology t);
+// This node's own addresses on a rail (source, source6), for the sk_lookup
+// handover (abi.h, dp_local_addr): all zero in the shared topology.
+dp_local_addr encode_local_addr(const PathSpec& p, Topology t);
 
 // What the egress program stamps on a class's packets (flags 0: nothing).
 dp_class_qos encode_qos(const ClassSpec& c);

@@ -56,6 +56,9 @@ struct MetricsView {
   };
   std::vector<Connections> connections;
   uint64_t connections_reset = 0;
+  // separate topology: connections addressed to this node on a path where
+  // nothing listened, handed to the listener on another path (klass unused)
+  std::vector<Connections> handovers;
 };
 
 std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);

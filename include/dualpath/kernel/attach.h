@@ -49,6 +49,10 @@ Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
 // Any cgroup program the same way, pinned at <pin_dir>/link_<what>.
 Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const std::string& pin_dir,
                            const std::string& what);
+// Attaches an sk_lookup program to this process's network namespace, its
+// link pinned at pin_dir/link_<what>; a link pinned there already (a restart,
+// an upgrade) gets the program swapped in place.
+Result<void> attach_netns(bpf_program* prog, const std::string& pin_dir, const std::string& what);
 // The cgroup v2 mount point (from /proc/self/mounts).
 Result<std::string> cgroup2_root();
 // This network namespace's cookie (SO_NETNS_COOKIE).

@@ -69,6 +69,8 @@ class DpSkeleton {
   int ingress_fd() const;
   int empty_fd() const;
   bpf_program* sockops_prog() const;
+  // The sk_lookup handover (bpf/lib/listen.h), attached to a network namespace.
+  bpf_program* sk_lookup_prog() const;
   // The connect-time placement programs (cgroup sock_addr), each with the
   // name its link is pinned by: connect4, connect6, sendmsg4, ...
   std::vector<std::pair<bpf_program*, std::string>> sock_addr_progs() const;
@@ -100,6 +102,10 @@ class DpSkeleton {
   BpfMap vq() const;               // dp_vq
   BpfMap plans() const;            // dp_plans
   BpfMap abi() const;              // dp_abi
+  BpfMap local_addrs() const;      // dp_local_addrs
+  BpfMap listeners() const;        // dp_listeners
+  BpfMap handovers() const;        // dp_handovers
+  BpfMap handed() const;           // dp_handed
   // The names of the maps this build pins (dp_*).
   std::vector<std::string> pinned_map_names() const;
   // Pinned maps of another layout that load() did not reuse (upgrade.h).

@@ -113,6 +113,9 @@ class Datapath {
   void read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const;
   std::vector<FlowRow> flows(size_t* total) const;
   ConnectTable connects() const;
+  // Per rail slot: connections addressed to this node on that rail, where
+  // nothing listened, handed to the listener on another rail (sk_lookup).
+  std::array<uint64_t, DP_MAX_RAILS> handovers() const;
   std::optional<TcView> tc(int ifindex) const;
 
   // if_nametoindex() without its socket per call: a socket made and closed
