@@ -134,14 +134,16 @@ TickInput Measurements::tick_input(const Policy& p, const Datapath& dp) const {
   }
   for (size_t c = 0; c < p.classes.size(); ++c) {
     uint64_t tx = 0;
-    std::vector<uint64_t> by_path;
+    std::vector<uint64_t> by_path, rx_by_path;
     for (int rs : dp.rail_slots()) {
-      uint64_t b = counters_[static_cast<size_t>(rs)][dp.class_slot(c)].tx_bytes;
-      tx += b;
-      by_path.push_back(b);
+      const dp_counters& k = counters_[static_cast<size_t>(rs)][dp.class_slot(c)];
+      tx += k.tx_bytes;
+      by_path.push_back(k.tx_bytes);
+      rx_by_path.push_back(k.rx_bytes);
     }
     in.class_tx_bytes.push_back(tx);
     in.class_path_tx_bytes.push_back(std::move(by_path));
+    in.class_path_rx_bytes.push_back(std::move(rx_by_path));
   }
   return in;
 }

@@ -22,7 +22,31 @@ namespace {
 // suspected a saturated rail0 on them), while a blackhole or heavy loss ends
 // in RTOs.
 constexpr double kRetransRatio = 0.10;
-constexpr double kBusy = 0.80;  // utilisation above which retransmits are congestion
+// A busy rail (smoothed utilisation at or above kBusy) that retransmits is
+// congested, not failing, as long as its flows still deliver: their
+// acknowledgements (sockops RTT samples, one per ACK of new data) in the tick
+// are at least kStillDelivering of the rate they had in the rail's clean
+// ticks. What a rail sends says nothing here: a blackholed rail's senders keep
+// its smoothed utilisation high for seconds, but nothing it sends is
+// acknowledged, and heavy loss cuts its deliveries many times over.
+constexpr double kBusy = 0.80;
+constexpr double kStillDelivering = 0.25;
+constexpr double kAckRateWeight = 0.2;  // EWMA of a rail's acknowledgement rate in clean ticks
+// The peer moved a class off a rail and cannot get on with it: in one tick,
+// what arrived of the class on the rail fell to at most kRxCollapsed of its
+// usual rate (at least kMinRxRate bytes per second), while on another rail,
+// where it did not arrive before, it arrived at a trickle (something, under
+// kTrickle of that usual rate or of the other rail's capacity, whichever is
+// less: a rail of a quarter the capacity carries a quarter of the class at
+// full speed). That is the peer retransmitting on the other
+// rail after its RTOs, without this end's ACKs, which still leave on the
+// failed rail: a receiver's flows never retransmit, so they have no RTOs to
+// tell it. A move the peer made for its own reasons (latency, spill, return)
+// arrives at the class's full rate, and traffic that stopped arrives nowhere.
+constexpr double kRxCollapsed = 0.05;
+constexpr double kMinRxRate = 125e3;  // 1 Mbit/s
+constexpr double kTrickle = 0.25;
+constexpr double kRxRateWeight = 0.2;
 
 Shares all_on(size_t paths, size_t path) {
   Shares s(paths, 0);
@@ -74,6 +98,9 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
   written_health_.assign(C, Shares{});
   class_path_rate_.assign(C,
                           std::vector<RateEstimator>(P, RateEstimator(next.scheduler.ewma_weight)));
+  rx_prev_.assign(C, std::vector<uint64_t>(P, 0));
+  rx_rate_.assign(C, std::vector<double>(P, 0));
+  rx_primed_ = false;
   policy_ = next;
 }
 
@@ -130,15 +157,30 @@ Plan Controller::settle(Time now) {
 void Controller::check_evidence(const TickInput& in) {
   const size_t R = rails_.size();
   if (in.rails.size() != R) return;
-  std::vector<uint64_t> rto(R), retrans(R), segs(R);
+  std::vector<uint64_t> rto(R), retrans(R), segs(R), acks(R);
+  std::vector<double> dt(R, 0);
   for (size_t i = 0; i < R; ++i) {
     const TcpCounters& now = in.rails[i].tcp;
     auto& prev = rails_[i].tcp_prev;
     rto[i] = now.rto_events - std::min(prev.rto_events, now.rto_events);
     retrans[i] = now.retrans_segs - std::min(prev.retrans_segs, now.retrans_segs);
     segs[i] = now.segs_out - std::min(prev.segs_out, now.segs_out);
+    acks[i] = now.rtt_samples - std::min(prev.rtt_samples, now.rtt_samples);
+    if (rails_[i].tcp_at != Time{} && in.now > rails_[i].tcp_at)
+      dt[i] = std::chrono::duration<double>(in.now - rails_[i].tcp_at).count();
     prev = now;
+    rails_[i].tcp_at = in.now;
   }
+  // per class, per rail: bytes that arrived in the tick
+  const size_t C = std::min(rx_prev_.size(), in.class_path_rx_bytes.size());
+  std::vector<std::vector<uint64_t>> rx_now(C, std::vector<uint64_t>(R, 0));
+  for (size_t c = 0; c < C; ++c)
+    for (size_t i = 0; i < R && i < in.class_path_rx_bytes[c].size(); ++i) {
+      uint64_t v = in.class_path_rx_bytes[c][i];
+      rx_now[c][i] = rx_primed_ ? v - std::min(rx_prev_[c][i], v) : 0;
+      rx_prev_[c][i] = v;
+    }
+  rx_primed_ = true;
   // An RTO counts when it is a large part of what the rail sent in the tick
   // (a blackhole: flows send almost nothing but their retransmissions), not
   // the odd tail-loss RTO of a busy rail with 1% loss.
@@ -147,32 +189,72 @@ void Controller::check_evidence(const TickInput& in) {
         static_cast<double>(retrans[i]) / static_cast<double>(std::max<uint64_t>(segs[i], 1));
     return ratio > kRetransRatio && rto[i] > 0;
   };
+  auto ack_rate = [&](size_t i) { return dt[i] > 0 ? static_cast<double>(acks[i]) / dt[i] : 0.0; };
+  // a class the peer moved off rail i without getting on with it, and where
+  auto moved_off = [&](size_t i) -> std::optional<std::pair<size_t, size_t>> {
+    if (dt[i] <= 0) return std::nullopt;
+    for (size_t c = 0; c < rx_now.size(); ++c) {
+      double usual = rx_rate_[c][i], here = static_cast<double>(rx_now[c][i]) / dt[i];
+      if (usual < kMinRxRate || here > kRxCollapsed * usual) continue;
+      for (size_t j = 0; j < R; ++j)
+        if (j != i && rx_now[c][j] > 0 && rx_rate_[c][j] <= kRxCollapsed * usual &&
+            static_cast<double>(rx_now[c][j]) / dt[i] <
+                kTrickle *
+                    std::min(usual, static_cast<double>(policy_.paths.at(j).capacity_bps) / 8))
+          return std::pair{c, j};
+    }
+    return std::nullopt;
+  };
+  // Congestion, not failure: busy, and delivering about as it did when clean.
+  auto congested = [&](size_t i) {
+    if (in.rails[i].utilisation < kBusy || acks[i] == 0) return false;
+    return ack_rate(i) >= kStillDelivering * rails_[i].clean_ack_rate;
+  };
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
                                                                      policy_.health.multiplier);
+  std::vector<bool> was_bad(R);
+  for (size_t i = 0; i < R; ++i) was_bad[i] = bad(i);
   for (size_t i = 0; i < R; ++i) {
-    if (!bad(i)) continue;
-    // A rail that just took over a failed rail's flows retransmits what the
-    // failed rail lost: no evidence against it until that has settled.
-    if (in.now < rails_[i].settle_until) continue;
-    // A full rail drops and retransmits because it is full, not because it
-    // is failing; its flows are cwnd-limited and still deliver. (A blackholed
-    // rail's transmit rate collapses, and its utilisation with it.)
-    if (in.rails[i].utilisation >= kBusy) continue;
+    std::string why;
+    if (was_bad[i] && in.now >= rails_[i].settle_until && !congested(i)) {
+      // (a rail that just took over a failed rail's flows retransmits what
+      // the failed rail lost: no evidence against it until that has settled)
+      why = fmt::format("{} RTO{} and {} of {} segments retransmitted in {}, {} acknowledged",
+                        rto[i], rto[i] == 1 ? "" : "s", retrans[i], segs[i],
+                        format_duration(policy_.scheduler.tick), acks[i]);
+    } else if (auto moved = moved_off(i)) {
+      auto [c, j] = *moved;
+      why = fmt::format(
+          "{} bytes of {} arrived in {} (usually {:.0f}/s), {} on {}: the peer moved it off "
+          "and gets no answer",
+          rx_now[c][i], policy_.classes.at(c).name, format_duration(policy_.scheduler.tick),
+          rx_rate_[c][i], rx_now[c][j], policy_.paths.at(j).name);
+    } else {
+      continue;
+    }
     // evidence against one rail only, and never against the last good one
     bool others_clean = true, other_up = false;
     for (size_t j = 0; j < R; ++j) {
       if (j == i) continue;
-      if (bad(j)) others_clean = false;
+      if (was_bad[j]) others_clean = false;
       if (rails_[j].health.state() == RailState::Up && rails_[j].present) other_up = true;
     }
     if (!others_clean || !other_up) continue;
     auto st = rails_[i].health.state();
     if (st != RailState::Up && st != RailState::Ramping) continue;
-    rails_[i].health.evidence(
-        fmt::format("data-path evidence: {} RTO{} and {} of {} segments retransmitted in {}",
-                    rto[i], rto[i] == 1 ? "" : "s", retrans[i], segs[i],
-                    format_duration(policy_.scheduler.tick)),
-        detect, in.now);
+    rails_[i].health.evidence("data-path evidence: " + why, detect, in.now);
+  }
+  // The rate a rail's flows are acknowledged at when nothing is wrong: what a
+  // busy rail's deliveries are judged against.
+  for (size_t i = 0; i < R; ++i) {
+    if (dt[i] <= 0) continue;
+    // every tick, so that traffic that stopped is forgotten
+    for (size_t c = 0; c < C; ++c)
+      rx_rate_[c][i] +=
+          kRxRateWeight * (static_cast<double>(rx_now[c][i]) / dt[i] - rx_rate_[c][i]);
+    if (was_bad[i]) continue;
+    double& usual = rails_[i].clean_ack_rate;
+    usual = usual == 0 ? ack_rate(i) : usual + kAckRateWeight * (ack_rate(i) - usual);
   }
 }
 

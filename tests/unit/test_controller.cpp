@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "dualpath/abi.h"
 #include "dualpath/core/controller.h"
@@ -41,7 +44,8 @@ struct Fixture {
   Controller c;
   T t = T(std::chrono::hours(1));
 
-  explicit Fixture(bool adaptive = false) : policy(lab_policy(adaptive)) {
+  explicit Fixture(bool adaptive = false, const std::string& file = "lab-a.toml")
+      : policy(lab_policy(adaptive, file)) {
     c.set_policy(policy, {true, true}, {false, false}, {}, t);
     carry_out(c.settle(t));
   }
@@ -187,28 +191,155 @@ TEST(Controller, ElasticClassesMayBeToldToWaitForBfd) {
   EXPECT_EQ(f.write_of(plan, "expert-combine"), nullptr) << "elastic ones stay";
 }
 
-TEST(Controller, EvidenceIsNotTakenAgainstABusyRailOrTheLastGoodOne) {
-  auto bad_tick = [](Fixture& f, T now, double util) {
-    TickInput in = f.quiet(now);
-    in.rails[0].utilisation = util;
-    in.rails[0].tcp = {};
-    in.rails[0].tcp.segs_out = 100;
-    in.rails[0].tcp.retrans_segs = 50;
-    in.rails[0].tcp.rto_events = 2;
-    return f.c.tick(in);
+TEST(Controller, EvidenceIsNotTakenAgainstABusyRailThatDeliversOrTheLastGoodOne) {
+  // ticks of 50 ms; rail0 busy, its flows acknowledged `acks` times a tick
+  auto run = [](Fixture& f, double util, uint64_t bad_tick_acks) {
+    TickInput in = f.quiet(f.t + 1s);
+    for (int i = 0; i < 20; ++i) {  // clean ticks: 40 ACKs each
+      in.now += 50ms;
+      in.rails[0].utilisation = util;
+      in.rails[0].tcp.segs_out += 4000;
+      in.rails[0].tcp.rtt_samples += 40;
+      f.carry_out(f.c.tick(in));
+    }
+    in.now += 50ms;  // RTOs, 12% retransmitted
+    in.rails[0].tcp.segs_out += 4000;
+    in.rails[0].tcp.retrans_segs += 480;
+    in.rails[0].tcp.rto_events += 2;
+    in.rails[0].tcp.rtt_samples += bad_tick_acks;
+    f.carry_out(f.c.tick(in));
   };
   {
     Fixture f;
-    f.carry_out(bad_tick(f, f.t + 1s, 0.9));
-    EXPECT_EQ(f.c.health(0).state(), RailState::Up) << "retransmits on a full rail are congestion";
+    run(f, 0.95, 30);
+    EXPECT_EQ(f.c.health(0).state(), RailState::Up)
+        << "retransmits on a full rail whose flows still deliver are congestion";
+  }
+  {
+    Fixture f;
+    run(f, 0.95, 0);
+    EXPECT_EQ(f.c.health(0).state(), RailState::Suspect)
+        << "a busy rail whose flows deliver nothing is failing, whatever its utilisation";
+  }
+  {
+    Fixture f;
+    run(f, 0.95, 4);
+    EXPECT_EQ(f.c.health(0).state(), RailState::Suspect) << "a tenth of its deliveries: failing";
   }
   {
     Fixture f;
     f.c.carrier(1, false, f.t);
     f.carry_out(f.c.settle(f.t));
-    f.carry_out(bad_tick(f, f.t + 1s, 0.1));
+    run(f, 0.1, 0);
     EXPECT_EQ(f.c.health(0).state(), RailState::Up) << "never against the last good rail";
   }
+}
+
+// Data-path evidence replayed from the lab: node a's counters tick by tick
+// while iperf3 filled rail0 (tests/evidence/*.json, made by
+// tests/evidence/record), through a fault or none.
+struct EvidenceReplay {
+  std::optional<int64_t> fault_at_ms, suspected_at_ms;
+  int bad_ticks = 0;  // ticks with an RTO and over 10% retransmitted
+};
+
+nlohmann::json evidence_trace(const std::string& name) {
+  std::ifstream in(std::string(DP_SOURCE_DIR) + "/tests/evidence/" + name + ".json");
+  return nlohmann::json::parse(in);
+}
+
+EvidenceReplay replay_evidence(const std::string& name) {
+  auto trace = evidence_trace(name);
+  EvidenceReplay out;
+  if (!trace["fault_at_ms"].is_null()) out.fault_at_ms = trace["fault_at_ms"].get<int64_t>();
+  Fixture f;
+  T start = f.t + 1s;
+  TcpCounters prev;
+  for (const auto& step : trace["steps"]) {
+    TickInput tick = f.quiet(start + std::chrono::milliseconds(step["t_ms"].get<int64_t>()));
+    for (size_t i = 0; i < tick.rails.size() && i < step["rails"].size(); ++i) {
+      const auto& r = step["rails"][i];
+      tick.rails[i].utilisation = r["util"].get<double>();
+      tick.rails[i].tcp.segs_out = r["segs_out"].get<uint64_t>();
+      tick.rails[i].tcp.retrans_segs = r["retrans_segs"].get<uint64_t>();
+      tick.rails[i].tcp.rto_events = r["rto_events"].get<uint64_t>();
+      tick.rails[i].tcp.rtt_samples = r["rtt_samples"].get<uint64_t>();
+    }
+    const TcpCounters& now = tick.rails[0].tcp;
+    if (prev.segs_out && now.rto_events > prev.rto_events &&
+        (now.retrans_segs - prev.retrans_segs) * 10 >
+            std::max<uint64_t>(now.segs_out - prev.segs_out, 1))
+      ++out.bad_ticks;
+    prev = now;
+    f.carry_out(f.c.tick(tick));
+    if (!out.suspected_at_ms && f.c.health(0).state() == RailState::Suspect)
+      out.suspected_at_ms = step["t_ms"].get<int64_t>();
+  }
+  return out;
+}
+
+TEST(Controller, ABusyRailBlackholedIsSuspectedByWhatItDeliversBeforeBfdCanTell) {
+  for (auto name : {"blackhole", "loss30"}) {
+    EvidenceReplay r = replay_evidence(name);
+    ASSERT_TRUE(r.fault_at_ms) << name;
+    ASSERT_TRUE(r.suspected_at_ms) << name << ": a busy rail was never suspected";
+    EXPECT_GT(*r.suspected_at_ms, *r.fault_at_ms) << name << ": suspected before the fault";
+    // BFD's detection time in the lab policy is 1.5 s
+    EXPECT_LT(*r.suspected_at_ms - *r.fault_at_ms, 1500) << name;
+  }
+}
+
+// The receiving end of the same traces (node b): what arrived of each class
+// on each rail, tick by tick. b's flows only acknowledge, so they never have
+// an RTO of their own.
+EvidenceReplay replay_receiver(const std::string& name) {
+  auto trace = evidence_trace(name);
+  EvidenceReplay out;
+  if (!trace["fault_at_ms"].is_null()) out.fault_at_ms = trace["fault_at_ms"].get<int64_t>();
+  Fixture f(false, "lab-b.toml");
+  T start = f.t + 1s;
+  for (const auto& step : trace["b_steps"]) {
+    TickInput tick = f.quiet(start + std::chrono::milliseconds(step["t_ms"].get<int64_t>()));
+    tick.class_path_rx_bytes.assign(f.policy.classes.size(),
+                                    std::vector<uint64_t>(f.policy.paths.size(), 0));
+    for (auto& [klass_name, by_path] : step["rx_bytes"].items()) {
+      int c = f.policy.class_index(klass_name);
+      if (c < 0) continue;
+      for (size_t p = 0; p < by_path.size() && p < f.policy.paths.size(); ++p)
+        tick.class_path_rx_bytes[static_cast<size_t>(c)][p] = by_path[p].get<uint64_t>();
+    }
+    f.carry_out(f.c.tick(tick));
+    if (!out.suspected_at_ms && f.c.health(0).state() == RailState::Suspect)
+      out.suspected_at_ms = step["t_ms"].get<int64_t>();
+  }
+  return out;
+}
+
+TEST(Controller, AReceiverWhosePeerMovedOffABlackholedRailSuspectsItBeforeBfdCanTell) {
+  EvidenceReplay r = replay_receiver("blackhole");
+  ASSERT_TRUE(r.fault_at_ms);
+  ASSERT_TRUE(r.suspected_at_ms) << "b's ACKs stayed on the blackholed rail";
+  EXPECT_GT(*r.suspected_at_ms, *r.fault_at_ms) << "suspected before the fault";
+  EXPECT_LT(*r.suspected_at_ms - *r.fault_at_ms, 1500) << "no sooner than BFD";
+}
+
+TEST(Controller, AReceiverDoesNotSuspectARailThePeerLeftForItsOwnReasons) {
+  // a's operator moved the class to rail1 at full rate; a saturated rail; a
+  // rail that drops what exceeds 800 Mbit/s
+  for (auto name : {"move", "none", "congested"}) {
+    EvidenceReplay r = replay_receiver(name);
+    EXPECT_FALSE(r.suspected_at_ms) << name << ": suspected at " << *r.suspected_at_ms << " ms";
+  }
+}
+
+TEST(Controller, ASaturatedHealthyRailIsNeverSuspected) {
+  EvidenceReplay quiet = replay_evidence("none");
+  EXPECT_FALSE(quiet.suspected_at_ms) << "suspected at " << *quiet.suspected_at_ms << " ms";
+  // a rail that drops what exceeds 800 Mbit/s: retransmits and RTOs, and
+  // deliveries that go on
+  EvidenceReplay congested = replay_evidence("congested");
+  EXPECT_GT(congested.bad_ticks, 0) << "the trace must have ticks evidence would look at";
+  EXPECT_FALSE(congested.suspected_at_ms) << "suspected at " << *congested.suspected_at_ms << " ms";
 }
 
 TEST(Controller, BothRailsDownKeepsTheLastDecisionsAndSaysSoOnce) {

@@ -43,6 +43,9 @@ struct TickInput {
   // per policy class, per policy path, cumulative (the separate topology's
   // placement by bytes)
   std::vector<std::vector<uint64_t>> class_path_tx_bytes;
+  // per policy class, per policy path, cumulative: bytes that arrived
+  // (what the peer sends where; data-path evidence)
+  std::vector<std::vector<uint64_t>> class_path_rx_bytes;
 };
 
 struct DecisionWrite {
@@ -146,7 +149,9 @@ class Controller {
     TcpCounters tcp_prev;        // for data-path evidence
     std::vector<double> former;  // per class: its share before the rail failed
     bool routed_around = false;
-    Time settle_until{};  // no evidence against it before (it took over a failed rail)
+    Time settle_until{};        // no evidence against it before (it took over a failed rail)
+    Time tcp_at{};              // when tcp_prev was read
+    double clean_ack_rate = 0;  // ACKs per second of its flows in ticks without evidence
   };
 
   void check_evidence(const TickInput& in);
@@ -166,6 +171,11 @@ class Controller {
   std::vector<Shares> written_health_;  // per policy class: its health_shares
   // per policy class, per policy path: transmit rate (placement by bytes)
   std::vector<std::vector<RateEstimator>> class_path_rate_;
+  // per policy class, per policy path: bytes that arrived, the tick
+  // before, and per second smoothed over ticks (data-path evidence)
+  std::vector<std::vector<uint64_t>> rx_prev_;
+  std::vector<std::vector<double>> rx_rate_;
+  bool rx_primed_ = false;  // rx_prev_ holds a tick's counters (not so after set_policy)
   std::optional<Plan::Cells> cells_;  // as last planned (written by the daemon)
   Shares by_bytes(size_t klass, const Shares& shares) const;
   bool all_down_ = false;
