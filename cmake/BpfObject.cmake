@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # bpf_object(NAME SOURCE [VARIANT V DEFINES D...])
 #   Compiles SOURCE (a .bpf.c file) with clang -target bpf into NAME.bpf.o and
 #   generates NAME.skel.h with `bpftool gen skeleton`. Creates an INTERFACE

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control socket's commands: one table of (name, mutates, handler). A
 // query gathers plain data from the components and renders it with
 // core/views.h; a change goes through the Datapath (decisions) and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control socket's server side: the listening socket, its clients, the
 // framing of requests (one JSON object per line) and the sending of replies.
 // No client can stall the daemon's loop (BFD and the tick share it): requests

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dualpathd: owns the datapath of one node. The Daemon sequences the
 // components and nothing else: start (socket claimed before the kernel is
 // touched), apply (stage, routing, attach, commit; routing undone on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's one loop (FRR's event loop is the model): epoll over the fds
 // that components register with a callback, a table of signals, periodic
 // timers, and deadlines that components ask to be woken for. Components keep

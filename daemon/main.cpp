@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dualpathd: the dualpath traffic-steering daemon.
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the daemon measures each tick: the datapath's per-rail, per-class
 // counters and TCP figures (through Datapath), the kernel's link statistics,
 // and RDMA port counters; turned into each path's PathMeasure (rates,

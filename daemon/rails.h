@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the rails themselves say: a BFD session per rail (RFC 5880/5881, its
 // sockets and timers) and the carrier from rtnetlink link events. Rails feeds
 // both into the Controller's rail health and calls `changed` after each, so

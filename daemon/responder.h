@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The probe responder: what `dpctl validate --peer` and `dpctl probe` on
 // another node measure against (protocol: dualpath/client/probe.h).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/client/control_socket.h"
 
 #include <poll.h>

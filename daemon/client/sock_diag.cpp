@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/client/sock_diag.h"
 
 #include <linux/inet_diag.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel's struct tcp_info, apart from glibc's (see sock_diag.h).
 #include <linux/tcp.h>
 

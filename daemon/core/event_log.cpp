@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/core/event_log.h"
 
 #include <fmt/chrono.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/core/launch_env.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/core/policy_diff.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/kernel/bfd_io.h"
 
 #include "dualpath/core/sockaddr.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/kernel/datapath.h"
 
 #include <net/if.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <linux/if.h>
 #include <netlink/netlink.h>
 #include <netlink/route/link.h>

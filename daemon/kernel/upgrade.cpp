@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/kernel/upgrade.h"
 
 #include <bpf/libbpf.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cost per packet of the egress classifier, from BPF_PROG_TEST_RUN with
 // repeat, minus the cost of an empty tc program measured in the same run.
 // Rounds interleave every case with the baseline; the table reports medians.

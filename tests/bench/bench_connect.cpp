@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What connect-time placement adds to one connect(): the separate lab
 // (tools/dp-lab up --topology separate), a UDP socket in node a connecting
 // to b's rail1 address on an expert-dispatch port (a class the policy puts on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Isolation on the wire: control RPC latency on a rail that an elastic class
 // (iperf3 on an expert-combine port) keeps full, with the lab policies' per-class skb->priority and
 // DSCP (the rail's HTB serves the latency-sensitive leaf first) and without them (the same policy

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What measurement costs: dualpathd's CPU and memory with 10,000 active flows
 // at the default tick, and sockops' cost to a request/response workload, with
 // and without the program, alternated in one run.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reordering during planned re-placements. The adaptive scheduler spills
 // param-sync (230 Mbit/s on the 250 Mbit rail1, above the 0.60 threshold)
 // onto rail0, so the class is split and its flow is re-placed at flowlet

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Single-stream TCP throughput over a veth rail with and without dualpath's
 # programs attached, alternated in one run (tools/dp-lab, rails unshaped).
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small packet builder for BPF_PROG_TEST_RUN fixtures.
 #pragma once
 

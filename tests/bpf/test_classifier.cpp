@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real datapath programs, loaded through the verifier, fed packets with
 // BPF_PROG_TEST_RUN. The maps are programmed from the lab policy by the same
 // encoder the daemon uses. Needs root (CAP_BPF); skipped otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LayoutUpgrade (daemon/kernel/upgrade.cpp) on real maps: an "old" layout's
 // maps, pinned in a private bpffs directory, are carried into maps of a
 // "new" layout while a stand-in for the old programs keeps writing to them.

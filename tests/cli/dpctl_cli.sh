@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # dpctl's command line without a daemon: abbreviations, unknown words named
 # with a suggestion, options anywhere, stdin as '-', and the exit codes of
 # dpctl(8): 2 usage, 3 unreachable (not running, no permission).

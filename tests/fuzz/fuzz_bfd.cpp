@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: the BFD decoder and session on any datagram, as a BFD peer (or
 // anyone who can reach UDP 3784 on a rail) can send. A packet is decoded or
 // discarded with a reason; one that passes is fed to a session, which must

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: control requests as dualpathd's control server takes them, one
 // per line: the nesting check, JSON parsing, and the command table with the
 // daemon's command names (read-only and mutating), privileged and not. Every

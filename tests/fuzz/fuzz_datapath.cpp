@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: the datapath's parser and classifier on any frame, through the
 // real programs (loaded through the verifier, unpinned) and BPF_PROG_TEST_RUN,
 // programmed from the lab policy (policies/lab-a.toml) as the BPF tests do.

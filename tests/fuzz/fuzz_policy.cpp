@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer: the policy parser and the semantic diff, on any bytes. A policy
 // file is edited by hand and comes from git: every input must end in a policy
 // or in diagnostics with a position, never in a crash, a hang or unbounded

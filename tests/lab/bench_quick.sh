@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CI check of the A/B benchmark: `dp-lab bench --quick` runs every mode for a
 # few seconds; it exits non-zero unless every mode ran, wrote complete JSON and
 # lost no data. This asserts nothing about the figures (machines are noisy).

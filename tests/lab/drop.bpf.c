@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Loss injection for the lab tests: drops a configurable share of packets.
 // This kernel has no netem and no tc classifier but cls_bpf, so a BPF filter
 // is the "tc drop filter".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A program that is not dualpath's: the lab tests attach it as a "foreign" tc filter
 // and check that dualpath never removes or replaces it.
 #include <linux/bpf.h>

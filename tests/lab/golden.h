@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Golden control replies: the shape of every control reply of a running lab
 // daemon, kept in tests/golden/ and compared by the lab tests, so that a
 // change inside the daemon cannot quietly change what dpctl and scripts read.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lab test fixture shared by the lab test binaries: a private copy of the
 // lab policies, the lab brought up once per binary and torn down at the end
 // (even when a test fails), and helpers to read, write and fault it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lab_util.h"
 
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for lab tests: shell commands, namespaces, real TCP/UDP traffic.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Lab fault tests: path health, failover and failback with real faults on the
 // rails while TCP transfers (checksummed) and a request/response stream run
 // in several classes. A lab of its own, with a short hold-down (3 s) and ramp

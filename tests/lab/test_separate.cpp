@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The separate topology (tools/dp-lab up --topology separate): each rail is
 // its own network behind its own router, no address is valid on both rails,
 // strict rp_filter everywhere. Connections are placed when they are made;

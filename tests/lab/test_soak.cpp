@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The soak: traffic in every class while rails flap, a daemon is killed and
 // restarted, policies are reloaded and a rail is blackholed, round after
 // round, for DP_SOAK_SECONDS (default 90; CI). Run it longer as a benchmark:

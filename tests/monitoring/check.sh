@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The alerting rules and the Grafana dashboard (tools/monitoring): the rules
 # are valid and behave as tests/monitoring/alerts_test.yml says, the
 # dashboard is valid JSON with a query in every panel, and both name only

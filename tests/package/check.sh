@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Debian packages as a user meets them: built from this build (cpack),
 # checked with lintian, installed on this machine with apt, and then what an
 # operator runs first: dualpathd --version, dpctl policy check of the shipped

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The systemd unit under a real systemd: this machine's own /usr booted as
 # PID 1 of a container (systemd-nspawn --volatile: a tmpfs root, /usr from
 # the host, a private network namespace), with dualpathd.service as built

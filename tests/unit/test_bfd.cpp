@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BFD codec and state machine against RFC 5880.
 #include <gtest/gtest.h>
 

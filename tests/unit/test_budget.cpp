@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl budget's arithmetic (core/budget.h): the reference article's own
 // example, rates, the plan file, the rails and the first class to spill,
 // and the KV-cache formula.

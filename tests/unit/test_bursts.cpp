@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Burst placement's plan (core/bursts.cpp): where each flow's next burst
 // goes, so that a round of bursts finishes soonest on all rails together.
 #include <gtest/gtest.h>

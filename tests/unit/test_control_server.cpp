@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control server over a real unix socket and event loop, without root:
 // the command table's errors and privileges, nesting refused before parsing,
 // and that no client can stall the loop (issue 13): a flood of slow requests

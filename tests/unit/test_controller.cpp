@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The controller's plans, without root: the failover cases the lab shows with
 // real traffic (carrier loss, data-path evidence, hold-down and ramp, both
 // rails down, drain, operator pins across a reload), and its scheduling.

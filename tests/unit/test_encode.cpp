@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decision and key encodings: what the daemon writes into the maps.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

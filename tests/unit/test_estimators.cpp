@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Estimators fed synthetic series: a step, a spike, noise, counter resets.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rail health: failure, hold-down, ramp, suspicion, drain; and how health
 // reshapes a class's shares.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl env's settings (core/launch_env.h) from the RDMA fixture tree
 // (tests/fixtures/sysfs-infiniband: mlx5_0 port 1 on eth2, mlx5_1 on eth3,
 // GID 1 of each a RoCE v2 GID), and the cgroup names of dpctl run.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dp-load's protocol, payload checksums and histogram.
 #include <gtest/gtest.h>
 

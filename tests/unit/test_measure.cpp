@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PathMeasure: rates, utilisation, and reconciliation of the datapath's
 // counters with the link's, from synthetic snapshots.
 #include <gtest/gtest.h>

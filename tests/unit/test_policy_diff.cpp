@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The semantic policy diff: what an operator changed, key by key.
 #include <gtest/gtest.h>
 

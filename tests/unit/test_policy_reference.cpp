@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dualpath-policy(5) names every key the parser takes, section by section,
 // and no other: checked against the parser's own lists (the "allowed:" of
 // its unknown-key refusal), so that the reference cannot drift.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The probe protocol (dualpath/client/probe.h) and the daemon's responder
 // (daemon/responder.cpp) on loopback: requests, limits and refusals.
 #include <gtest/gtest.h>

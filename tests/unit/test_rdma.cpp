@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RDMA discovery and counters from a fixture tree laid out as the kernel lays
 // out /sys/class/infiniband (tests/fixtures/sysfs-infiniband).
 #include <gtest/gtest.h>

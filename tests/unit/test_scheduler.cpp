@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replay tests: traces of estimates (tests/scheduler/*.json) fed through the
 // scheduler with expected decisions, and invariants checked at every step:
 // shares sum to the whole, a down rail gets nothing, pinned classes are never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dp-lab bench: the same dp-load workload, with the same seed, in each mode
 // (single, static, ecmp, mptcp, dualpath), alternating modes and repeating;
 // one table, one JSON file and one SVG of per-rail utilisation over time.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dp-load: the MoE workload generator. A server on one node, a client on the
 // other; traffic per class on that class's ports (the lab policies' ranges):
 //   moe    - D dispatch connections (client -> server) and C combine

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dp-load's pure parts: the wire protocol (hello and checksummed messages),
 // the deterministic payload, and a log-linear latency histogram (HdrHistogram
 // style: every value within 1/128 of its true value, exact below 128).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl budget: the bandwidth arithmetic of a planned load against the
 // node's rails (core/budget.h). No daemon needed: the rails come from
 // --policy, or from the running daemon's policy when it answers.

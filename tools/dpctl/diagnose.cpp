@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl validate, probe and diagnose: what an operator runs before a node
 // takes traffic and when something is slow (dpctl(8), "DIAGNOSTICS").
 //

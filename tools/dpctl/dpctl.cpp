@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl: operate dualpathd.  dpctl [-j] [-p] [--socket PATH] OBJECT COMMAND [ARGS]
 #include <unistd.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What dpctl's command files share: the global options, JSON or text output,
 // errors, and requests to dualpathd.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl policy check | show | diff | apply | rollback | reload
 //
 // Policies are meant to live in git. `apply FILE` checks FILE, shows what it

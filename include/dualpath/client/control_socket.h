@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two ends of the control socket: the daemon listens, dpctl calls. The
 // protocol itself (requests, replies, error codes) is core/protocol.h.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The probe protocol between `dpctl validate` / `dpctl probe` and the
 // responder of a peer's dualpathd (daemon/responder.cpp), and its client side.
 //

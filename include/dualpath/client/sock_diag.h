@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node's TCP sockets with their tcp_info (sock_diag, as `ss -tni`), for
 // dpctl diagnose: which side of a slow connection is waiting. Reads the
 // network namespace dpctl runs in.

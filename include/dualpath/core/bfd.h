@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BFD (RFC 5880) asynchronous mode: the control packet codec and one
 // session's state machine. Pure: time is passed in, packets go in and out as
 // values; the daemon owns the sockets (RFC 5881 single hop, UDP 3784, TTL 255).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl budget: the bandwidth arithmetic of reference articles 000 and 001,
 // done before anyone blames the network. A planned load is concurrency x
 // per-request rate x amplification (sharding, replicas, protocol) x

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Burst placement ([scheduler] placement = "bursts"): where each flow of a
 // split elastic class sends its next burst, so that a round of bursts (the
 // expert dispatch of one MoE step, say) finishes as soon as it can on all

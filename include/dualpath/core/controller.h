@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The controller: every decision dualpathd makes, as a pure object. It holds
 // the scheduler's state, the operators' pins, each class's demand and each
 // rail's health, and turns what the daemon measured and heard into a Plan:

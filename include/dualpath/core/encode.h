@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pure translation of a policy into the contents of the datapath's maps, and
 // the stable slot assignment of classes and rails. No kernel access: this is
 // what the unit tests check byte for byte.

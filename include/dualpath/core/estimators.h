@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Estimators the daemon computes from cumulative kernel counters each tick.
 // Pure code: time is passed in, nothing is read from the clock or the kernel.
 // Every estimate says the window it covers and how many samples it rests on.

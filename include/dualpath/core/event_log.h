@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What dpctl events shows: the newest scheduler decisions, health
 // transitions and policy reloads, numbered, with wall-clock and monotonic
 // times; and how often each class was moved, by kind (for the metrics).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Path health: one rail's state from its carrier, its BFD session, data-path
 // evidence and the operator (drain), with hold-down and a gradual failback;
 // and how the rails' health turns the scheduler's shares into the shares the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dpctl env: the launch-time settings that put a framework's RDMA and socket
 // traffic on the rails a class uses now. Kernel-bypass traffic (RoCE verbs,
 // NCCL and UCX over IB) never passes a BPF hook, so dualpath cannot move it;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-path measurement: what the daemon knows about each rail, from three
 // sources (the datapath's counters, the kernel's link statistics, RDMA port
 // counters) and how they are turned into rates, utilisation, RTT percentiles

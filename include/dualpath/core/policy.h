@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A node's policy: its paths (rails), traffic classes, and the settings of the
 // scheduler and health checks. Parsed from TOML with toml++ and validated
 // completely before anything is applied. Pure: no I/O except reading the file.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What changes between two policy files, key by key: the running policy and
 // a candidate (`dpctl policy diff FILE`, and `dpctl policy apply` before it
 // installs one). Pure: it compares the TOML documents, not their text, so

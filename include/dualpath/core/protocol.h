@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control protocol between dpctl and dualpathd: one JSON object per line
 // over a unix stream socket (client/control_socket.h carries it).
 //

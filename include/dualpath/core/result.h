@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one error type of dualpath, and the Result<T> every fallible call returns.
 //
 // An Error carries errno (0 when the failure is not an OS error), a sentence

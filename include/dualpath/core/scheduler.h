@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The adaptive scheduler: a deterministic function of (policy, per-rail
 // estimates, per-class demand, health, time, previous state) that returns,
 // per class, the share of new flowlets each rail receives, and a reason for

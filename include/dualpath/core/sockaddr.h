@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An IpAddr and a port as a socket address, and back: what the BFD sockets,
 // the probe client and the responder hand to the socket calls.
 #pragma once

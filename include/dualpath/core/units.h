@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsing of the units a policy uses: bandwidth ("200Gbit") and durations
 // ("500ms", "5m"). Pure functions; errors are sentences for the user.
 #pragma once

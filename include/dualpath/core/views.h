@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the control socket's replies say about paths, classes, flows and
 // health, rendered from plain data: the daemon gathers the data (maps, tc,
 // measurements), these functions only render. Every key here is part of the

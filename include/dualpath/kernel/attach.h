@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where dualpath's programs are attached: tc clsact filters on each rail,
 // the sockops program on a cgroup, and the bpffs directory of the pins.
 // Only what dualpath created is changed or removed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BFD transport, RFC 5881 single hop: per rail, a receive socket on UDP 3784
 // and a transmit socket from a port in 49152-65535, both bound to the rail's
 // interface; packets go out with TTL (hop limit) 255 and one that arrives with

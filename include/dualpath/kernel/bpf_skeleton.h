@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The BPF skeleton (RAII) and its maps. Every call returns a Result whose
 // error names the map and the operation.
 #pragma once

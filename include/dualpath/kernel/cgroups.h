@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Classes by cgroup: the policy's cgroup paths and systemd units found in
 // the cgroup v2 tree, as the ids the datapath matches (abi.h, dp_cgroups),
 // and the slices `dpctl run` puts a class's processes in.

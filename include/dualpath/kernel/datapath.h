@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node's datapath as dualpathd owns it: the BPF skeleton and its pins,
 // the classification generation, the class and rail slots, the rails'
 // ifindexes. Datapath is the one writer of the decision map, and the one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The /metrics endpoint: prometheus-cpp's HTTP server over the families
 // build_metrics() makes (core/metrics.h).
 #pragma once

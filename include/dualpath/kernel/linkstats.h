@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One interface's link statistics over rtnetlink (libnl-route-3).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the daemon checks about each rail against the policy's topology, at
 // start and on every reload: reverse-path filtering, the path's source
 // addresses, and the gateway's neighbour entry. Logged, and shown by

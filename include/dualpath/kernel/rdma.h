@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RDMA (RoCE) counters. Traffic a hardware NIC moves by RDMA never passes tc
 // or XDP, yet it loads the rail: dualpath reads the devices' port and hardware
 // counters from sysfs and adds them to the rail's load and health.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policy routing with libnl-route-3: per path an `ip rule fwmark M lookup T`
 // and the path's routes in table T. Everything dualpath creates carries the
 // policy's route protocol number, and its rules sit in the policy's rule

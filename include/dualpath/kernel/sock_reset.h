@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ends TCP connections with SOCK_DESTROY over sock_diag (what `ss -K` does;
 // the kernel needs CONFIG_INET_DIAG_DESTROY). In the separate topology a
 // connection cannot move off a failed rail, and TCP would sit in its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Upgrading a pinned datapath to another map layout without interrupting it.
 //
 // A daemon whose maps differ from the ones pinned by an earlier build (another
