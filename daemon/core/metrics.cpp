@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/core/metrics.h"
 
 #include <prometheus/text_serializer.h>
@@ -36,6 +37,16 @@ struct Builder {
 };
 
 }  // namespace
+
+MetricFamily metrics_age_family(double seconds) {
+  Builder b;
+  auto& f = b.family("dualpath_metrics_age_seconds",
+                     "seconds since the daemon's loop published these figures, taken when "
+                     "scraped: it grows while the loop hangs, though the exporter answers",
+                     MetricType::Gauge);
+  Builder::add(f, {}, seconds);
+  return std::move(f);
+}
 
 std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   Builder b;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 
@@ -13,19 +14,25 @@ namespace dp {
 // Holds the newest families the daemon published; the HTTP thread reads them.
 // A scrape asks for a fresh copy and waits for the daemon's next tick to
 // publish it (at most fresh_wait: a daemon stuck elsewhere still gets its
-// last figures served, and dualpath_path_sample_age_seconds says how old).
+// last figures served, and dualpath_metrics_age_seconds, taken at the scrape,
+// says how old they are).
 class MetricsExporter::Snapshot : public prometheus::Collectable {
  public:
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::unique_lock<std::mutex> g(mu_);
     uint64_t want = requested_.fetch_add(1) + 1;
     cv_.wait_for(g, wait_, [&] { return published_.load() >= want; });
-    return families_;
+    auto out = families_;
+    if (set_at_ != std::chrono::steady_clock::time_point{})
+      out.push_back(metrics_age_family(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - set_at_).count()));
+    return out;
   }
   void set(std::vector<prometheus::MetricFamily> f) {
     {
       std::lock_guard<std::mutex> g(mu_);
       families_ = std::move(f);
+      set_at_ = std::chrono::steady_clock::now();
       published_ = requested_.load();  // every request so far is answered
     }
     cv_.notify_all();
@@ -43,6 +50,7 @@ class MetricsExporter::Snapshot : public prometheus::Collectable {
   std::atomic<uint64_t> published_{0};
   std::chrono::nanoseconds wait_ = std::chrono::milliseconds(500);
   std::vector<prometheus::MetricFamily> families_;
+  std::chrono::steady_clock::time_point set_at_{};  // when families_ were published
 };
 
 Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string& listen) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The metrics builder: names, types, and histogram and summary structure.
 #include <gtest/gtest.h>
 
@@ -112,4 +113,60 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
   EXPECT_NE(text.find("dualpath_path_capacity_bytes_per_second{path=\"rail1\"} 31250000"),
             std::string::npos)
       << text.substr(0, 2000);
+}
+
+// A daemon whose loop hangs still has its exporter answer, with the last
+// figures it published: their age is taken at each scrape, so it grows.
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "dualpath/kernel/exporter.h"
+
+namespace {
+
+std::string scrape(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    std::string req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+    (void)::send(fd, req.data(), req.size(), 0);
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+      out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+double metrics_age(const std::string& text) {
+  auto at = text.find("\ndualpath_metrics_age_seconds ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + std::string("\ndualpath_metrics_age_seconds ").size()));
+}
+
+}  // namespace
+
+TEST(Metrics, TheirAgeIsTakenAtTheScrapeSoThatAHungLoopShows) {
+  auto e = dp::MetricsExporter::start("127.0.0.1:0");
+  ASSERT_TRUE(e) << e.error().what();
+  (*e)->set_fresh_wait(20ms);  // the "loop" never publishes again
+  dp::MetricsView v;
+  v.version = "test";
+  (*e)->publish(dp::build_metrics(v));
+  double first = metrics_age(scrape((*e)->port()));
+  std::this_thread::sleep_for(300ms);
+  std::string text = scrape((*e)->port());
+  double later = metrics_age(text);
+  ASSERT_GE(first, 0) << text;
+  EXPECT_GE(later - first, 0.25) << "the age must grow while nothing is published";
+  EXPECT_NE(text.find("dualpath_build_info"), std::string::npos) << "the last figures are served";
+  (*e)->publish(dp::build_metrics(v));
+  EXPECT_LT(metrics_age(scrape((*e)->port())), 0.25) << "a publish makes them fresh";
 }

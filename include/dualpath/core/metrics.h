@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus metrics. build_metrics() is pure: it turns a view of the
 // daemon's state into metric families named by Prometheus conventions
 // (base units, _total for counters, labels path and class). The exporter
@@ -62,6 +63,10 @@ struct MetricsView {
 };
 
 std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);
+// dualpath_metrics_age_seconds: how long ago the daemon's loop published the
+// families a scrape gets, measured by the exporter when it is scraped, so
+// that it keeps growing when the loop hangs and the exporter still answers.
+prometheus::MetricFamily metrics_age_family(double seconds);
 // The text exposition format of the families (what /metrics serves).
 std::string serialize_metrics(const std::vector<prometheus::MetricFamily>& families);
 
