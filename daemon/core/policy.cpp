@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dualpath/core/policy.h"
 
 #include <arpa/inet.h>
@@ -104,7 +105,49 @@ std::string CgroupSpec::str() const {
   return fmt::format("{} {}", kind == Kind::Unit ? "unit" : "cgroup", text);
 }
 
+// The name in `names` nearest to `word` (case is ignored), if it is near
+// enough to be what was meant: at most 2 edits, or 1 for short words.
+std::optional<std::string> nearest_name(std::string_view word,
+                                        const std::vector<std::string>& names) {
+  auto lower = [](std::string_view x) {
+    std::string out(x);
+    for (auto& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return out;
+  };
+  std::string w = lower(word);
+  std::optional<std::string> best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& n : names) {
+    std::string m = lower(n);
+    std::vector<size_t> row(m.size() + 1);
+    for (size_t j = 0; j <= m.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= w.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= m.size(); ++j) {
+        size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (w[i - 1] == m[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    if (row[m.size()] < best_d) best_d = row[m.size()], best = n;
+  }
+  size_t limit = w.size() <= 4 ? 1 : 2;
+  if (best && best_d <= limit) return best;
+  return std::nullopt;
+}
+
 std::string cgroup_path_problem(const std::string& path) {
+  if (path.rfind("/sys/fs/cgroup", 0) == 0) {
+    std::string rest = path.substr(std::string("/sys/fs/cgroup").size());
+    return fmt::format(
+        "is a filesystem path: cgroups are named from the cgroup v2 root, so "
+        "write \"{}\"{}",
+        rest.empty() ? "/" : rest,
+        rest.size() > 8 && rest.ends_with(".service")
+            ? fmt::format(", or units = [\"{}\"]", rest.substr(rest.rfind('/') + 1))
+            : "");
+  }
   if (path.empty() || path[0] != '/')
     return "must be a path from the cgroup v2 root, starting with '/' (such as "
            "\"/system.slice/vllm.service\")";
@@ -229,17 +272,43 @@ class Checker {
   void error(const toml::node& at, std::string msg) { error(at.source(), std::move(msg)); }
 
   std::vector<Diagnostic> take() { return std::move(errors_); }
+  std::vector<std::string> unknown_;
 
   // Refuses keys not in `allowed`, naming the section they are in.
+  // At the top level the keys are sections: [node], [[path]], ...; `arrays`
+  // are those written [[...]].
   void only_keys(const toml::table& t, std::initializer_list<std::string_view> allowed,
-                 std::string_view section) {
+                 std::string_view section, std::initializer_list<std::string_view> arrays = {}) {
     for (auto& [k, v] : t) {
       if (std::find(allowed.begin(), allowed.end(), k.str()) != allowed.end()) continue;
       std::string list;
-      for (auto a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
+      std::vector<std::string> names;
+      auto shown = [&](std::string_view a) {
+        if (section != "the top level") return std::string(a);
+        bool array = std::find(arrays.begin(), arrays.end(), a) != arrays.end();
+        return array ? fmt::format("[[{}]]", a) : fmt::format("[{}]", a);
+      };
+      for (auto a : allowed) {
+        list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
+        names.emplace_back(std::string(a));
+      }
+      auto near = nearest_name(k.str(), names);
+      std::string what = fmt::format("unknown key \"{}\" in {}", k.str(), section);
       error(k.source().begin.line ? k.source() : v.source(),
-            fmt::format("unknown key \"{}\" in {} (allowed: {})", k.str(), section, list));
+            fmt::format(
+                "{}{} (allowed: {})", what,
+                near ? fmt::format("; did you mean {}?",
+                                   section == "the top level" ? shown(*near) : "\"" + *near + "\"")
+                     : "",
+                list));
+      unknown_.emplace_back(k.str());
     }
+  }
+  // Keys only_keys() refused (a misspelt section is not also a missing one).
+  bool refused_like(std::string_view name) const {
+    for (const auto& u : unknown_)
+      if (nearest_name(u, {std::string(name)})) return true;
+    return false;
   }
 
   std::optional<std::string> string(const toml::table& t, std::string_view key,
@@ -297,6 +366,17 @@ class Checker {
       const toml::table& t, std::string_view key, std::string_view section,
       std::chrono::nanoseconds min, std::chrono::nanoseconds max = std::chrono::hours(24 * 365),
       const char* why = nullptr) {
+    const toml::node* n = t.get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_string()) {
+      error(*n, fmt::format("\"{}\" in {} must be a duration string with its unit, such as "
+                            "\"500ms\", \"30s\" or \"5m\"{}",
+                            key, section,
+                            n->is_number() ? fmt::format(" (not the bare number {})",
+                                                         n->value<double>().value_or(0))
+                                           : ""));
+      return std::nullopt;
+    }
     auto s = string(t, key, section, false);
     if (!s) return std::nullopt;
     auto d = parse_duration(*s);
@@ -452,7 +532,8 @@ bool matches_overlap(PortMatch a, PortMatch b) {
 void parse_node(Checker& c, const toml::table& root, Policy& p) {
   auto* t = root.get_as<toml::table>("node");
   if (!t) {
-    c.error(root.source(), "the policy has no [node] section (it needs at least name = \"...\")");
+    if (!c.refused_like("node"))
+      c.error(root.source(), "the policy has no [node] section (it needs at least name = \"...\")");
     return;
   }
   c.only_keys(*t, {"name", "default_class", "topology"}, "[node]");
@@ -753,7 +834,8 @@ void check_responder(Checker& c, const toml::table& root, const Policy& p) {
 void parse_paths(Checker& c, const toml::table& root, Policy& p) {
   const toml::node* n = root.get("path");
   if (!n) {
-    c.error(root.source(), "the policy has no [[path]] sections: a node needs at least one rail");
+    if (!c.refused_like("path"))
+      c.error(root.source(), "the policy has no [[path]] sections: a node needs at least one rail");
     return;
   }
   auto* arr = n->as_array();
@@ -856,6 +938,21 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
       c.error(t, fmt::format("{} has neither gateway nor gateway6: traffic steered onto it needs "
                              "a next hop",
                              section));
+    else if (const toml::node* r = t.get("routes"); r && r->is_array())
+      for (size_t i = 0; i < ps.routes.size() && i < r->as_array()->size(); ++i) {
+        int fam = ps.routes[i].addr.family;
+        bool has_gw = fam == AF_INET ? ps.gateway.has_value() : ps.gateway6.has_value();
+        if (has_gw) continue;
+        c.error(*r->as_array()->get(i),
+                fmt::format("route {} of {} is {}, but the path has no {}: the route would be "
+                            "installed on-link, without a next hop (set {}, and {} for this "
+                            "node's address on the rail)",
+                            ps.routes[i].str(), section, fam == AF_INET ? "IPv4" : "IPv6",
+                            fam == AF_INET ? "gateway" : "gateway6",
+                            fam == AF_INET ? "gateway" : "gateway6",
+                            fam == AF_INET ? "source" : "source6"));
+        break;  // once per path and family is enough
+      }
     p.paths.push_back(std::move(ps));
   }
 }
@@ -880,6 +977,15 @@ void check_topology(Checker& c, const toml::table& root, const Policy& p) {
     return true;
   };
   if (p.topology == Topology::Shared) {
+    bool any =
+        std::any_of(p.paths.begin(), p.paths.end(), [](auto& ps) { return !ps.routes.empty(); });
+    for (size_t i = 0; i < p.paths.size() && any; ++i)
+      if (p.paths[i].routes.empty())
+        c.error(routes_node(i),
+                fmt::format("path {} has no routes: in the shared topology every rail must route "
+                            "what the others route (a flow may be redirected onto any rail), so "
+                            "give it the same routes as the others",
+                            p.paths[i].name));
     for (size_t i = 0; i < p.paths.size(); ++i)
       for (size_t j = 0; j < p.paths.size(); ++j) {
         if (i == j || p.paths[i].routes.empty() || p.paths[j].routes.empty()) continue;
@@ -1036,7 +1142,7 @@ void parse_cgroups(Checker& c, const toml::table& t, const std::string& section,
 void parse_classes(Checker& c, const toml::table& root, Policy& p) {
   const toml::node* n = root.get("class");
   if (!n) {
-    c.error(root.source(), "the policy has no [[class]] sections");
+    if (!c.refused_like("class")) c.error(root.source(), "the policy has no [[class]] sections");
     return;
   }
   auto* arr = n->as_array();
@@ -1081,10 +1187,17 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     if (auto v = c.integer(t, "priority", section, false, 0, 7)) cs.priority = static_cast<int>(*v);
     if (auto v = c.string(t, "prefer", section, true)) {
       cs.prefer = *v;
-      if (!p.path(*v))
-        c.error(
-            where(t, "prefer"),
-            fmt::format("{} prefers path \"{}\", which the policy does not define", section, *v));
+      if (!p.path(*v)) {
+        std::vector<std::string> paths;
+        for (const auto& ps : p.paths) paths.push_back(ps.name);
+        auto near = nearest_name(*v, paths);
+        c.error(where(t, "prefer"),
+                fmt::format("{} prefers path \"{}\", which the policy does not define{} (paths: "
+                            "{})",
+                            section, *v, near ? fmt::format("; did you mean \"{}\"?", *near) : "",
+                            paths.empty() ? std::string("none")
+                                          : fmt::format("{}", fmt::join(paths, ", "))));
+      }
     }
     if (const toml::node* dn = t.get("dscp")) {
       // the range is checked on the 64-bit value: 4294967342 is not 46
@@ -1102,11 +1215,16 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     }
     if (const toml::node* sn = t.get("skb_priority")) {
       std::optional<int64_t> v;
+      bool number = false;
       if (auto* i = sn->as_integer())
-        v = i->get();
+        v = i->get(), number = true;
       else if (auto* str = sn->as_string())
         if (auto x = parse_tc_handle(str->get())) v = *x;
-      if (!v || *v < 0 || *v > 0xFFFFFFFFll)
+      if (number && v && *v > 7)
+        c.error(*sn, fmt::format("skb_priority = {} of {} is out of range: a number is a priority "
+                                 "band, 0-7; a tc class is written as a string such as \"1:10\"",
+                                 *v, section));
+      else if (!v || *v < 0 || *v > 0xFFFFFFFFll)
         c.error(*sn, fmt::format("skb_priority of {} must be a number or a tc class id such as "
                                  "\"1:10\"",
                                  section));
@@ -1219,7 +1337,7 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   c.only_keys(root,
               {"node", "routing", "scheduler", "health", "measurement", "metrics", "responder",
                "path", "class"},
-              "the top level");
+              "the top level", {"path", "class"});
   parse_node(c, root, p);
   parse_routing(c, root, p);
   parse_scheduler(c, root, p);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every policy error kind, with the line and column it is reported at.
 #include <gtest/gtest.h>
 
@@ -482,9 +483,12 @@ TEST(Policy, SharedTopologyRefusesARailThatDoesNotRouteWhatTheOtherRoutes) {
 }
 
 TEST(Policy, SeparateTopologyTakesEachRailsRoutesAsItsNetworks) {
-  auto p = dp::parse_policy(with_routes(R"(["10.10.0.0/16", "fd10::/32"])", R"(["10.20.0.0/16"])",
-                                        "topology = \"separate\"\n"),
-                            "p.toml");
+  // (rail0's IPv6 route needs its IPv6 next hop)
+  auto p = dp::parse_policy(
+      replace(with_routes(R"(["10.10.0.0/16", "fd10::/32"])", R"(["10.20.0.0/16"])",
+                          "topology = \"separate\"\n"),
+              "gateway = \"10.0.0.1\"\n", "gateway = \"10.0.0.1\"\ngateway6 = \"fd10::1\"\n"),
+      "p.toml");
   ASSERT_TRUE(p.ok()) << p.errors[0].str();
   EXPECT_EQ(p.policy->topology, dp::Topology::Separate);
   EXPECT_EQ(p.policy->paths[0].network()->str(), "10.10.0.0/16");
@@ -643,4 +647,64 @@ TEST(Policy, ClassPortsInTheEphemeralRangeAreWarnedAbout) {
       dp::ephemeral_port_warnings(*r.policy, dp::parse_ephemeral_ports("1024 4999", "")).empty());
   EXPECT_TRUE(
       dp::ephemeral_port_warnings(*r.policy, dp::parse_ephemeral_ports("garbage", "")).empty());
+}
+
+// What `policy check` used to pass although the policy does the wrong thing,
+// and the hints a near name gets (each exactly one error, at its line).
+std::string both_route(const std::string& route) {
+  std::string text =
+      replace(kBase, "fwmark = 0x100\n", "fwmark = 0x100\nroutes = [\"" + route + "\"]\n");
+  return replace(text, "fwmark = 0x101\n", "fwmark = 0x101\nroutes = [\"" + route + "\"]\n");
+}
+
+TEST(Policy, ARouteOfAFamilyWithoutThatFamilysGatewayIsRefused) {
+  // rail0 has an IPv4 gateway only: its IPv6 route would be installed on-link
+  expect_one_error(both_route("fd99::2/128"), 11, "is IPv6, but the path has no gateway6");
+  // and rail1 an IPv6 one only
+  expect_one_error(both_route("10.9.0.0/16"), 20, "is IPv4, but the path has no gateway");
+}
+
+TEST(Policy, ASharedTopologyRailWithoutRoutesIsRefused) {
+  std::string text =
+      replace(kBase, "fwmark = 0x100\n", "fwmark = 0x100\nroutes = [\"10.9.0.0/16\"]\n");
+  expect_one_error(text, 13, "path rail1 has no routes: in the shared topology");
+}
+
+TEST(Policy, ACgroupGivenAsAFilesystemPathIsRefusedWithTheFormThatWorks) {
+  expect_one_error(replace(kBase, "ports = [\"tcp:50000-50999\"]\n",
+                           "cgroups = [\"/sys/fs/cgroup/system.slice/x.service\"]\n"),
+                   25, "write \"/system.slice/x.service\", or units = [\"x.service\"]");
+}
+
+TEST(Policy, SkbPriorityAsANumberIsABandOf0To7) {
+  expect_one_error(replace(kBase, "priority = 6\n", "priority = 6\nskb_priority = 4294967295\n"),
+                   24, "a number is a priority band, 0-7; a tc class is written as a string");
+  EXPECT_TRUE(dp::parse_policy(replace(kBase, "priority = 6\n", "priority = 6\nskb_priority = 7\n"),
+                               "p.toml")
+                  .ok());
+}
+
+TEST(Policy, AMisspeltSectionGetsTheNearestNameAndNoSecondError) {
+  expect_one_error(replace(kBase, "[node]\n", "[Node]\n"), 1, "did you mean [node]?");
+  std::string classes = kBase;
+  for (size_t at; (at = classes.find("[[class]]")) != std::string::npos;)
+    classes.replace(at, 9, "[[classes]]");
+  expect_one_error(classes, 20, "did you mean [[class]]?");
+  expect_one_error(replace(kBase, "priority = 6\n", "priority = 6\nprefered = \"rail0\"\n"), 24,
+                   "unknown key \"prefered\" in [[class]]; did you mean \"prefer\"?");
+}
+
+TEST(Policy, AnUnknownPreferredPathListsThePathsAndTheNearest) {
+  expect_one_error(replace(kBase, "prefer = \"rail0\"", "prefer = \"RoCE\""), 24,
+                   "prefers path \"RoCE\", which the policy does not define (paths: rail0, rail1)");
+  expect_one_error(replace(kBase, "prefer = \"rail0\"", "prefer = \"rial0\""), 24,
+                   "did you mean \"rail0\"? (paths: rail0, rail1)");
+}
+
+TEST(Policy, ADurationWithoutItsUnitShowsTheExpectedForm) {
+  expect_one_error(replace(kBase, "[[path]]\nname = \"rail0\"",
+                           "[health]\nholddown = 300\n\n[[path]]\nname = \"rail0\""),
+                   5,
+                   "must be a duration string with its unit, such as \"500ms\", \"30s\" or \"5m\" "
+                   "(not the bare number 300)");
 }
