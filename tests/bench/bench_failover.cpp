@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a failed rail costs the application, and how fast the daemon acts: trials
 // of each fault in the lab, with the default BFD timers (500 ms x 3). In every
 // trial, before the fault, three things run on rail0: an expert-dispatch
@@ -16,10 +17,13 @@
 // 64 KiB writes, so the baseline gap is one write's time at 20 Mbit/s (~26
 // ms). Also: carrier, netlink event to decision map (inside the daemon), and
 // an idle blackhole, fault to BFD declaring the rail down.
+// With --busy, the failing rail is also full: an unpaced expert-dispatch
+// stream (latency-sensitive) runs beside the others at line rate, and its
+// longest gap is measured too.
 // The hold-down is 1 s and the ramp 100 ms steps so that trials follow
 // quickly; those do not change the detection being measured.
 //
-//   build/tests/bench/dp-bench-failover [--trials N] [--faults a,b,...]
+//   build/tests/bench/dp-bench-failover [--trials N] [--faults a,b,...] [--busy]
 //
 // Needs root and the lab down; brings the lab up (tools/dp-lab) and down.
 #include <CLI/CLI.hpp>
@@ -27,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -167,7 +172,7 @@ std::vector<Fault> faults() {
 }
 
 struct FaultStats {
-  Stats decision, ls_gap, elastic_gap, rpc_stall;
+  Stats decision, ls_gap, elastic_gap, rpc_stall, busy_gap;
   int resets = 0, lost = 0, trials = 0;
 };
 
@@ -188,6 +193,8 @@ int main(int argc, char** argv) {
                "read both nodes' rules and routes mid-fault; print them when a stream stalled");
   app.add_option("--faults", only,
                  "comma-separated faults to run (blackhole, one way, loss 30%, carrier, none)");
+  bool busy = false;
+  app.add_flag("--busy", busy, "a line-rate latency-sensitive stream on rail0 beside the others");
   CLI11_PARSE(app, argc, argv);
 
   Env env;
@@ -221,6 +228,10 @@ int main(int argc, char** argv) {
       const uint64_t bytes = static_cast<uint64_t>(kRate / 8 * 4);  // 4 s
       Transfer ls({"dpl-a", "dpl-b", "10.99.0.2", 50201, 0, 0, bytes, kRate});
       Transfer elastic({"dpl-a", "dpl-b", "10.99.0.2", 51201, 0, 0, bytes, kRate});
+      // 4 s at 1 Gbit/s at most: it ends with the others
+      std::optional<Transfer> full;
+      if (busy)
+        full.emplace(TransferSpec{"dpl-a", "dpl-b", "10.99.0.2", 50202, 0, 0, 500u << 20, 0});
       std::vector<double> rtts;
       std::thread rpc(
           [&] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53060, 1200, 256, 2000); });
@@ -257,6 +268,12 @@ int main(int argc, char** argv) {
         st.resets += is_reset(*r);
         st.lost += !r->ok();
       }
+      if (full) {
+        auto c = full->wait();
+        st.resets += is_reset(c);
+        st.lost += !c.ok();
+        if (c.ok()) st.busy_gap.add(static_cast<double>(c.max_gap_us) / 1000.0);
+      }
       if (rtts.size() != 1200) ++st.lost;
       if (a.ok()) st.ls_gap.add(static_cast<double>(a.max_gap_us) / 1000.0);
       if (b.ok()) st.elastic_gap.add(static_cast<double>(b.max_gap_us) / 1000.0);
@@ -287,8 +304,8 @@ int main(int argc, char** argv) {
 
   std::printf(
       "\nfailover: %d trials of each fault, BFD 500 ms x 3 (detection 1500 ms); "
-      "streams paced at 20 Mbit/s in 64 KiB writes\n",
-      trials);
+      "streams paced at 20 Mbit/s in 64 KiB writes%s\n",
+      trials, busy ? "; rail0 busy: a line-rate expert-dispatch stream beside them" : "");
   std::printf("%-10s %-34s %7s %9s %9s %9s  %s\n", "fault", "measure (ms)", "trials", "p50", "p99",
               "max", "goal");
   for (size_t f = 0; f < list.size(); ++f) {
@@ -303,6 +320,7 @@ int main(int argc, char** argv) {
     line("longest gap, expert-dispatch (LS)", st.ls_gap, none ? "" : "<= 300 ms p99");
     line("longest gap, expert-combine (el.)", st.elastic_gap, none ? "" : "<= 500 ms p99");
     line("longest RPC round trip, control", st.rpc_stall, none ? "" : "<= 300 ms p99");
+    if (busy) line("longest gap, line-rate LS stream", st.busy_gap, none ? "" : "<= 300 ms p99");
     std::printf("%-10s %-34s %7d  (connections reset: %d; goal 0)\n", list[f].name,
                 "connections lost", st.lost, st.resets);
   }
