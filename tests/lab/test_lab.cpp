@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Lab integration: the real daemons in the two-node lab (tools/dp-lab), real
 // TCP and UDP traffic over veth, real rules, routes and tc filters. Runs as
 // root; the tests share one lab and run in the order written. The lab is torn
@@ -1193,13 +1194,26 @@ TEST_F(Lab, DpctlRunPutsACommandsSocketsInItsClass) {
   lab::dpctl("b", "class unpin param-sync");
 }
 
+// Node a is cleaned up as removing the package does it (tools/packaging/prerm
+// remove, after an upgrade's prerm, which must leave the datapath steering),
+// node b by dualpathd --cleanup itself.
 TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
   for (const char* ns : {"dpl-a", "dpl-b"}) {
     pid_t pid = daemon_pid(ns);
     ASSERT_EQ(::kill(pid, SIGTERM), 0);
     wait_gone(pid);
-    must(nsenter(ns) + DP_BUILD_DIR "/daemon/dualpathd --cleanup --policy " + g_policies + "/lab-" +
-         std::string(ns).substr(4) + ".toml");
+    std::string policy = g_policies + "/lab-" + std::string(ns).substr(4) + ".toml";
+    if (std::string(ns) == "dpl-a") {
+      std::string prerm = nsenter(ns) + "env DUALPATHD=" DP_BUILD_DIR "/daemon/dualpathd " +
+                          "DUALPATH_POLICY=" + policy + " sh " DP_SOURCE_DIR
+                          "/tools/packaging/prerm ";
+      must(prerm + "upgrade");
+      EXPECT_TRUE(fs::exists("/sys/fs/bpf/dualpath/dpl-a/dp_config"))
+          << "an upgrade leaves the datapath steering";
+      must(prerm + "remove");
+    } else {
+      must(nsenter(ns) + DP_BUILD_DIR "/daemon/dualpathd --cleanup --policy " + policy);
+    }
   }
   const std::string a = nsenter("dpl-a"), b = nsenter("dpl-b");
   // foreign objects stay
