@@ -7,6 +7,7 @@
 #include <cstdarg>
 
 #include "daemon.h"
+#include "dualpath/kernel/node_checks.h"
 #include "dualpath/version.h"
 
 namespace {
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (auto why = dp::running_kernel_problem(); !why.empty()) {
+    spdlog::error("{}", why);
+    return 1;
+  }
   dp::Daemon d(opts);
   auto r = d.start();
   if (!r) {

@@ -7,6 +7,8 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -67,6 +69,29 @@ std::string arp_state(const IpAddr& addr, const std::string& dev) {
 }
 
 }  // namespace
+
+std::string kernel_problem(const std::string& release, bool has_btf) {
+  int major = 0, minor = 0;
+  if (std::sscanf(release.c_str(), "%d.%d", &major, &minor) != 2)
+    return fmt::format("cannot read the kernel's version from \"{}\"", release);
+  if (major < 5 || (major == 5 && minor < 18))
+    return fmt::format(
+        "this kernel is {}; dualpathd needs Linux 5.18 or later (Debian 12's 6.1, "
+        "Ubuntu 24.04's 6.8 and later are fine)",
+        release);
+  if (!has_btf)
+    return fmt::format(
+        "this kernel ({}) has no BTF (/sys/kernel/btf/vmlinux): dualpathd needs a "
+        "kernel built with CONFIG_DEBUG_INFO_BTF=y, as Debian's and Ubuntu's are",
+        release);
+  return "";
+}
+
+std::string running_kernel_problem() {
+  utsname u{};
+  if (::uname(&u) != 0) return "uname() failed";
+  return kernel_problem(u.release, ::access("/sys/kernel/btf/vmlinux", R_OK) == 0);
+}
 
 std::vector<NodeCheck> check_node(const Policy& p) {
   std::vector<NodeCheck> out;

@@ -9,6 +9,7 @@
 
 #include "dualpath/core/launch_env.h"
 #include "dualpath/kernel/cgroups.h"
+#include "dualpath/kernel/node_checks.h"
 #include "dualpath/kernel/rdma.h"
 
 namespace fs = std::filesystem;
@@ -122,4 +123,15 @@ units = ["x.service"]
   auto again = dp::resolve_cgroups(*load.policy, root.string(), first);
   EXPECT_EQ(again[0].dir, "/system.slice/x.service");
   fs::remove_all(root);
+}
+
+// The kernel dualpathd refuses to start on, with what it needs.
+TEST(Kernel, TooOldOrWithoutBtfIsRefusedWithWhatItNeeds) {
+  EXPECT_EQ(dp::kernel_problem("6.1.0-13-amd64", true), "");
+  EXPECT_EQ(dp::kernel_problem("5.18.0", true), "");
+  EXPECT_NE(dp::kernel_problem("5.15.0-91-generic", true).find("needs Linux 5.18 or later"),
+            std::string::npos);
+  EXPECT_NE(dp::kernel_problem("4.19.0", true).find("needs Linux 5.18"), std::string::npos);
+  EXPECT_NE(dp::kernel_problem("6.8.0", false).find("CONFIG_DEBUG_INFO_BTF"), std::string::npos);
+  EXPECT_NE(dp::kernel_problem("weird", true).find("cannot read"), std::string::npos);
 }

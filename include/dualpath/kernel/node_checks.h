@@ -21,6 +21,15 @@ struct NodeCheck {
 };
 
 std::vector<NodeCheck> check_node(const Policy& p);
+
+// The kernel dualpathd needs, checked before it loads anything: Linux 5.18
+// or later (the datapath reads skb->tstamp_type; sk_lookup is 5.9, cgroup
+// getpeername 5.8) with BTF (/sys/kernel/btf/vmlinux: CO-RE relocations of
+// the datapath). `release` is uname's; kernel_problem("6.1.0-13-amd64",
+// true) is empty.
+std::string kernel_problem(const std::string& release, bool has_btf);
+// The same for the running kernel.
+std::string running_kernel_problem();
 // An interface's MTU in this network namespace; 0 if it does not exist.
 int interface_mtu(const std::string& ifname);
 json to_json(const std::vector<NodeCheck>& checks);
