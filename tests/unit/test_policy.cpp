@@ -89,7 +89,8 @@ TEST(Policy, BaseIsValid) {
 }
 
 TEST(Policy, ShippedPoliciesAreValid) {
-  for (const char* f : {"example-node.toml", "lab-a.toml", "lab-b.toml"}) {
+  for (const char* f :
+       {"example-node.toml", "example-shared-node.toml", "lab-a.toml", "lab-b.toml"}) {
     auto r = dp::load_policy_file(std::string(DP_POLICY_DIR) + "/" + f);
     EXPECT_TRUE(r.ok()) << f << ": " << (r.errors.empty() ? "" : r.errors[0].str());
     if (r.ok()) {
