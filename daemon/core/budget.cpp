@@ -155,10 +155,9 @@ json compute_budget(const BudgetPlan& plan, const Policy* policy) {
     int k = policy && !l.klass.empty() ? policy->class_index(l.klass) : -1;
     if (k >= 0) per_class[static_cast<size_t>(k)] += demand;
     if (policy && !l.klass.empty() && k < 0)
-      notes.push_back(
-          fmt::format("load of line {}: the policy has no class \"{}\"; it is counted "
-                      "in the total only",
-                      l.line, l.klass));
+      notes.push_back(fmt::format(
+          "{}: the policy has no class \"{}\"; it is counted in the total only",
+          l.line ? fmt::format("load of line {}", l.line) : std::string("the load"), l.klass));
     loads.push_back({{"class", l.klass},
                      {"concurrency", l.concurrency},
                      {"per_request_bps", l.per_request_bps},

@@ -24,7 +24,17 @@ none=/nonexistent/dualpathd.sock
 check "typo named with a suggestion" 2 'no command "statsu" (did you mean "status"?)' "$dpctl" statsu
 check "typo of a subcommand" 2 'no command "class lst" (did you mean "class list"?)' "$dpctl" class lst
 check "typo under -j is JSON" 2 '{"error":"no command \"pth\"' "$dpctl" -j pth list
-check "prefixes as ip(8): p l is path list" 3 "cannot reach dualpathd at $none" "$dpctl" -s $none p l
+check "a prefix of one command: pa l is path list" 3 "cannot reach dualpathd at $none" "$dpctl" -s $none pa l
+check "a prefix of several is refused with them" 2 '"e" is ambiguous: env, events' "$dpctl" e
+check "help at any level is that level's help" 0 "one path in detail" "$dpctl" path help
+check "an object alone shows its commands" 0 "one path in detail" "$dpctl" path
+check "budget --class the policy lacks is refused" 1 "has no such class; its classes are" \
+  "$dpctl" budget --policy "$src/policies/lab-a.toml" --class nosuch --rate 1Gbit
+bad=$(mktemp)
+printf '[node]\nname = "x"\n' >"$bad"
+check "policy check -j errors carry error, as every -j error" 1 '"error":"'"$bad"':1:1: error' \
+  "$dpctl" -j policy check "$bad"
+rm -f "$bad"
 check "po ch is policy check" 0 "valid (node" "$dpctl" po ch "$src/policies/lab-a.toml"
 check "options after the command" 3 '{"error":"cannot reach dualpathd' "$dpctl" status -j -s $none
 check "not running: exit 3" 3 "(is it running?)" "$dpctl" -s $none status

@@ -695,9 +695,17 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--dp-lab", o.dp_lab, "path of tools/dp-lab")->required();
   app.add_option("--dp-load", o.dp_load, "path of dp-load")->required();
-  app.allow_extras();
-  CLI11_PARSE(app, argc, argv);
-  o.load_args = app.remaining();
+  app.footer("Options for dp-load go after \"--\": dp-lab bench --rounds 5 -- --burst 4MiB");
+  // only what follows "--" goes to dp-load: a misspelt option of the bench
+  // is refused, never passed on (and the run made without it)
+  int own = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      own = i;
+      for (int j = i + 1; j < argc; ++j) o.load_args.emplace_back(argv[j]);
+      break;
+    }
+  CLI11_PARSE(app, own, argv);
   for (auto& f : o.faults)
     if (!parse_fault(f)) {
       std::fprintf(stderr,

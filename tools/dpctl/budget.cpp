@@ -123,6 +123,14 @@ int cmd_budget(const Globals& g, const BudgetArgs& a) {
                                  (*r)["data"]["file"].get<std::string>());
     if (load.ok()) policy = *load.policy;
   }
+  // the class of --rate is the operator's word on this command line: a name
+  // the policy does not have is a mistake, not a note
+  if (policy && !a.rate.empty() && !a.klass.empty() && policy->class_index(a.klass) < 0) {
+    std::string names;
+    for (auto& c : policy->classes) names += (names.empty() ? "" : ", ") + c.name;
+    return fail(g, fmt::format("--class {}: the policy ({}) has no such class; its classes are {}",
+                               a.klass, policy->file, names));
+  }
   json b = dp::compute_budget(plan, policy ? &*policy : nullptr);
   if (!policy)
     b["notes"].push_back(

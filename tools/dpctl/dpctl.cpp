@@ -524,13 +524,16 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return d[b.size()];
 }
 
-// The words naming an object and a command, as ip(8) takes them: an
-// unambiguous prefix stands for the word ("dpctl p l" is "dpctl path list");
-// a word that is no command's is named, with the nearest one. Returns an
-// error message, or "" with argv's words expanded.
+// The words naming an object and a command, as ip(8) takes them: a prefix
+// stands for the one word it begins ("dpctl pa l" is "dpctl path list"); a
+// prefix of several words is refused with them ("dpctl e": env or events?);
+// a word that is no command's is named, with the nearest one. "help" at any
+// level, and an object without its command ("dpctl path"), show that level's
+// help. Returns an error message, or "" with argv's words expanded.
 std::string expand_commands(CLI::App& app, std::vector<std::string>& args) {
   CLI::App* level = &app;
-  for (size_t i = 0; i < args.size(); ++i) {
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") break;
     if (a == "-s" || a == "--socket") {
@@ -540,6 +543,11 @@ std::string expand_commands(CLI::App& app, std::vector<std::string>& args) {
     if (!a.empty() && a[0] == '-') continue;
     auto subs = level->get_subcommands([](CLI::App*) { return true; });
     if (subs.empty()) break;  // an argument, not a command
+    if (a == "help" && std::none_of(subs.begin(), subs.end(),
+                                    [](CLI::App* sc) { return sc->get_name() == "help"; })) {
+      args[i] = "--help";
+      return "";
+    }
     std::vector<CLI::App*> hits;
     for (auto* sc : subs) {
       if (sc->get_name() == a) {
@@ -549,14 +557,17 @@ std::string expand_commands(CLI::App& app, std::vector<std::string>& args) {
       if (sc->get_name().rfind(a, 0) == 0) hits.push_back(sc);
     }
     std::string where = level == &app ? "" : level->get_name() + " ";
-    // as ip(8): a prefix of several commands is the first of them in the
-    // order `dpctl --help` lists them ("p" is path, "po" policy)
-    if (!hits.empty()) {
+    if (hits.size() == 1) {
       args[i] = hits[0]->get_name();
       level = hits[0];
       continue;
     }
-    std::string names, nearest;
+    std::string names;
+    if (hits.size() > 1) {
+      for (auto* sc : hits) names += (names.empty() ? "" : ", ") + where + sc->get_name();
+      return fmt::format("\"{}{}\" is ambiguous: {}", where, a, names);
+    }
+    std::string nearest;
     size_t best = SIZE_MAX;
     for (auto* sc : subs) {
       names += (names.empty() ? "" : ", ") + sc->get_name();
@@ -567,6 +578,11 @@ std::string expand_commands(CLI::App& app, std::vector<std::string>& args) {
                        best <= 2 ? fmt::format(" (did you mean \"{}{}\"?)", where, nearest) : "",
                        where.empty() ? "" : " of " + level->get_name(), names);
   }
+  // an object named without its command: its help, as for "help"
+  if (level != &app && !level->get_subcommands([](CLI::App*) { return true; }).empty() &&
+      std::none_of(args.begin(), args.end(),
+                   [](const std::string& a) { return a == "-h" || a == "--help"; }))
+    args.insert(args.begin() + static_cast<long>(std::min(i, args.size())), "--help");
   return "";
 }
 
@@ -656,7 +672,9 @@ int main(int argc, char** argv) {
 
   BudgetArgs budget;
   auto* bud = app.add_subcommand(
-      "budget", "bandwidth a planned load needs on each rail, and the KV-cache size (offline)");
+      "budget",
+      "bandwidth a planned load needs on each rail, and the KV-cache size (against --policy "
+      "FILE, or the running daemon's policy)");
   bud->add_option("FILE", budget.file, "a budget TOML ([[load]] sections, [kv])");
   bud->add_option("--policy", budget.policy, "the node's policy (default: the running one)");
   bud->add_option("--class", budget.klass, "the class of the load given by --rate");

@@ -75,7 +75,10 @@ int print_errors(const Globals& g, const std::string& file, const dp::PolicyLoad
     for (auto& e : load.errors)
       errs.push_back(
           {{"file", e.file}, {"line", e.line}, {"column", e.column}, {"message", e.message}});
-    print_json(g, {{"valid", false}, {"file", file}, {"errors", errs}});
+    // "error" as every -j error has it (dpctl(8)); "errors" has each one
+    std::string first = load.errors.empty() ? "invalid" : load.errors.front().str();
+    if (load.errors.size() > 1) first += fmt::format(" (and {} more)", load.errors.size() - 1);
+    print_json(g, {{"valid", false}, {"file", file}, {"error", first}, {"errors", errs}});
   } else {
     for (auto& e : load.errors) std::cerr << e.str() << "\n";
     std::cerr << file << ": " << load.errors.size() << " error"
