@@ -109,3 +109,69 @@ TEST(PolicyReference, EverySectionDocumentsExactlyTheKeysTheParserTakes) {
 }
 
 }  // namespace
+
+namespace {
+
+// Integer keys dualpath-policy(5) gives a range LO-HI for, by section.
+struct Range {
+  std::string section, key;
+  long long lo, hi;
+};
+std::vector<Range> documented_ranges() {
+  std::ifstream in(std::string(DP_SOURCE_DIR) + "/docs/man/dualpath-policy.5.scd");
+  std::vector<Range> out;
+  std::string line, section = "?";
+  const std::regex heading(R"(^## (\[\[?[a-z]+\]\]?)$)"),
+      range(R"(^\*([a-z0-9_]+)\* \(integer[^)]*?\b(\d+)-(\d+))");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, heading))
+      section = m[1].str();
+    else if (std::regex_search(line, m, range))
+      out.push_back({section, m[1].str(), std::stoll(m[2].str()), std::stoll(m[3].str())});
+  }
+  return out;
+}
+
+// kAll with `key = value` in `section`, replacing the key if kAll has it.
+std::string with_key(const std::string& section, const std::string& key, long long value) {
+  std::string text = kAll;
+  auto at = text.find(section + "\n");
+  EXPECT_NE(at, std::string::npos) << section;
+  size_t body = at + section.size() + 1;
+  size_t end = text.find("\n[", body);
+  std::string line = key + " = ";
+  auto had = text.find("\n" + line, body - 1);
+  if (had != std::string::npos && (end == std::string::npos || had < end))
+    text.erase(had + 1, text.find('\n', had + 1) - had);
+  text.insert(body, line + std::to_string(value) + "\n");
+  return text;
+}
+
+bool refused_for(const std::string& text, const std::string& key) {
+  for (const auto& e : dp::parse_policy(text, "ref.toml").errors)
+    if (e.message.find(key) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+// The ranges the reference documents are the parser's: just outside each is
+// refused, naming the key, and its ends are taken (where the key has no
+// other rule that an end breaks, said below).
+TEST(PolicyReference, EveryDocumentedIntegerRangeIsTheParsers) {
+  auto ranges = documented_ranges();
+  ASSERT_GE(ranges.size(), 9u) << "the reference's integer ranges were not found";
+  for (const auto& r : ranges) {
+    SCOPED_TRACE(r.section + " " + r.key);
+    EXPECT_TRUE(refused_for(with_key(r.section, r.key, r.hi + 1), r.key)) << r.hi + 1;
+    EXPECT_TRUE(refused_for(with_key(r.section, r.key, r.lo - 1), r.key)) << r.lo - 1;
+    // fwmark and mark: the top end has the redirect bit, which is refused
+    // on its own (documented beside the range)
+    bool top_has_more_rules = r.key == "fwmark" || r.key == "mark";
+    EXPECT_FALSE(refused_for(with_key(r.section, r.key, r.lo), r.key)) << r.lo;
+    if (!top_has_more_rules) {
+      EXPECT_FALSE(refused_for(with_key(r.section, r.key, r.hi), r.key)) << r.hi;
+    }
+  }
+}
