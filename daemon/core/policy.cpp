@@ -105,8 +105,21 @@ std::string CgroupSpec::str() const {
   return fmt::format("{} {}", kind == Kind::Unit ? "unit" : "cgroup", text);
 }
 
-// The name in `names` nearest to `word` (case is ignored), if it is near
-// enough to be what was meant: at most 2 edits, or 1 for short words.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
 std::optional<std::string> nearest_name(std::string_view word,
                                         const std::vector<std::string>& names) {
   auto lower = [](std::string_view x) {
@@ -117,21 +130,8 @@ std::optional<std::string> nearest_name(std::string_view word,
   std::string w = lower(word);
   std::optional<std::string> best;
   size_t best_d = SIZE_MAX;
-  for (const auto& n : names) {
-    std::string m = lower(n);
-    std::vector<size_t> row(m.size() + 1);
-    for (size_t j = 0; j <= m.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= w.size(); ++i) {
-      size_t diag = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= m.size(); ++j) {
-        size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (w[i - 1] == m[j - 1] ? 0 : 1)});
-        diag = up;
-      }
-    }
-    if (row[m.size()] < best_d) best_d = row[m.size()], best = n;
-  }
+  for (const auto& n : names)
+    if (size_t d = edit_distance(w, lower(n)); d < best_d) best_d = d, best = n;
   size_t limit = w.size() <= 4 ? 1 : 2;
   if (best && best_d <= limit) return best;
   return std::nullopt;

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 namespace dp {
 
@@ -44,29 +45,30 @@ Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
   return attach_cgroup(prog, cgroup, pin_dir, "sockops");
 }
 
-Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const std::string& pin_dir,
-                           const std::string& what) {
+namespace {
+
+// The link pinned at pin_dir/link_<what>: adopted when `ours` says it is
+// this attachment (a restart or an upgrade: the program is swapped in
+// place), else made with `attach` and pinned (a pin of another attachment,
+// such as another cgroup after a policy change, is replaced).
+Result<void> pinned_link(bpf_program* prog, const std::string& pin_dir, const std::string& what,
+                         const std::function<bool(const bpf_link_info&)>& ours,
+                         const std::function<Result<bpf_link*>()>& attach) {
   std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
-  struct stat cg {};
-  if (::stat(cgroup.c_str(), &cg) != 0)
-    return DP_SYS_ERROR(errno, "cgroup {} for {} is not accessible", cgroup, what);
   if (std::filesystem::exists(pin)) {
     Fd link(bpf_obj_get(pin.c_str()));
     bpf_link_info info{};
     uint32_t len = sizeof(info);
-    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 &&
-        info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cg.st_ino) {
-      // adopt: same cgroup, swap the program in place
+    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 && ours(info)) {
       if (bpf_link_update(link.get(), bpf_program__fd(prog), nullptr) != 0)
         return DP_SYS_ERROR(errno, "updating the {} link at {} failed", what, pin);
       return {};
     }
-    ::unlink(pin.c_str());  // another cgroup (policy changed): re-attach below
+    ::unlink(pin.c_str());
   }
-  Fd cgfd(::open(cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!cgfd.valid()) return DP_SYS_ERROR(errno, "opening cgroup {} failed", cgroup);
-  bpf_link* link = bpf_program__attach_cgroup(prog, cgfd.get());
-  if (!link) return DP_SYS_ERROR(errno, "attaching {} to cgroup {} failed", what, cgroup);
+  auto made = attach();
+  if (!made) return made.error();
+  bpf_link* link = *made;
   int err = bpf_link__pin(link, pin.c_str());
   bpf_link__disconnect(link);  // the pin holds the attachment now
   bpf_link__destroy(link);
@@ -74,31 +76,43 @@ Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const s
   return {};
 }
 
+}  // namespace
+
+Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const std::string& pin_dir,
+                           const std::string& what) {
+  struct stat cg {};
+  if (::stat(cgroup.c_str(), &cg) != 0)
+    return DP_SYS_ERROR(errno, "cgroup {} for {} is not accessible", cgroup, what);
+  return pinned_link(
+      prog, pin_dir, what,
+      [&](const bpf_link_info& info) {
+        return info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cg.st_ino;
+      },
+      [&]() -> Result<bpf_link*> {
+        Fd cgfd(::open(cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!cgfd.valid()) return DP_SYS_ERROR(errno, "opening cgroup {} failed", cgroup);
+        bpf_link* link = bpf_program__attach_cgroup(prog, cgfd.get());
+        if (!link) return DP_SYS_ERROR(errno, "attaching {} to cgroup {} failed", what, cgroup);
+        return link;
+      });
+}
+
 Result<void> attach_netns(bpf_program* prog, const std::string& pin_dir, const std::string& what) {
-  std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
   Fd ns(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
   struct stat st {};
   if (!ns.valid() || ::fstat(ns.get(), &st) != 0)
     return DP_SYS_ERROR(errno, "opening this network namespace for {} failed", what);
-  if (std::filesystem::exists(pin)) {
-    Fd link(bpf_obj_get(pin.c_str()));
-    bpf_link_info info{};
-    uint32_t len = sizeof(info);
-    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 &&
-        info.type == BPF_LINK_TYPE_NETNS && info.netns.netns_ino == st.st_ino) {
-      if (bpf_link_update(link.get(), bpf_program__fd(prog), nullptr) != 0)
-        return DP_SYS_ERROR(errno, "updating the {} link at {} failed", what, pin);
-      return {};
-    }
-    ::unlink(pin.c_str());  // another namespace's: attach here below
-  }
-  bpf_link* link = bpf_program__attach_netns(prog, ns.get());
-  if (!link) return DP_SYS_ERROR(errno, "attaching {} to this network namespace failed", what);
-  int err = bpf_link__pin(link, pin.c_str());
-  bpf_link__disconnect(link);  // the pin holds the attachment now
-  bpf_link__destroy(link);
-  if (err != 0) return DP_SYS_ERROR(err, "pinning the {} link at {} failed", what, pin);
-  return {};
+  return pinned_link(
+      prog, pin_dir, what,
+      [&](const bpf_link_info& info) {
+        return info.type == BPF_LINK_TYPE_NETNS && info.netns.netns_ino == st.st_ino;
+      },
+      [&]() -> Result<bpf_link*> {
+        bpf_link* link = bpf_program__attach_netns(prog, ns.get());
+        if (!link)
+          return DP_SYS_ERROR(errno, "attaching {} to this network namespace failed", what);
+        return link;
+      });
 }
 
 // ---------------------------------------------------------------- bpffs

@@ -509,21 +509,6 @@ int cmd_env(const Globals& g, const std::string& cls, const std::string& format)
   return 0;
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> d(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = d[0];
-    d[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = d[j];
-      d[j] = std::min({d[j] + 1, d[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return d[b.size()];
-}
-
 // The words naming an object and a command, as ip(8) takes them: a prefix
 // stands for the one word it begins ("dpctl pa l" is "dpctl path list"); a
 // prefix of several words is refused with them ("dpctl e": env or events?);
@@ -571,7 +556,7 @@ std::string expand_commands(CLI::App& app, std::vector<std::string>& args) {
     size_t best = SIZE_MAX;
     for (auto* sc : subs) {
       names += (names.empty() ? "" : ", ") + sc->get_name();
-      size_t dist = edit_distance(a, sc->get_name());
+      size_t dist = dp::edit_distance(a, sc->get_name());
       if (dist < best) best = dist, nearest = sc->get_name();
     }
     return fmt::format("no command \"{}{}\"{}; the commands{} are {}", where, a,

@@ -259,6 +259,13 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name);
 
 std::string content_hash(const std::string& bytes);
 
+// Levenshtein distance, and the name in `names` nearest to `word` (case
+// ignored) when it is near enough to be what was meant (at most 2 edits, 1
+// for words of 4 letters or fewer): the "did you mean" of policy errors.
+size_t edit_distance(std::string_view a, std::string_view b);
+std::optional<std::string> nearest_name(std::string_view word,
+                                        const std::vector<std::string>& names);
+
 // The host's ephemeral port range and reserved ports
 // (net.ipv4.ip_local_port_range, ip_local_reserved_ports).
 struct EphemeralPorts {
