@@ -37,6 +37,16 @@
 		asm volatile("" : "+r"(dst));                                                      \
 	} while (0)
 
+/* The four words of an IPv6 context field, each loaded on its own. */
+#define DP_CTX_LOAD_IP6(dst, field)                                                                \
+	do {                                                                                       \
+		__u32 w_;                                                                          \
+		for (int i_ = 0; i_ < 4; i_++) {                                                   \
+			DP_CTX_LOAD(w_, (field)[i_]);                                              \
+			(dst)[i_] = w_;                                                            \
+		}                                                                                  \
+	} while (0)
+
 /* The rail slot whose local address is addr (IPv4 in addr[0]). */
 static __always_inline __u32 dp_local_rail(const __u32 *addr, __u16 family)
 {
@@ -135,22 +145,8 @@ static __always_inline int dp_handover(struct bpf_sk_lookup *ctx)
 		DP_CTX_LOAD(v, ctx->remote_ip4);
 		remote[0] = v;
 	} else if (family == DP_AF_INET6) {
-		DP_CTX_LOAD(v, ctx->local_ip6[0]);
-		local[0] = v;
-		DP_CTX_LOAD(v, ctx->local_ip6[1]);
-		local[1] = v;
-		DP_CTX_LOAD(v, ctx->local_ip6[2]);
-		local[2] = v;
-		DP_CTX_LOAD(v, ctx->local_ip6[3]);
-		local[3] = v;
-		DP_CTX_LOAD(v, ctx->remote_ip6[0]);
-		remote[0] = v;
-		DP_CTX_LOAD(v, ctx->remote_ip6[1]);
-		remote[1] = v;
-		DP_CTX_LOAD(v, ctx->remote_ip6[2]);
-		remote[2] = v;
-		DP_CTX_LOAD(v, ctx->remote_ip6[3]);
-		remote[3] = v;
+		DP_CTX_LOAD_IP6(local, ctx->local_ip6);
+		DP_CTX_LOAD_IP6(remote, ctx->remote_ip6);
 	} else {
 		return SK_PASS;
 	}
