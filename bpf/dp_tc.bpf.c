@@ -20,6 +20,7 @@
 
 #include "lib/connect.h"
 #include "lib/listen.h"
+#include "lib/mptcp.h"
 #include "lib/steer.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -732,4 +733,11 @@ SEC("cgroup/sock_release")
 int dp_sock_release(struct bpf_sock *sk)
 {
 	return dp_sock_forget(sk);
+}
+
+/* Multipath classes (lib/mptcp.h): their TCP sockets are created as MPTCP. */
+SEC("fmod_ret/update_socket_protocol")
+int dp_update_socket_protocol(__u64 *ctx)
+{
+	return dp_mptcpify((int)ctx[0], (int)ctx[1], (int)ctx[2]);
 }

@@ -276,7 +276,15 @@ json Daemon::flows_json(const json& args) const {
   clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
   uint64_t now_ns =
       static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-  return reply_ok(render_flows(rows, total, cname, rname, now_ns));
+  json out = render_flows(rows, total, cname, rname, now_ns);
+  // multipath classes: each MPTCP connection with its subflows
+  if (multipath_.running()) {
+    json conns = json::array();
+    for (auto& c : multipath_.connections_json())
+      if (!want_class || c["class"] == *want_class) conns.push_back(std::move(c));
+    out["mptcp"] = std::move(conns);
+  }
+  return reply_ok(out);
 }
 
 // The hash of the policy file as it is on disk now (null if unreadable):
@@ -370,7 +378,12 @@ json Daemon::class_run(const json& args) {
   for (auto& g : datapath_->cgroups())
     if (g.klass == static_cast<size_t>(k) && g.dir == s.dir) id = g.id;
   if (!id) return reply_error("failed", fmt::format("cgroup {} is not matched", *dir));
-  return reply_ok({{"class", *name}, {"cgroup", *dir}, {"slice", s.unit}, {"id", id}});
+  json out = {{"class", *name}, {"cgroup", *dir}, {"slice", s.unit}, {"id", id}};
+  // a multipath class's sockets are made MPTCP by the kernel hook, or, where
+  // the kernel refuses it, by mptcpize's library in the command (dpctl)
+  if (policy_.classes[static_cast<size_t>(k)].multipath)
+    out["mptcp"] = datapath_->mptcp_conversion_error().empty() ? "kernel" : "preload";
+  return reply_ok(out);
 }
 
 // dpctl env: launch-time settings for the class's rails now.

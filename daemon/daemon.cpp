@@ -49,7 +49,8 @@ Daemon::Daemon(DaemonOptions opts)
 Daemon::~Daemon() = default;
 
 Result<void> Daemon::cleanup(const Policy& p, const std::string& bpffs_root) {
-  return Datapath::cleanup(p, bpffs_root);
+  DP_TRY(Datapath::cleanup(p, bpffs_root));
+  return Multipath::restore_settings(p.node);
 }
 
 // ---------------------------------------------------------------- start / apply
@@ -122,6 +123,8 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   policy_ = next;
   have_policy_ = true;
   rails_.setup(next, datapath_->rail_ifindexes());
+  if (auto r = multipath_.set_policy(next, *datapath_); !r)
+    spdlog::error("multipath classes: {}; their connections keep one subflow", r.error().what());
   settle();
   warn_ephemeral_overlap(next);
   checks_ = check_node(next);
@@ -372,6 +375,24 @@ void Daemon::carry_out(Plan plan) {
     neighbours_said_ = neighbours_said_ || (n && *n > 0);
   }
   if (std::find(around.begin(), around.end(), true) == around.end()) neighbours_said_ = false;
+  steer_multipath();
+}
+
+// Multipath connections follow health and decisions on every plan: a
+// failed rail's subflows go, a rail back from its hold-down gets them
+// again, roles follow the shares.
+void Daemon::steer_multipath() {
+  if (!multipath_.running()) return;
+  multipath::Want w;
+  for (size_t i = 0; i < policy_.paths.size(); ++i)
+    w.usable.push_back(controller_.health(i).weight() > 0 && datapath_->present(i));
+  for (size_t c = 0; c < policy_.classes.size(); ++c) {
+    const Shares& sh = controller_.written_shares(c);
+    std::vector<bool> a(policy_.paths.size(), false);
+    for (size_t i = 0; i < a.size() && i < sh.size(); ++i) a[i] = sh[i] > 0;
+    w.active.push_back(std::move(a));
+  }
+  multipath_.reconcile(w);
 }
 
 // The separate topology: a failed rail's classified TCP connections cannot
@@ -389,6 +410,8 @@ void Daemon::reset_connections(size_t path, bool latency_sensitive_only) {
   }
   std::map<std::string, size_t> by_class;
   auto ended = destroy_tcp(locals, [&](const TcpSocket& s) {
+    // a multipath connection loses only the failed rail's subflow
+    if (multipath_.is_subflow(s.local, s.sport)) return false;
     int c = policy_.classify(Proto::Tcp, s.sport, s.dport, s.mark);
     if (c < 0) return false;  // not ours to end
     if (latency_sensitive_only &&
@@ -487,6 +510,16 @@ void Daemon::publish_metrics() {
       v.handovers.push_back({policy_.paths[i].name, "", handed[datapath_->rail_slot(i)]});
   }
   v.connections_reset = connections_reset_;
+  if (multipath_.running()) {
+    auto per = multipath_.subflows_per_path();
+    for (size_t c = 0; c < policy_.classes.size() && c < per.size(); ++c) {
+      if (!policy_.classes[c].multipath) continue;
+      for (size_t i = 0; i < policy_.paths.size(); ++i)
+        v.subflows.push_back({policy_.paths[i].name, policy_.classes[c].name, per[c][i]});
+    }
+    const auto& k = multipath_.counters();
+    v.multipath = MetricsView::Multipath{k.created, k.removed, k.role_changes, k.failed};
+  }
   v.all_paths_down = controller_.all_down();
   metrics_->publish(build_metrics(v));
 }

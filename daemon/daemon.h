@@ -11,6 +11,7 @@
 //   Measurements   counters, link statistics, RDMA, per-path estimators
 //   Controller     scheduler, pins, health, evidence: tick(inputs) -> plan
 //   Rails          BFD sessions and link events, into the controller
+//   Multipath      multipath classes: MPTCP subflows per rail, their roles
 //   EventLog       dpctl events; MetricsExporter /metrics
 #pragma once
 
@@ -28,6 +29,7 @@
 #include "dualpath/kernel/node_checks.h"
 #include "event_loop.h"
 #include "measurements.h"
+#include "multipath.h"
 #include "rails.h"
 #include "responder.h"
 
@@ -71,6 +73,7 @@ class Daemon {
   void carry_out(Plan plan);
   void settle() { carry_out(controller_.settle(SchedClock::now())); }
   void reset_connections(size_t path, bool latency_sensitive_only);
+  void steer_multipath();  // each multipath connection toward its class's decision
   Result<void> start_metrics(const std::string& listen);
   void publish_metrics();
 
@@ -81,6 +84,7 @@ class Daemon {
   json paths_json() const;
   json classes_json() const;
   json flows_json(const json& args) const;
+  json multipath_json() const;
   json health_json(size_t path) const;
   json policy_disk_hash() const;
   json class_set(const json& args);
@@ -107,8 +111,9 @@ class Daemon {
   Controller controller_;
   Rails rails_;
   EventLog events_;
-  Responder responder_;  // dpctl validate/probe from other nodes
-  json responder_key_;   // what it was started with
+  Responder responder_;         // dpctl validate/probe from other nodes
+  Multipath multipath_{loop_};  // multipath classes' MPTCP subflows
+  json responder_key_;          // what it was started with
 
   std::unique_ptr<MetricsExporter> metrics_;
   std::string metrics_listen_;

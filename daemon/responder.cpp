@@ -96,6 +96,7 @@ void Responder::stop() {
     }
     thread_.join();
   }
+  drain_closing(true);
   reap(true);
   listeners_.clear();
   wake_.reset();
@@ -125,8 +126,9 @@ void Responder::accept_loop() {
   fds.push_back({wake_.get(), POLLIN, 0});
   for (const auto& l : listeners_) fds.push_back({l.fd.get(), POLLIN, 0});
   while (!stopping_) {
-    int n = ::poll(fds.data(), fds.size(), 1000);
+    int n = ::poll(fds.data(), fds.size(), closing_.empty() ? 1000 : 20);
     reap(false);
+    drain_closing(false);
     if (n <= 0) continue;
     for (size_t i = 1; i < fds.size(); ++i) {
       if (!(fds[i].revents & POLLIN)) continue;
@@ -159,7 +161,8 @@ void Responder::accept_loop() {
           if (::send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
             // the client learns it from the closed connection instead
           }
-          ::close(fd);
+          ::shutdown(fd, SHUT_WR);
+          closing_.push_back({fd, std::chrono::steady_clock::now() + std::chrono::seconds(1)});
           continue;
         }
         ++served_;
@@ -170,6 +173,27 @@ void Responder::accept_loop() {
       }
     }
   }
+}
+
+void Responder::drain_closing(bool all) {
+  auto now = std::chrono::steady_clock::now();
+  char buf[4096];
+  for (auto& c : closing_) {
+    bool eof = false;
+    for (;;) {
+      ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) continue;
+      eof = n == 0 || (errno != EAGAIN && errno != EINTR);
+      break;
+    }
+    if (eof || all || now >= c.until) {
+      ::close(c.fd);
+      c.fd = -1;
+    }
+  }
+  closing_.erase(
+      std::remove_if(closing_.begin(), closing_.end(), [](const Closing& c) { return c.fd < 0; }),
+      closing_.end());
 }
 
 json Responder::hello_json(size_t path) const {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,16 @@ class Responder {
   std::atomic<bool> stopping_{false};
   mutable std::mutex mu_;  // sessions_ and the counters
   std::list<Session> sessions_;
+  // Refused as busy: the refusal is sent and the connection half-closed, and
+  // it is closed once the client's request is read (or after a second), so
+  // that the request does not arrive at a closed socket, whose reset could
+  // reach the client before the refusal. The accept thread's own.
+  struct Closing {
+    int fd = -1;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::vector<Closing> closing_;
+  void drain_closing(bool all);
   uint64_t served_ = 0, refused_address_ = 0, refused_busy_ = 0, bad_requests_ = 0;
 };
 

@@ -49,8 +49,10 @@ static __always_inline __u32 dp_rail_of_addr(const __u32 *addr, __u16 family, in
 			if (!(n->mask6[0] | n->mask6[1] | n->mask6[2] | n->mask6[3]))
 				continue;
 			*any_net = 1;
-			if ((addr[0] & n->mask6[0]) == n->net6[0] && (addr[1] & n->mask6[1]) == n->net6[1] &&
-			    (addr[2] & n->mask6[2]) == n->net6[2] && (addr[3] & n->mask6[3]) == n->net6[3])
+			if ((addr[0] & n->mask6[0]) == n->net6[0] &&
+			    (addr[1] & n->mask6[1]) == n->net6[1] &&
+			    (addr[2] & n->mask6[2]) == n->net6[2] &&
+			    (addr[3] & n->mask6[3]) == n->net6[3])
 				return r;
 		}
 	}
@@ -103,7 +105,8 @@ static __always_inline void dp_load_addr(struct bpf_sock_addr *ctx, __u16 family
 	}
 }
 
-static __always_inline void dp_store_addr(struct bpf_sock_addr *ctx, __u16 family, const __u32 *addr)
+static __always_inline void dp_store_addr(struct bpf_sock_addr *ctx, __u16 family,
+					  const __u32 *addr)
 {
 	if (family == DP_AF_INET) {
 		ctx->user_ip4 = addr[0];
@@ -151,6 +154,11 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	if (!any_net)
 		return 1; /* the shared topology: nothing to place at connect time */
 	sk = ctx->sk;
+	/* a socket bound to a device keeps its destination: the application
+	 * chose the rail, and a multipath subflow is made on its rail by the
+	 * daemon (lib/mptcp.h) */
+	if (sk && sk->bound_dev_if)
+		return 1;
 	if (sk)
 		mark = sk->mark;
 	pkt.key.proto = (__u8)ctx->protocol;
@@ -166,6 +174,14 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 		return 1;
 	if (here == DP_RAIL_NONE) {
 		dp_count_connect(DP_CONNECT_UNMAPPED, cls);
+		return 1;
+	}
+	/* an MPTCP connection's first subflow goes where the application asked
+	 * while that rail works: the daemon adds a subflow on every other rail,
+	 * and the class's decision gives them their roles (lib/mptcp.h) */
+	if (ctx->protocol == IPPROTO_TCP && sk && bpf_skc_to_mptcp_sock(sk) &&
+	    dp_rail_usable_for(here, DP_RAIL_F_CONNECT)) {
+		dp_count_connect(here, cls);
 		return 1;
 	}
 	idx = cls;

@@ -167,6 +167,7 @@ dp_class_tcp encode_class_tcp(const ClassSpec& c) {
   dp_class_tcp t{};
   t.rto_min_us = static_cast<uint32_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(c.rto_min).count());
+  if (c.multipath) t.flags |= DP_CLASS_TCP_F_MULTIPATH;
   return t;
 }
 

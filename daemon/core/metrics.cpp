@@ -257,6 +257,22 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   for (const auto& h : v.handovers)
     Builder::add(ho, {L("path", h.path)}, static_cast<double>(h.count));
 
+  if (v.multipath) {
+    auto& sf = b.family("dualpath_multipath_subflows",
+                        "subflows of the multipath classes' MPTCP connections now, by rail",
+                        MetricType::Gauge);
+    for (const auto& s : v.subflows)
+      Builder::add(sf, {L("class", s.klass), L("path", s.path)}, static_cast<double>(s.count));
+    auto& act = b.family("dualpath_multipath_actions_total",
+                         "what the daemon did to multipath connections' subflows: created, "
+                         "removed (their rail failed), role (active/backup) changed, or failed",
+                         MetricType::Counter);
+    Builder::add(act, {L("action", "created")}, static_cast<double>(v.multipath->created));
+    Builder::add(act, {L("action", "removed")}, static_cast<double>(v.multipath->removed));
+    Builder::add(act, {L("action", "role")}, static_cast<double>(v.multipath->role_changes));
+    Builder::add(act, {L("action", "failed")}, static_cast<double>(v.multipath->failed));
+  }
+
   // Families without a series are left out (an empty family is not valid exposition).
   std::vector<MetricFamily> out;
   for (auto& f : b.out)

@@ -1162,7 +1162,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     std::string section = "[[class]]";
     c.only_keys(t,
                 {"name", "kind", "priority", "prefer", "mark", "ports", "cgroups", "units", "match",
-                 "pinned", "dscp", "skb_priority", "rto_min"},
+                 "pinned", "dscp", "skb_priority", "rto_min", "multipath"},
                 section);
     if (auto v = c.string(t, "name", section, true)) {
       cs.name = *v;
@@ -1297,6 +1297,18 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
       }
     }
     parse_cgroups(c, t, section, cs, cgroup_owner);
+    if (const toml::node* mn = t.get("multipath")) {
+      if (auto b = mn->as_boolean())
+        cs.multipath = b->get();
+      else
+        c.error(*mn, fmt::format("multipath in {} must be true or false", section));
+      // the socket is made MPTCP at socket(), when only its cgroup is known
+      if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
+        c.error(*mn, fmt::format("multipath in {} needs the class to match by cgroups or units: "
+                                 "its sockets are made MPTCP when they are created, before a "
+                                 "port or a mark is known",
+                                 section));
+    }
     size_t rules_written = 0;  // a rule written wrong has its own error already
     for (auto key : {"ports", "cgroups", "units"})
       if (const toml::node* rn = t.get(key))

@@ -115,6 +115,44 @@ Result<void> attach_netns(bpf_program* prog, const std::string& pin_dir, const s
       });
 }
 
+Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const std::string& what) {
+  std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
+  bpf_prog_info mine{};
+  uint32_t mine_len = sizeof(mine);
+  if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &mine, &mine_len) != 0)
+    return DP_SYS_ERROR(errno, "reading the {} program's id failed", what);
+  if (std::filesystem::exists(pin)) {
+    Fd link(bpf_obj_get(pin.c_str()));
+    bpf_link_info info{};
+    uint32_t len = sizeof(info);
+    if (link.valid() && bpf_obj_get_info_by_fd(link.get(), &info, &len) == 0 &&
+        info.prog_id == mine.id)
+      return {};
+  }
+  bpf_link* link = bpf_program__attach_trace(prog);
+  if (!link) return DP_SYS_ERROR(errno, "attaching {} failed", what);
+  std::string fresh = pin + ".new";
+  ::unlink(fresh.c_str());
+  int err = bpf_link__pin(link, fresh.c_str());
+  bpf_link__disconnect(link);
+  bpf_link__destroy(link);
+  if (err != 0) return DP_SYS_ERROR(err, "pinning the {} link at {} failed", what, fresh);
+  // the old link (if any) goes with its pin, after the new one is in place
+  if (::rename(fresh.c_str(), pin.c_str()) != 0) {
+    int e = errno;
+    ::unlink(fresh.c_str());
+    return DP_SYS_ERROR(e, "moving the {} link's pin to {} failed", what, pin);
+  }
+  return {};
+}
+
+Result<void> detach_pinned(const std::string& pin_dir, const std::string& what) {
+  std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
+  if (::unlink(pin.c_str()) != 0 && errno != ENOENT)
+    return DP_SYS_ERROR(errno, "removing the {} link at {} failed", what, pin);
+  return {};
+}
+
 // ---------------------------------------------------------------- bpffs
 
 Result<void> ensure_bpffs(const std::string& dir) {

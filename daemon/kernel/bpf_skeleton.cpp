@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <bpf/btf.h>
+
 #include "dp_tc.skel.h"
 
 namespace dp {
@@ -42,6 +44,34 @@ Result<void> BpfMap::remove(const void* key) const {
 }
 
 // ---------------------------------------------------------------- skeleton
+
+namespace {
+
+// Whether this kernel loads an fmod_ret program on update_socket_protocol:
+// the function must exist (Linux 6.6) and the kernel must allow BPF
+// trampolines (some virtual machines' kernels refuse them with EPERM).
+// Returns "" if it does, else why not.
+std::string probe_mptcpify() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return "the kernel has no BTF";
+  int id = btf__find_by_name_kind(vmlinux, "update_socket_protocol", BTF_KIND_FUNC);
+  btf__free(vmlinux);
+  if (id <= 0) return "the kernel has no update_socket_protocol (Linux 6.6 or later)";
+  const bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = BPF_MODIFY_RETURN,
+              .attach_btf_id = static_cast<__u32>(id));
+  int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "dp_probe_fmodret", "GPL", insns, 2, &o);
+  if (fd < 0)
+    return fmt::format("the kernel refuses an fmod_ret program on update_socket_protocol: {}",
+                       std::strerror(errno));
+  ::close(fd);
+  return "";
+}
+
+}  // namespace
 
 Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root,
                                                      const Options& o) {
@@ -82,6 +112,11 @@ Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root
       stale.emplace_back(m, std::move(sm));
     }
   }
+  // fmod_ret on update_socket_protocol needs Linux 6.6: without the hook the
+  // rest still loads, and multipath classes are refused at apply
+  owner->mptcpify_error_ = probe_mptcpify();
+  owner->mptcpify_ = owner->mptcpify_error_.empty();
+  if (!owner->mptcpify_) bpf_program__set_autoload(s->progs.dp_update_socket_protocol, false);
   int err = dp_tc__load(s);
   if (err != 0)
     return DP_SYS_ERROR(err, "loading the BPF programs failed (the verifier log is above)");
@@ -99,6 +134,9 @@ int DpSkeleton::ingress_fd() const { return bpf_program__fd(skel_->progs.dp_ingr
 int DpSkeleton::empty_fd() const { return bpf_program__fd(skel_->progs.dp_empty); }
 bpf_program* DpSkeleton::sockops_prog() const { return skel_->progs.dp_sockops; }
 bpf_program* DpSkeleton::sk_lookup_prog() const { return skel_->progs.dp_sk_lookup; }
+bpf_program* DpSkeleton::mptcpify_prog() const {
+  return mptcpify_ ? skel_->progs.dp_update_socket_protocol : nullptr;
+}
 
 std::vector<std::pair<bpf_program*, std::string>> DpSkeleton::sock_addr_progs() const {
   auto& p = skel_->progs;

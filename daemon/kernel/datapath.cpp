@@ -267,6 +267,19 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
   // servers bound to one rail's address: inert in the shared topology
   // (dp_local_addrs is all zero there), so it is attached in both
   DP_TRY(attach_netns(skel_->sk_lookup_prog(), pin_dir_, "sk_lookup"));
+  // multipath classes: every socket() of the node runs it, so only while
+  // the policy has one
+  bool multipath = std::any_of(next.classes.begin(), next.classes.end(),
+                               [](const ClassSpec& c) { return c.multipath; });
+  if (multipath && !skel_->mptcpify_prog())
+    spdlog::warn(
+        "multipath classes: {}; only commands started with `dpctl run --class` are made MPTCP "
+        "(through mptcpize), other sockets of those classes stay TCP",
+        skel_->mptcpify_error());
+  if (multipath && skel_->mptcpify_prog())
+    DP_TRY(attach_trace(skel_->mptcpify_prog(), pin_dir_, "update_socket_protocol"));
+  else
+    DP_TRY(detach_pinned(pin_dir_, "update_socket_protocol"));
   // every program of this build is in place: the old maps can go
   return finish_upgrade();
 }
@@ -636,6 +649,50 @@ std::vector<FlowRow> Datapath::flows(size_t* total) const {
   for (auto& [k, f] : entries_of<dp_flow_key, dp_flow>(flows)) rows.push_back({k, f});
   *total = rows.size();
   return rows;
+}
+
+const std::string& Datapath::mptcp_conversion_error() const { return skel_->mptcpify_error(); }
+
+std::optional<size_t> Datapath::flow_class(const IpAddr& local, uint16_t lport,
+                                           const IpAddr& remote, uint16_t rport) const {
+  auto f = find_flow(local, lport, remote, rport);
+  if (!f) return std::nullopt;
+  for (size_t c = 0; c < class_slot_.size(); ++c)
+    if (class_slot_[c] == f->cls) return c;
+  return std::nullopt;
+}
+
+uint64_t Datapath::flow_bytes(const IpAddr& local, uint16_t lport, const IpAddr& remote,
+                              uint16_t rport) const {
+  auto f = find_flow(local, lport, remote, rport);
+  return f ? f->bytes : 0;
+}
+
+std::optional<dp_flow> Datapath::find_flow(const IpAddr& local, uint16_t lport,
+                                           const IpAddr& remote, uint16_t rport) const {
+  BpfMap flows = skel_->flows();
+  auto key_of = [](const IpAddr& s, uint16_t sp, const IpAddr& d, uint16_t dp) {
+    dp_flow_key k{};  // IPv4 as v4-mapped IPv6, as the datapath keys it
+    auto put = [](__u32* w, const IpAddr& a) {
+      if (a.family == AF_INET6) {
+        std::memcpy(w, a.bytes.data(), 16);
+        return;
+      }
+      w[2] = htonl(0xffff);
+      std::memcpy(&w[3], a.bytes.data(), 4);
+    };
+    put(k.saddr, s);
+    put(k.daddr, d);
+    k.sport = htons(sp);
+    k.dport = htons(dp);
+    k.proto = IPPROTO_TCP;
+    return k;
+  };
+  for (const auto& k : {key_of(local, lport, remote, rport), key_of(remote, rport, local, lport)}) {
+    dp_flow f{};
+    if (flows.lookup(&k, &f)) return f;
+  }
+  return std::nullopt;
 }
 
 std::optional<TcView> Datapath::tc(int ifindex) const {

@@ -225,8 +225,12 @@ struct dp_class_qos {
  * classified connection when it is established. */
 struct dp_class_tcp {
   __u32 rto_min_us; /* TCP_BPF_RTO_MIN (at most the kernel's 200 ms); 0: the kernel's */
-  __u32 pad;
+  __u32 flags;      /* DP_CLASS_TCP_F_*; was padding (zero), so the layout holds */
 };
+
+/* The class's TCP sockets are made MPTCP when they are created (bpf/lib/mptcp.h),
+ * and the daemon gives each connection a subflow per rail. */
+#define DP_CLASS_TCP_F_MULTIPATH (1u << 0)
 
 /* dp_class_names / dp_rail_names: ARRAY, key = slot. Slots are stable across
  * reloads and restarts: a class keeps its slot (and so its counters) for as

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -91,8 +92,53 @@ bool enter_netns(const std::string& ns) {
 struct Wire {
   uint64_t bytes = 0, sum = 0;
   uint64_t max_gap_us = 0;  // server: the longest time between two reads that returned data
+  bool mptcp = false;       // the socket is MPTCP and has not fallen back to TCP
   char error[200] = {};
 };
+
+}  // namespace
+
+std::string cgroup2_mount() {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string dev, dir, type, rest;
+  while (mounts >> dev >> dir >> type && std::getline(mounts, rest))
+    if (type == "cgroup2") return dir;
+  return "/sys/fs/cgroup";
+}
+
+namespace {
+
+constexpr int kIpprotoMptcp = 262;
+constexpr int kSolMptcp = 284;
+constexpr int kMptcpInfo = 1;
+constexpr uint32_t kMptcpInfoFlagFallback = 1;
+
+// MPTCP_INFO answers only on an MPTCP socket that has not fallen back to TCP
+// (its flags say so when it has).
+bool is_mptcp(int fd) {
+  struct {
+    uint8_t subflows, add_addr_signal, add_addr_accepted, subflows_max, add_addr_signal_max,
+        add_addr_accepted_max;
+    uint32_t flags;
+    uint8_t rest[256];
+  } info{};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, kSolMptcp, kMptcpInfo, &info, &len) != 0) return false;
+  return !(info.flags & kMptcpInfoFlagFallback);
+}
+
+int stream_socket(const TransferSpec& s, int family) {
+  return ::socket(family, SOCK_STREAM, s.mptcp ? kIpprotoMptcp : 0);
+}
+
+// Joins s.cgroup (relative to the cgroup v2 mount), if any.
+bool join_cgroup(const TransferSpec& s) {
+  if (s.cgroup.empty()) return true;
+  FILE* f = std::fopen((cgroup2_mount() + s.cgroup + "/cgroup.procs").c_str(), "w");
+  if (!f) return false;
+  bool ok = std::fprintf(f, "0\n") > 0;
+  return std::fclose(f) == 0 && ok;
+}
 
 uint64_t fnv(uint64_t h, const uint8_t* p, size_t n) {
   for (size_t i = 0; i < n; ++i) {
@@ -118,11 +164,15 @@ void set_timeouts(int fd) {
 
 void run_server(const TransferSpec& s, int out, int ready) {
   Wire w;
+  if (!join_cgroup(s)) finish(out, w, "server cgroup");
   if (!enter_netns(s.server_ns)) finish(out, w, "server setns");
   socklen_t len;
   bool v6 = s.dst.find(':') != std::string::npos;
-  auto any = make_addr(v6 ? "::" : "0.0.0.0", s.dport, &len);
-  int l = ::socket(any.ss_family, SOCK_STREAM, 0);
+  auto any = make_addr(!s.server_bind.empty() ? s.server_bind
+                       : v6                   ? "::"
+                                              : "0.0.0.0",
+                       s.dport, &len);
+  int l = stream_socket(s, any.ss_family);
   int one = 1;
   setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(l, reinterpret_cast<sockaddr*>(&any), len) != 0) finish(out, w, "server bind");
@@ -139,7 +189,10 @@ void run_server(const TransferSpec& s, int out, int ready) {
   for (;;) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n < 0) finish(out, w, "server recv");
-    if (n == 0) break;
+    if (n == 0) {
+      w.mptcp = is_mptcp(fd);
+      break;
+    }
     auto now = std::chrono::steady_clock::now();
     if (last)
       w.max_gap_us = std::max<uint64_t>(
@@ -163,10 +216,11 @@ void run_server(const TransferSpec& s, int out, int ready) {
 
 void run_client(const TransferSpec& s, int out) {
   Wire w;
+  if (!join_cgroup(s)) finish(out, w, "client cgroup");
   if (!enter_netns(s.client_ns)) finish(out, w, "client setns");
   socklen_t len;
   auto dst = make_addr(s.dst, s.dport, &len);
-  int fd = ::socket(dst.ss_family, SOCK_STREAM, 0);
+  int fd = stream_socket(s, dst.ss_family);
   set_timeouts(fd);
   if (s.mark && setsockopt(fd, SOL_SOCKET, SO_MARK, &s.mark, sizeof(s.mark)) != 0)
     finish(out, w, "client SO_MARK");
@@ -201,6 +255,7 @@ void run_client(const TransferSpec& s, int out) {
       std::this_thread::sleep_until(due);
     }
   }
+  w.mptcp = is_mptcp(fd);
   ::shutdown(fd, SHUT_WR);
   while (::recv(fd, buf.data(), buf.size(), 0) > 0) {
   }
@@ -264,6 +319,8 @@ TransferResult Transfer::wait() {
   r.received = s.bytes;
   r.received_sum = s.sum;
   r.max_gap_us = s.max_gap_us;
+  r.client_mptcp = c.mptcp;
+  r.server_mptcp = s.mptcp;
   if (s.error[0])
     r.error = std::string("server: ") + s.error;
   else if (c.error[0])

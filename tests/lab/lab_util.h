@@ -29,6 +29,9 @@ json dpctl(const std::string& node, const std::string& args);  // -j, parsed
 // An IPv4 or IPv6 socket address (the family from the text), and its length.
 sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len);
 
+// Where the cgroup v2 hierarchy is mounted.
+std::string cgroup2_mount();
+
 struct TransferSpec {
   std::string client_ns = "dpl-a";
   std::string server_ns = "dpl-b";
@@ -40,6 +43,10 @@ struct TransferSpec {
   double rate_bps = 0;  // 0: as fast as possible
   // A CPU-bound receiver: the server spins this long per KiB it reads.
   double server_us_per_kib = 0;
+  // Both ends join this cgroup (a directory under the cgroup v2 mount) first.
+  std::string cgroup{};
+  bool mptcp = false;         // IPPROTO_MPTCP sockets at both ends
+  std::string server_bind{};  // the server's address; "": every address
 };
 
 struct TransferResult {
@@ -47,6 +54,8 @@ struct TransferResult {
   uint64_t sent_sum = 0, received_sum = 0;  // FNV-1a over the byte stream
   uint64_t max_gap_us = 0;  // the receiver's longest wait between two reads that returned data
   std::string error;        // empty when both ends succeeded
+  // mptcp: each end's socket was still MPTCP at the end (not fallen back to TCP)
+  bool client_mptcp = false, server_mptcp = false;
   bool ok() const { return error.empty() && sent == received && sent_sum == received_sum; }
 };
 

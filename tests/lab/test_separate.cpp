@@ -20,7 +20,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -434,6 +436,201 @@ bool events_say(const std::string& text) {
   return false;
 }
 
+// ---------------------------------------------------------------- multipath classes
+// The class "collective" (multipath = true, cgroups = ["/dpl-collective"],
+// elastic, prefer rail0) is added to both nodes' policies by main(). Its
+// MPTCP connections get a subflow per rail from the daemons.
+
+constexpr const char* kCollective = "/dpl-collective";
+
+// a's (or b's) MPTCP connections of the multipath classes, from dpctl flow list.
+json mptcp_conns(const std::string& node) {
+  json f = lab::dpctl(node, "flow list");
+  return f.is_object() && f.contains("mptcp") ? f["mptcp"] : json::array();
+}
+
+// The connection whose remote port (or, accepted, local port) is `port`.
+json mptcp_conn(const std::string& node, uint16_t port) {
+  for (auto& c : mptcp_conns(node))
+    if (c["rport"] == port || c["lport"] == port) return c;
+  return json();
+}
+
+std::set<std::string> subflow_paths(const json& c, const char* role = nullptr) {
+  std::set<std::string> out;
+  if (!c.is_object()) return out;
+  for (auto& s : c["subflows"])
+    if (s["path"].is_string() && (!role || s["role"] == role))
+      out.insert(s["path"].get<std::string>());
+  return out;
+}
+
+// Polls until pred(connection on `node`) holds, up to `ms`; returns the last read.
+template <class P>
+json wait_conn(const std::string& node, uint16_t port, int ms, P pred) {
+  json c;
+  for (int waited = 0; waited <= ms; waited += 50) {
+    c = mptcp_conn(node, port);
+    if (c.is_object() && pred(c)) return c;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return c;
+}
+
+TransferSpec collective_transfer(uint16_t port, uint64_t bytes, double rate_bps) {
+  TransferSpec t;
+  t.dst = kB4[0];
+  t.server_bind = kB4[0];  // as a framework given rail0's interface binds
+  t.dport = port;
+  t.bytes = bytes;
+  t.rate_bps = rate_bps;
+  t.cgroup = kCollective;
+  t.mptcp = true;
+  return t;
+}
+
+TEST_F(Separate, AMultipathConnectionGetsASubflowOnEachRailAndTheBoundServerAcceptsTheJoin) {
+  // 20 Mbit/s for 3 s: long enough to look at it while it runs
+  Transfer t(collective_transfer(45101, 7'500'000, 20e6));
+  json a = wait_conn("a", 45101, 3000, [](const json& c) {
+    return subflow_paths(c) == std::set<std::string>{"rail0", "rail1"};
+  });
+  json b = wait_conn("b", 45101, 1000, [](const json& c) { return c["subflows"].size() == 2; });
+  auto r = t.wait();
+  ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "the connection fell back to TCP";
+  ASSERT_TRUE(a.is_object()) << "dpctl flow list on a shows no MPTCP connection: "
+                             << lab::dpctl("a", "flow list").dump();
+  EXPECT_EQ(a["class"], "collective");
+  EXPECT_EQ(a["side"], "connected");
+  EXPECT_EQ(subflow_paths(a), (std::set<std::string>{"rail0", "rail1"})) << a.dump();
+  // elastic, all of its decision on rail0: rail0 carries, rail1 stands by
+  EXPECT_EQ(subflow_paths(a, "active"), std::set<std::string>{"rail0"}) << a.dump();
+  EXPECT_EQ(subflow_paths(a, "backup"), std::set<std::string>{"rail1"}) << a.dump();
+  for (auto& sf : a["subflows"]) {
+    if (sf["path"] == "rail1") {
+      EXPECT_EQ(sf["remote"], kB4[1]) << "the join goes to b's rail1 address";
+    }
+  }
+  // b's server listens on its rail0 address only: the join reached b's daemon's
+  // join listener on its rail1 address and belongs to the same connection
+  ASSERT_TRUE(b.is_object()) << lab::dpctl("b", "flow list").dump();
+  EXPECT_EQ(b["side"], "accepted");
+  EXPECT_EQ(b["subflows"].size(), 2u) << b.dump();
+  auto m = sh(nsenter("dpl-a") + "curl -s http://127.0.0.1:9464/metrics");
+  EXPECT_NE(m.out.find("dualpath_multipath_actions_total{action=\"created\"}"), std::string::npos);
+}
+
+TEST_F(Separate, ClassSetSwitchesTheRolesOfEstablishedMultipathConnections) {
+  Transfer t(collective_transfer(45102, 15'000'000, 20e6));  // 6 s
+  json c = wait_conn("a", 45102, 3000, [](const json& x) {
+    return subflow_paths(x, "active") == std::set<std::string>{"rail0"} &&
+           subflow_paths(x, "backup") == std::set<std::string>{"rail1"};
+  });
+  ASSERT_EQ(subflow_paths(c, "active"), std::set<std::string>{"rail0"}) << c.dump();
+  RailBytes before = rail_bytes();
+  must(dp_lab() + " dpctl a class set collective rail1");
+  // within a tick and a round trip
+  c = wait_conn("a", 45102, 1000, [](const json& x) {
+    return subflow_paths(x, "active") == std::set<std::string>{"rail1"};
+  });
+  EXPECT_EQ(subflow_paths(c, "active"), std::set<std::string>{"rail1"}) << c.dump();
+  EXPECT_EQ(subflow_paths(c, "backup"), std::set<std::string>{"rail0"}) << c.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  RailBytes mid = rail_bytes();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  RailBytes after = rail_bytes();
+  // the second after the switch: the stream crossed rail1
+  EXPECT_GT(after.a[1] - mid.a[1], 1'000'000u) << "a sent little on rail1 after the switch";
+  EXPECT_LT(after.a[0] - mid.a[0], (after.a[1] - mid.a[1]) / 10) << "a still sends on rail0";
+  (void)before;
+  must(dp_lab() + " dpctl a class unpin collective");
+  auto r = t.wait();
+  EXPECT_TRUE(r.ok()) << r.error;
+}
+
+// The case: a collective job whose rail fails mid-transfer. b's rail0
+// loses its carrier; the connection carries on over rail1 with no reset and
+// every byte delivered, and gets its rail0 subflow back after the hold-down.
+TEST_F(Separate, AMultipathConnectionSurvivesTheCarrierLossOfItsActiveRail) {
+  Transfer t(collective_transfer(45103, 25'000'000, 20e6));  // 10 s
+  json c = wait_conn("a", 45103, 3000, [](const json& x) { return subflow_paths(x).size() == 2; });
+  ASSERT_EQ(subflow_paths(c), (std::set<std::string>{"rail0", "rail1"})) << c.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  must(nsenter("dpl-b") + "ip link set rail0 down");
+  // b removes its rail0 subflow at once
+  json b =
+      wait_conn("b", 45103, 1000, [](const json& x) { return !subflow_paths(x).count("rail0"); });
+  EXPECT_EQ(subflow_paths(b), std::set<std::string>{"rail1"}) << b.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  must(nsenter("dpl-b") + "ip link set rail0 up");
+  sh(nsenter("dpl-b") + "ip route replace 10.10.0.0/16 via 10.10.2.254 dev rail0");
+  sh(nsenter("dpl-b") + "ip -6 route replace fd10::/32 via fd10:0:2::fe dev rail0");
+  auto r = t.wait();
+  EXPECT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_EQ(r.sent, 25'000'000u);
+  EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "the connection fell back to TCP";
+  std::printf(
+      "    multipath, carrier loss of the active rail: longest gap at the receiver %.0f ms\n",
+      static_cast<double>(r.max_gap_us) / 1000);
+  // rail0 back from its hold-down before the next test
+  for (int i = 0; i < 150; ++i) {
+    if (lab::dpctl("a", "path show rail0")["health"]["state"] == "up" &&
+        lab::dpctl("b", "path show rail0")["health"]["state"] == "up")
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// On this machine's kernel fmod_ret programs are refused, so dpctl run makes
+// the command's sockets MPTCP through mptcpize; with the hook, the kernel does.
+// Either way a command that asks for plain TCP gets an MPTCP connection.
+TEST_F(Separate, ACommandRunInAMultipathClassConnectsWithMptcp) {
+  std::atomic<bool> ready{false}, mptcp{false};
+  std::string error;
+  std::thread server([&] {
+    error = in_netns("dpl-b", [&]() -> std::string {
+      int l = ::socket(AF_INET, SOCK_STREAM, 262);
+      int one = 1;
+      setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      socklen_t len;
+      auto addr = make_addr(kB4[0], 45104, &len);
+      if (::bind(l, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(l, 4) != 0) {
+        ready = true;
+        return std::string("listen: ") + std::strerror(errno);
+      }
+      ready = true;
+      pollfd pfd{l, POLLIN, 0};
+      if (::poll(&pfd, 1, 5000) <= 0) {
+        ::close(l);
+        return "nothing connected";
+      }
+      int c = ::accept(l, nullptr, nullptr);
+      ::close(l);
+      char buf[16];
+      (void)::recv(c, buf, sizeof(buf), 0);
+      // MPTCP_INFO: the accepted socket has not fallen back, so the client spoke MPTCP
+      struct {
+        uint8_t counts[6];
+        uint32_t flags;
+        uint8_t rest[256];
+      } info{};
+      socklen_t il = sizeof(info);
+      mptcp = ::getsockopt(c, 284, 1, &info, &il) == 0 && !(info.flags & 1);
+      ::close(c);
+      return "";
+    });
+  });
+  while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto run = sh(nsenter("dpl-a") + dp_lab() +
+                " dpctl a run --class collective -- bash -c 'exec 3<>/dev/tcp/10.10.2.2/45104; "
+                "echo hello >&3; exec 3>&-'");
+  server.join();
+  EXPECT_EQ(run.rc, 0) << run.out;
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(mptcp) << "the command's connection was plain TCP";
+}
+
 TEST_F(Separate, ABlackholedRailsConnectionsAreEndedAndAReconnectingClientIsCarriedOnTheOther) {
   // rail0's router drops everything both ways; the carrier stays up
   for (const char* dev : {"to-a", "to-b"})
@@ -628,6 +825,17 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   auto* env = new lab::Env;
   env->topology = "separate";
+  // a multipath class on both nodes, matched by a cgroup the tests' children
+  // join; hold-downs short enough that a failed rail is back for the next test
+  std::filesystem::create_directories(lab::cgroup2_mount() + kCollective);
+  env->edit = [](const std::string& text) {
+    return std::regex_replace(text, std::regex("holddown = \"5m\""), "holddown = \"3s\"") +
+           "\n[[class]]\nname = \"collective\"\nkind = \"elastic\"\npriority = 4\n"
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n";
+  };
   ::testing::AddGlobalTestEnvironment(env);
-  return RUN_ALL_TESTS();
+  int rc = RUN_ALL_TESTS();
+  std::error_code ec;
+  std::filesystem::remove(lab::cgroup2_mount() + kCollective, ec);  // empty once the children exit
+  return rc;
 }

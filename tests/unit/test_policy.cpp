@@ -709,3 +709,23 @@ TEST(Policy, ADurationWithoutItsUnitShowsTheExpectedForm) {
                    "must be a duration string with its unit, such as \"500ms\", \"30s\" or \"5m\" "
                    "(not the bare number 300)");
 }
+
+// multipath = true: a class whose sockets are made MPTCP when created, so it
+// must match by cgroup or unit (no port or mark is known at socket()).
+TEST(Policy, MultipathNeedsACgroupOrUnitRule) {
+  std::string ok = replace(kBase, "ports = [\"tcp:50000-50999\"]",
+                           "ports = [\"tcp:50000-50999\"]\nunits = [\"trainer.service\"]\n"
+                           "multipath = true");
+  auto r = dp::parse_policy(ok, "p.toml");
+  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
+  EXPECT_TRUE(r.policy->classes[0].multipath);
+  EXPECT_FALSE(r.policy->classes[1].multipath);
+  EXPECT_EQ(dp::encode_class_tcp(r.policy->classes[0]).flags & DP_CLASS_TCP_F_MULTIPATH,
+            DP_CLASS_TCP_F_MULTIPATH);
+  EXPECT_EQ(dp::encode_class_tcp(r.policy->classes[1]).flags, 0u);
+  // ports and a mark alone cannot name the class at socket()
+  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x54\nmultipath = true"), 32,
+                   "multipath in class \"logs\" needs the class to match by cgroups or units");
+  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x54\nmultipath = \"yes\""), 32,
+                   "multipath in class \"logs\" must be true or false");
+}

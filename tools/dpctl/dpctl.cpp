@@ -340,6 +340,26 @@ int cmd_flow_list(const Globals& g, const json& args) {
       {"PROTO", "SOURCE", "DESTINATION", "CLASS", "BY", "PATH", "BYTES", "SRTT", "RETRANS", "IDLE"},
       rows);
   std::cout << rows.size() << " of " << (*d)["total"] << " flows in the flow table\n";
+  if (!d->contains("mptcp")) return 0;
+  // multipath classes: a connection per line, then its subflows
+  std::cout << "\n"
+            << (*d)["mptcp"].size() << " MPTCP connection" << ((*d)["mptcp"].size() == 1 ? "" : "s")
+            << " of multipath classes\n";
+  std::vector<std::vector<std::string>> subs;
+  for (auto& c : (*d)["mptcp"]) {
+    auto ep = [](const json& j, const char* a, const char* p) {
+      std::string ip = j[a].get<std::string>();
+      return ip.find(':') != std::string::npos ? fmt::format("[{}]:{}", ip, j[p].get<int>())
+                                               : fmt::format("{}:{}", ip, j[p].get<int>());
+    };
+    subs.push_back({fmt::format("{:#010x}", c["token"].get<uint32_t>()), str(c["class"]),
+                    str(c["side"]), ep(c, "local", "lport"), ep(c, "remote", "rport"), "", "", ""});
+    for (auto& s : c["subflows"])
+      subs.push_back({"", "", "", "  " + ep(s, "local", "lport"), ep(s, "remote", "rport"),
+                      s["path"].is_string() ? str(s["path"]) : "-", str(s["role"]),
+                      dp::format_bytes(s["bytes"].get<double>())});
+  }
+  print_table({"TOKEN", "CLASS", "SIDE", "LOCAL", "REMOTE", "PATH", "ROLE", "BYTES"}, subs);
   return 0;
 }
 
@@ -461,6 +481,8 @@ int cmd_class_unpin(const Globals& g, const std::string& cls) {
 // systemd when it is PID 1 (a transient scope in the slice), directly
 // otherwise; then it becomes the command. Exit codes as env(1): 125 dpctl,
 // 126 not executable, 127 not found.
+constexpr const char* kMptcpize = "/usr/bin/mptcpize";
+
 int cmd_run(const Globals& g, const std::string& cls, const std::vector<std::string>& argv) {
   int rc;
   auto d = request(g, "class.run", {{"class", cls}}, &rc);
@@ -479,6 +501,17 @@ int cmd_run(const Globals& g, const std::string& cls, const std::vector<std::str
       std::cerr << "dpctl: cannot join cgroup " << cgroup << ": " << std::strerror(errno) << "\n";
       return 125;
     }
+  }
+  if (d->value("mptcp", "") == "preload") {
+    // the kernel cannot make the class's sockets MPTCP (no fmod_ret on
+    // update_socket_protocol): mptcpize's library does it in the command
+    if (::access(kMptcpize, X_OK) != 0) {
+      std::cerr << "dpctl: class " << cls
+                << " is multipath, and this kernel cannot make its sockets MPTCP; install "
+                   "mptcpize (apt install mptcpize) so that dpctl run can\n";
+      return 125;
+    }
+    args.insert(args.end(), {kMptcpize, "run"});
   }
   args.insert(args.end(), argv.begin(), argv.end());
   std::vector<char*> cargs;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,12 @@ struct MetricsView {
   // separate topology: connections addressed to this node on a path where
   // nothing listened, handed to the listener on another path (klass unused)
   std::vector<Connections> handovers;
+  // multipath classes: subflows now by class and path, and what was done
+  std::vector<Connections> subflows;
+  struct Multipath {
+    uint64_t created = 0, removed = 0, role_changes = 0, failed = 0;
+  };
+  std::optional<Multipath> multipath;  // nullopt: no multipath class
 };
 
 std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);

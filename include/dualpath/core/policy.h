@@ -117,6 +117,8 @@ struct ClassSpec {
   // TCP's minimum RTO for the class's connections (sockops); 0: the kernel's
   // 200 ms. Default: 10 ms for latency-sensitive classes, the kernel's else.
   std::chrono::nanoseconds rto_min{0};
+  // MPTCP with a subflow per rail (core/multipath.h); needs cgroups or units.
+  bool multipath = false;
   bool operator==(const ClassSpec&) const = default;
 };
 

@@ -54,6 +54,13 @@ Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const s
 // link pinned at pin_dir/link_<what>; a link pinned there already (a restart,
 // an upgrade) gets the program swapped in place.
 Result<void> attach_netns(bpf_program* prog, const std::string& pin_dir, const std::string& what);
+// Attaches a tracing program (fentry, fmod_ret) by its BTF target, its link
+// pinned at pin_dir/link_<what>. A pinned link of this very program is kept;
+// another (an earlier build's) is replaced once the new one is attached, so
+// that the hook is never missing. Tracing links cannot be updated in place.
+Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const std::string& what);
+// Removes the pinned link pin_dir/link_<what>, if any (its program detaches).
+Result<void> detach_pinned(const std::string& pin_dir, const std::string& what);
 // The cgroup v2 mount point (from /proc/self/mounts).
 Result<std::string> cgroup2_root();
 // This network namespace's cookie (SO_NETNS_COOKIE).

@@ -72,6 +72,11 @@ class DpSkeleton {
   bpf_program* sockops_prog() const;
   // The sk_lookup handover (bpf/lib/listen.h), attached to a network namespace.
   bpf_program* sk_lookup_prog() const;
+  // Multipath classes' sockets made MPTCP (bpf/lib/mptcp.h, fmod_ret on
+  // update_socket_protocol); null when this kernel lacks the hook (before 6.6).
+  bpf_program* mptcpify_prog() const;
+  // Why mptcpify_prog() is null ("" when it is not).
+  const std::string& mptcpify_error() const { return mptcpify_error_; }
   // The connect-time placement programs (cgroup sock_addr), each with the
   // name its link is pinned by: connect4, connect6, sendmsg4, ...
   std::vector<std::pair<bpf_program*, std::string>> sock_addr_progs() const;
@@ -120,6 +125,8 @@ class DpSkeleton {
   explicit DpSkeleton(dp_tc* s) : skel_(s) {}
   dp_tc* skel_ = nullptr;
   std::vector<StaleMap> stale_;
+  bool mptcpify_ = false;
+  std::string mptcpify_error_;
 };
 
 }  // namespace dp

@@ -113,6 +113,13 @@ class Datapath {
   // Counters, summed over CPUs.
   void read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const;
   std::vector<FlowRow> flows(size_t* total) const;
+  // The policy class (index) of the TCP flow local:lport <-> remote:rport,
+  // as the datapath classified it; nullopt if it is not in the flow table.
+  std::optional<size_t> flow_class(const IpAddr& local, uint16_t lport, const IpAddr& remote,
+                                   uint16_t rport) const;
+  // Bytes the flow table holds for it (what left this node; 0 if none).
+  uint64_t flow_bytes(const IpAddr& local, uint16_t lport, const IpAddr& remote,
+                      uint16_t rport) const;
   ConnectTable connects() const;
   // Per rail slot: connections addressed to this node on that rail, where
   // nothing listened, handed to the listener on another rail (sk_lookup).
@@ -128,6 +135,9 @@ class Datapath {
   size_t rail_slot(size_t path) const { return static_cast<size_t>(rail_slot_.at(path)); }
   const std::vector<int>& rail_slots() const { return rail_slot_; }
 
+  // Why the kernel cannot make multipath classes' sockets MPTCP at socket()
+  // ("" when it can: bpf/lib/mptcp.h).
+  const std::string& mptcp_conversion_error() const;
   bool adopted() const { return adopted_; }
   // The layout version of the pins found at open (0: a build before
   // versioning; DP_LAYOUT_VERSION when adopted as they are, or loaded fresh).
@@ -167,6 +177,8 @@ class Datapath {
   std::vector<CgroupRule> cgroups_;  // as written to the live generation
   bool cgroup_cache_dirty_ = false;  // emptied once more at the next refresh
 
+  std::optional<dp_flow> find_flow(const IpAddr& local, uint16_t lport, const IpAddr& remote,
+                                   uint16_t rport) const;
   // A layout upgrade (upgrade.h): begun at open, finished by attach.
   Result<void> begin_upgrade();
   Result<void> finish_upgrade();

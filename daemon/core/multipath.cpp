@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "dualpath/core/multipath.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+
+namespace dp::multipath {
+
+namespace {
+
+const std::optional<IpAddr>& source_of(const PathSpec& ps, int family) {
+  return family == AF_INET6 ? ps.source6 : ps.source;
+}
+
+std::optional<Prefix> network_of(const PathSpec& ps, int family) {
+  return family == AF_INET6 ? ps.network6() : ps.network();
+}
+
+}  // namespace
+
+size_t path_of(const Policy& p, const std::vector<uint32_t>& ifindex, const IpAddr& local,
+               int bound_ifindex) {
+  if (bound_ifindex > 0)
+    for (size_t i = 0; i < ifindex.size() && i < p.paths.size(); ++i)
+      if (ifindex[i] == static_cast<uint32_t>(bound_ifindex)) return i;
+  if (p.topology != Topology::Separate) return kNoPath;  // one address on every rail
+  for (size_t i = 0; i < p.paths.size(); ++i)
+    if (source_of(p.paths[i], local.family) == local) return i;
+  return kNoPath;
+}
+
+std::optional<IpAddr> peer_on_path(const Policy& p, const IpAddr& peer, size_t to) {
+  if (to >= p.paths.size()) return std::nullopt;
+  if (p.topology != Topology::Separate) return peer;
+  auto dst = network_of(p.paths[to], peer.family);
+  if (!dst) return std::nullopt;
+  for (const auto& ps : p.paths) {
+    auto from = network_of(ps, peer.family);
+    if (!from || !from->contains(peer)) continue;
+    size_t n = peer.family == AF_INET ? 4 : 16;
+    IpAddr out = dst->addr;
+    for (size_t b = 0; b < n; ++b) {
+      int bits = std::clamp(from->len - static_cast<int>(b) * 8, 0, 8);
+      auto from_mask = static_cast<uint8_t>(bits ? 0xff << (8 - bits) : 0);
+      int dbits = std::clamp(dst->len - static_cast<int>(b) * 8, 0, 8);
+      auto dst_mask = static_cast<uint8_t>(dbits ? 0xff << (8 - dbits) : 0);
+      uint8_t host = peer.bytes[b] & static_cast<uint8_t>(~from_mask);
+      if (host & dst_mask) return std::nullopt;  // the host part does not fit
+      out.bytes[b] = static_cast<uint8_t>((dst->addr.bytes[b] & dst_mask) | host);
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& w, Time now) {
+  std::vector<Action> out;
+  size_t n = p.paths.size();
+  auto usable = [&](size_t i) { return i < w.usable.size() && w.usable[i]; };
+  const std::vector<bool>* act = c.klass < w.active.size() ? &w.active[c.klass] : nullptr;
+  bool any_active = false;
+  for (size_t i = 0; i < n; ++i) any_active |= usable(i) && act && i < act->size() && (*act)[i];
+  auto active = [&](size_t i) {
+    return usable(i) && (!any_active || (act && i < act->size() && (*act)[i]));
+  };
+  std::vector<bool> have(n, false);
+  // the connecting side sets the roles (its MP_PRIO holds for both
+  // directions); the accepting side only removes a failed rail's subflows
+  const bool roles = !c.server_side;
+  for (const auto& s : c.subflows) {
+    if (s.path == kNoPath) {
+      if (!roles) continue;
+      // the shared topology's first subflow goes where the datapath steers
+      // the class; the bound ones carry the roles, so it stands by
+      if (!s.backup && p.topology != Topology::Separate &&
+          std::any_of(c.subflows.begin(), c.subflows.end(),
+                      [](const Subflow& o) { return o.path != kNoPath; }))
+        out.push_back({Action::Kind::SetBackup, s.path, true, s.ends});
+      continue;
+    }
+    if (s.path >= n) continue;
+    if (!usable(s.path)) {
+      out.push_back({Action::Kind::Destroy, s.path, s.backup, s.ends});
+      continue;
+    }
+    have[s.path] = true;
+    bool backup = !active(s.path);
+    if (roles && s.backup != backup)
+      out.push_back({Action::Kind::SetBackup, s.path, backup, s.ends});
+  }
+  if (c.server_side) return out;
+  for (size_t i = 0; i < n; ++i) {
+    if (have[i] || !usable(i)) continue;
+    if (i < c.retry_after.size() && now < c.retry_after[i]) continue;
+    const auto& src = source_of(p.paths[i], c.first.remote.family);
+    auto peer = peer_on_path(p, c.first.remote, i);
+    if (!src || !peer) continue;
+    Action a{Action::Kind::Create, i, !active(i), {}};
+    a.ends.local = *src;
+    a.ends.remote = *peer;
+    a.ends.rport = c.first.rport;
+    out.push_back(a);
+  }
+  return out;
+}
+
+void note_failure(Connection& c, size_t path, Time now) {
+  if (path == kNoPath) return;
+  if (c.failures.size() <= path) c.failures.resize(path + 1, 0);
+  if (c.retry_after.size() <= path) c.retry_after.resize(path + 1, Time{});
+  int f = std::min(++c.failures[path], 6);
+  auto wait = std::min(std::chrono::seconds(1) * (1 << (f - 1)), std::chrono::seconds(8));
+  c.retry_after[path] = now + std::chrono::duration_cast<Time::duration>(wait);
+}
+
+}  // namespace dp::multipath

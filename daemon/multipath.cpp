@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "multipath.h"
+
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dualpath/core/sockaddr.h"
+#include "dualpath/kernel/datapath.h"
+
+namespace dp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+constexpr int kIpprotoMptcp = 262;  // IPPROTO_MPTCP (glibc's headers may lack it)
+
+// The namespace's MPTCP settings a multipath class needs, and why:
+//   enabled            MPTCP sockets can be made at all;
+//   path_manager       the daemon makes the subflows (userspace), not the
+//                      kernel's endpoints, which are the node's and not ours
+//                      (pm_type 1 before Linux 6.15);
+//   blackhole_timeout  0: a blackholed rail must not turn MPTCP off for the
+//                      namespace for an hour (the default 3600 s);
+//   stale_loss_cnt     2: a subflow that loses two RTOs in a row is stale and
+//                      its data goes on the other at once (default 4).
+struct Setting {
+  const char* key;
+  const char* value;
+};
+constexpr Setting kSettings[] = {{"enabled", "1"},
+                                 {"path_manager", "userspace"},
+                                 {"blackhole_timeout", "0"},
+                                 {"stale_loss_cnt", "2"}};
+
+std::string sysctl_path(const std::string& key) { return "/proc/sys/net/mptcp/" + key; }
+
+std::optional<std::string> read_sysctl(const std::string& key) {
+  std::ifstream f(sysctl_path(key));
+  std::string v;
+  if (!f || !std::getline(f, v)) return std::nullopt;
+  return v;
+}
+
+Result<void> write_sysctl(const std::string& key, const std::string& value) {
+  std::ofstream f(sysctl_path(key));
+  f << value << "\n";
+  f.close();
+  if (!f) return DP_SYS_ERROR(errno, "setting net.mptcp.{} to {} failed", key, value);
+  return {};
+}
+
+std::string state_file(const std::string& node) {
+  return "/run/dualpath/" + node + ".mptcp-sysctls";
+}
+
+// The kernel's key for the path manager: path_manager (6.15) or pm_type.
+std::pair<std::string, std::string> pm_setting() {
+  if (read_sysctl("path_manager")) return {"path_manager", "userspace"};
+  return {"pm_type", "1"};
+}
+
+}  // namespace
+
+Multipath::~Multipath() {
+  if (pm_) loop_.unwatch(pm_->event_fd());
+  for (auto& l : join_listeners_) {
+    loop_.unwatch(l.fd);
+    ::close(l.fd);
+  }
+}
+
+Result<void> Multipath::apply_settings(const std::string& node) {
+  std::string file = state_file(node);
+  bool saved = std::filesystem::exists(file);  // a restart: the earlier values are there
+  std::ostringstream before;
+  for (auto s : kSettings) {
+    std::string key = s.key, value = s.value;
+    if (key == "path_manager") std::tie(key, value) = pm_setting();
+    auto cur = read_sysctl(key);
+    if (!cur) {
+      if (key == "enabled" || key == "pm_type")
+        return DP_ERROR("this kernel has no net.mptcp.{} (CONFIG_MPTCP is off?)", key);
+      continue;  // an older kernel without the knob
+    }
+    before << key << "=" << *cur << "\n";
+    if (*cur != value) {
+      DP_TRY(write_sysctl(key, value));
+      spdlog::info("net.mptcp.{}: {} -> {} (multipath classes)", key, *cur, value);
+    }
+  }
+  if (!saved) {
+    std::error_code ec;
+    std::filesystem::create_directories("/run/dualpath", ec);
+    std::ofstream f(file);
+    f << before.str();
+    if (!f)
+      spdlog::warn("{}: cannot keep the earlier MPTCP settings; --cleanup cannot restore them",
+                   file);
+  }
+  return {};
+}
+
+Result<void> Multipath::restore_settings(const std::string& node) {
+  std::string file = state_file(node);
+  std::ifstream f(file);
+  if (!f) return {};
+  std::string line;
+  while (std::getline(f, line)) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    bool ours = std::any_of(std::begin(kSettings), std::end(kSettings),
+                            [&](const Setting& s) { return key == s.key; }) ||
+                key == "pm_type";
+    if (!ours) continue;  // the file names only what this wrote
+    auto cur = read_sysctl(key);
+    if (cur && *cur != value) {
+      DP_TRY(write_sysctl(key, value));
+      spdlog::info("net.mptcp.{}: {} -> {} (restored)", key, *cur, value);
+    }
+  }
+  std::filesystem::remove(file);
+  return {};
+}
+
+Result<void> Multipath::set_policy(const Policy& p, const Datapath& dp) {
+  bool wanted = std::any_of(p.classes.begin(), p.classes.end(),
+                            [](const ClassSpec& c) { return c.multipath; });
+  dp_ = &dp;
+  if (!wanted) {
+    if (pm_) {
+      loop_.unwatch(pm_->event_fd());
+      pm_.reset();
+      conns_.clear();
+      spdlog::info("no multipath class left: MPTCP connections are left as they are");
+    }
+    policy_ = p;
+    return restore_settings(p.node);
+  }
+  DP_TRY(apply_settings(p.node));
+  // a reload may renumber the classes: connections take their class again
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    const std::string& name = it->second.klass < policy_.classes.size()
+                                  ? policy_.classes[it->second.klass].name
+                                  : std::string();
+    int k = p.class_index(name);
+    if (k < 0 || !p.classes[static_cast<size_t>(k)].multipath) {
+      it = conns_.erase(it);
+      continue;
+    }
+    it->second.klass = static_cast<size_t>(k);
+    ++it;
+  }
+  policy_ = p;
+  if (!pm_) {
+    auto pm = mptcp::PathManager::open();
+    if (!pm) return pm.error();
+    pm_ = std::move(*pm);
+    loop_.watch(pm_->event_fd(), [this] { on_events(); });
+    spdlog::info("multipath classes: MPTCP path manager events watched");
+  }
+  return {};
+}
+
+void Multipath::on_events() {
+  auto n = pm_->read_events([this](const mptcp::Event& e) { on_event(e); });
+  if (!n) spdlog::warn("{}", n.error().what());
+}
+
+void Multipath::on_event(const mptcp::Event& e) {
+  auto now = Clock::now();
+  const auto& ifx = dp_->rail_ifindexes();
+  switch (e.type) {
+    case mptcp::EventType::Established: {
+      if (conns_.count(e.token)) return;
+      auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
+      if (!k || *k >= policy_.classes.size() || !policy_.classes[*k].multipath)
+        return;  // not ours: an MPTCP socket of no multipath class
+      multipath::Connection c;
+      c.token = e.token;
+      c.klass = *k;
+      c.server_side = e.server_side;
+      c.first = e.flow;
+      multipath::Subflow s;
+      s.ends = e.flow;
+      s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      s.backup = e.backup;
+      c.subflows.push_back(s);
+      c.retry_after.assign(policy_.paths.size(), Clock::time_point{});
+      c.failures.assign(policy_.paths.size(), 0);
+      spdlog::debug("MPTCP connection {:#x} of class {}: {}:{} -> {}:{}{}", e.token,
+                    policy_.classes[*k].name, e.flow.local.str(), e.flow.lport, e.flow.remote.str(),
+                    e.flow.rport, e.server_side ? " (accepted)" : "");
+      if (e.server_side) ensure_join_listeners(e.flow);
+      auto& ref = conns_.emplace(e.token, std::move(c)).first->second;
+      if (!last_want_.usable.empty())
+        carry_out(ref, multipath::reconcile(policy_, ref, last_want_, now));
+      return;
+    }
+    case mptcp::EventType::Created: {
+      // accepted here: the peer's joins on the other rails need a listener
+      // before they arrive, which is as soon as the peer sees the connection
+      if (!e.server_side) return;
+      auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
+      if (k && *k < policy_.classes.size() && policy_.classes[*k].multipath)
+        ensure_join_listeners(e.flow);
+      return;
+    }
+    case mptcp::EventType::Closed:
+      conns_.erase(e.token);
+      return;
+    default:
+      break;
+  }
+  auto it = conns_.find(e.token);
+  if (it == conns_.end()) return;
+  auto& c = it->second;
+  auto same = [&](const multipath::Subflow& s) { return s.ends == e.flow; };
+  switch (e.type) {
+    case mptcp::EventType::SubEstablished: {
+      if (std::any_of(c.subflows.begin(), c.subflows.end(), same)) return;
+      multipath::Subflow s;
+      s.ends = e.flow;
+      s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      s.backup = e.backup;
+      c.subflows.push_back(s);
+      if (s.path < c.failures.size()) c.failures[s.path] = 0;
+      return;
+    }
+    case mptcp::EventType::SubClosed: {
+      auto s = std::find_if(c.subflows.begin(), c.subflows.end(), same);
+      size_t path = s != c.subflows.end()
+                        ? s->path
+                        : multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      if (s != c.subflows.end()) c.subflows.erase(s);
+      multipath::note_failure(c, path, now);
+      return;
+    }
+    case mptcp::EventType::SubPriority:
+      // the peer set a role: on the accepting side that is the connecting
+      // side's choice, shown as it is; the connecting side keeps its own
+      if (!c.server_side) return;
+      for (auto& s : c.subflows)
+        if (same(s)) s.backup = e.backup;
+      return;
+    default:
+      return;
+  }
+}
+
+void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath::Action>& actions) {
+  using Kind = multipath::Action::Kind;
+  auto now = Clock::now();
+  for (const auto& a : actions) {
+    const std::string& path = a.path < policy_.paths.size() ? policy_.paths[a.path].name : "-";
+    Result<void> r;
+    if (a.kind == Kind::Create) {
+      // the pending join must not be asked for again on the next tick
+      if (a.path < c.retry_after.size()) c.retry_after[a.path] = now + std::chrono::seconds(3);
+      r = pm_->create(c.token, a.ends.local, static_cast<int>(dp_->rail_ifindex(a.path)), a.backup,
+                      a.ends.remote, a.ends.rport);
+      if (r) ++counters_.created;
+    } else if (a.kind == Kind::Destroy) {
+      r = pm_->destroy(c.token, a.ends);
+      c.subflows.erase(
+          std::remove_if(c.subflows.begin(), c.subflows.end(),
+                         [&](const multipath::Subflow& s) { return s.ends == a.ends; }),
+          c.subflows.end());
+      if (r) ++counters_.removed;
+    } else {
+      r = pm_->set_backup(c.token, a.ends, a.backup);
+      if (r) {
+        ++counters_.role_changes;
+        for (auto& s : c.subflows)
+          if (s.ends == a.ends) s.backup = a.backup;
+      }
+    }
+    if (!r) {
+      ++counters_.failed;
+      spdlog::warn("class {} path {}: {}", policy_.classes[c.klass].name, path, r.error().what());
+      if (a.kind == Kind::Create) multipath::note_failure(c, a.path, now);
+    } else {
+      spdlog::debug("class {} connection {:#x}: {} subflow on {}{}", policy_.classes[c.klass].name,
+                    c.token,
+                    a.kind == Kind::Create    ? "new"
+                    : a.kind == Kind::Destroy ? "removed"
+                                              : "re-prioritised",
+                    path, a.backup ? " (backup)" : "");
+    }
+  }
+}
+
+void Multipath::reconcile(const multipath::Want& want) {
+  if (!pm_) return;
+  last_want_ = want;
+  auto now = Clock::now();
+  for (auto& [token, c] : conns_) carry_out(c, multipath::reconcile(policy_, c, want, now));
+  expire_join_listeners();
+}
+
+void Multipath::ensure_join_listeners(const multipath::Ends& accepted) {
+  for (const auto& ps : policy_.paths) {
+    const auto& src = accepted.local.family == AF_INET6 ? ps.source6 : ps.source;
+    if (!src || *src == accepted.local) continue;
+    bool have = std::any_of(join_listeners_.begin(), join_listeners_.end(),
+                            [&](auto& l) { return l.addr == *src && l.port == accepted.lport; });
+    if (have) continue;
+    auto sa = sockaddr_of(*src, accepted.lport);
+    int fd = ::socket(src->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, kIpprotoMptcp);
+    if (fd < 0) {
+      spdlog::warn("a join listener on {} port {}: socket failed: {}", src->str(), accepted.lport,
+                   std::strerror(errno));
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (src->family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa.ss), sa.len) != 0 || ::listen(fd, 64) != 0) {
+      int err = errno;
+      ::close(fd);
+      // EADDRINUSE: the application listens there too, or on every address
+      if (err != EADDRINUSE)
+        spdlog::warn("a join listener on {} port {}: {}", src->str(), accepted.lport,
+                     std::strerror(err));
+      continue;
+    }
+    join_listeners_.push_back({fd, *src, accepted.lport, {}});
+    ++counters_.join_listeners;
+    size_t i = join_listeners_.size() - 1;
+    loop_.watch(fd, [this, i] { on_join_listener(i); });
+    spdlog::info("multipath: listening for joins on {} port {} (the server listens on {} only)",
+                 src->str(), accepted.lport, accepted.local.str());
+  }
+}
+
+// What reaches a join listener and is not a join is a new connection for a
+// port nothing else listens on there: refused, as it would be without us.
+void Multipath::on_join_listener(size_t i) {
+  if (i >= join_listeners_.size()) return;
+  for (;;) {
+    int c = ::accept4(join_listeners_[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) break;
+    linger l{1, 0};  // a reset, not an orderly close
+    ::setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    ::close(c);
+    ++counters_.refused;
+  }
+}
+
+// A join listener stays while a connection accepted on its port does, and
+// 30 s after (a reconnect comes back to the same port).
+void Multipath::expire_join_listeners() {
+  auto now = Clock::now();
+  bool closed = false;
+  for (auto& l : join_listeners_) {
+    bool used = std::any_of(conns_.begin(), conns_.end(), [&](auto& kv) {
+      return kv.second.server_side && kv.second.first.lport == l.port;
+    });
+    if (used) {
+      l.idle_since = {};
+      continue;
+    }
+    if (l.idle_since == Clock::time_point{}) l.idle_since = now;
+    if (now - l.idle_since < std::chrono::seconds(30)) continue;
+    loop_.unwatch(l.fd);
+    ::close(l.fd);
+    l.fd = -1;
+    closed = true;
+  }
+  if (!closed) return;
+  // the watches carry indexes: made again for the listeners that stay
+  for (auto& l : join_listeners_)
+    if (l.fd >= 0) loop_.unwatch(l.fd);
+  join_listeners_.erase(std::remove_if(join_listeners_.begin(), join_listeners_.end(),
+                                       [](const JoinListener& l) { return l.fd < 0; }),
+                        join_listeners_.end());
+  for (size_t i = 0; i < join_listeners_.size(); ++i)
+    loop_.watch(join_listeners_[i].fd, [this, i] { on_join_listener(i); });
+}
+
+void Multipath::rail_failed(size_t path) {
+  if (!pm_ || path >= last_want_.usable.size()) return;
+  last_want_.usable[path] = false;
+  reconcile(last_want_);
+}
+
+bool Multipath::is_subflow(const IpAddr& local, uint16_t lport) const {
+  for (const auto& [token, c] : conns_)
+    for (const auto& s : c.subflows)
+      if (s.ends.local == local && s.ends.lport == lport) return true;
+  return false;
+}
+
+std::vector<std::vector<size_t>> Multipath::subflows_per_path() const {
+  std::vector<std::vector<size_t>> out(policy_.classes.size(),
+                                       std::vector<size_t>(policy_.paths.size(), 0));
+  for (const auto& [token, c] : conns_)
+    for (const auto& s : c.subflows)
+      if (c.klass < out.size() && s.path < policy_.paths.size()) ++out[c.klass][s.path];
+  return out;
+}
+
+json Multipath::connections_json() const {
+  json out = json::array();
+  for (const auto& [token, c] : conns_) {
+    json subs = json::array();
+    for (const auto& s : c.subflows)
+      subs.push_back(
+          {{"path",
+            s.path < policy_.paths.size() ? json(policy_.paths[s.path].name) : json(nullptr)},
+           {"role", s.backup ? "backup" : "active"},
+           {"local", s.ends.local.str()},
+           {"lport", s.ends.lport},
+           {"remote", s.ends.remote.str()},
+           {"rport", s.ends.rport},
+           {"bytes", dp_->flow_bytes(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport)}});
+    out.push_back({{"token", token},
+                   {"class", policy_.classes[c.klass].name},
+                   {"side", c.server_side ? "accepted" : "connected"},
+                   {"local", c.first.local.str()},
+                   {"lport", c.first.lport},
+                   {"remote", c.first.remote.str()},
+                   {"rport", c.first.rport},
+                   {"subflows", subs}});
+  }
+  return out;
+}
+
+}  // namespace dp

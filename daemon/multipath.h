@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// Multipath classes (policy key multipath = true; core/multipath.h): the
+// MPTCP connections of those classes, a subflow per rail each, with roles
+// from the classes' decisions. The connections are learnt from the path
+// manager's events; one is ours when the datapath classified its first
+// subflow into a multipath class. Others' MPTCP connections are never
+// touched. Each tick reconciles every connection with where its class is.
+//
+// The namespace's MPTCP settings it needs (README, "Multipath classes") are
+// set while the policy has a multipath class, the earlier values kept in
+// /run/dualpath/<node>.mptcp-sysctls, and restored when the policy has none
+// left or at dualpathd --cleanup.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dualpath/core/multipath.h"
+#include "dualpath/core/policy.h"
+#include "dualpath/core/result.h"
+#include "dualpath/kernel/mptcp_pm.h"
+#include "event_loop.h"
+
+namespace dp {
+
+class Datapath;
+
+class Multipath {
+ public:
+  explicit Multipath(EventLoop& loop) : loop_(loop) {}
+  ~Multipath();
+  Multipath(const Multipath&) = delete;
+  Multipath& operator=(const Multipath&) = delete;
+
+  // A policy applied: starts (settings, path manager, events) when it has a
+  // multipath class, stops and restores the settings when it has none.
+  Result<void> set_policy(const Policy& p, const Datapath& dp);
+  bool running() const { return pm_ != nullptr; }
+
+  // Every connection toward what `want` says (core/multipath.h).
+  void reconcile(const multipath::Want& want);
+  // A rail failed: its subflows go now, before the next tick.
+  void rail_failed(size_t path);
+
+  // The local ends of every subflow of ours: not for the failed-rail resets.
+  bool is_subflow(const IpAddr& local, uint16_t lport) const;
+
+  nlohmann::json connections_json() const;
+  struct Counters {
+    uint64_t created = 0, removed = 0, role_changes = 0, failed = 0;
+    uint64_t join_listeners = 0;  // made for servers bound to one rail's address
+    uint64_t refused = 0;         // connections (not joins) that reached a join listener
+  };
+  const Counters& counters() const { return counters_; }
+  // Per class, per path: subflows now.
+  std::vector<std::vector<size_t>> subflows_per_path() const;
+
+  // Restores what set_policy() changed (dualpathd --cleanup).
+  static Result<void> restore_settings(const std::string& node);
+
+ private:
+  void on_events();
+  void on_event(const mptcp::Event& e);
+  void carry_out(multipath::Connection& c, const std::vector<multipath::Action>& actions);
+  Result<void> apply_settings(const std::string& node);
+  // The accepting side: a server bound to one rail's address has no
+  // listener where the peer's joins on the other rails arrive. A listener of
+  // the daemon's own on each other rail's address and the same port takes
+  // them: a join is matched to its connection by token, whatever listener
+  // it reaches. One that cannot bind (the port is already listened on there,
+  // or on every address) is not needed.
+  void ensure_join_listeners(const multipath::Ends& accepted);
+  void expire_join_listeners();
+  void on_join_listener(size_t i);
+  struct JoinListener {
+    int fd = -1;
+    IpAddr addr;
+    uint16_t port = 0;
+    std::chrono::steady_clock::time_point idle_since{};
+  };
+  std::vector<JoinListener> join_listeners_;
+
+  EventLoop& loop_;
+  const Datapath* dp_ = nullptr;
+  Policy policy_;
+  std::unique_ptr<mptcp::PathManager> pm_;
+  std::map<uint32_t, multipath::Connection> conns_;  // by token
+  multipath::Want last_want_;
+  Counters counters_;
+};
+
+}  // namespace dp

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// Multipath classes (policy key multipath = true): what each MPTCP connection
+// of such a class should have, as a pure function of what it has, which
+// rails are usable and where the class's decision puts it.
+//   - A subflow on every usable rail; the connecting side makes them (the
+//     accepting side cannot), both sides remove a failed rail's.
+//   - A subflow is active on a rail the decision gives a share, a backup
+//     elsewhere (MP_PRIO): a latency-sensitive class runs on its rail and
+//     keeps the other warm; a split elastic class uses both. The connecting
+//     side sets the roles; its MP_PRIO holds for both directions, and the
+//     accepting side's decisions (its own policy) are not consulted.
+//   - A rail whose subflow failed is tried again after a backoff.
+// daemon/multipath.cpp carries the actions out over the path manager.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "dualpath/core/policy.h"
+#include "dualpath/core/units.h"
+
+namespace dp::multipath {
+
+using Time = std::chrono::steady_clock::time_point;
+
+// A subflow's two ends (ports in host order).
+struct Ends {
+  IpAddr local, remote;
+  uint16_t lport = 0, rport = 0;
+  bool operator==(const Ends&) const = default;
+};
+
+constexpr size_t kNoPath = static_cast<size_t>(-1);
+
+struct Subflow {
+  Ends ends;
+  size_t path = kNoPath;  // kNoPath: not bound to a rail (the shared topology's first one)
+  bool backup = false;
+  uint64_t bytes_sent = 0, bytes_received = 0;  // as last read (dpctl flow list)
+};
+
+struct Connection {
+  uint32_t token = 0;
+  size_t klass = 0;
+  bool server_side = false;  // accepted here: the peer makes the subflows
+  Ends first;                // the first subflow, as the application connected
+  std::vector<Subflow> subflows;
+  std::vector<Time> retry_after;  // per path: no new subflow before this
+  std::vector<int> failures;      // per path: subflows that ended since the last that worked
+};
+
+struct Want {
+  std::vector<bool> usable;               // per path
+  std::vector<std::vector<bool>> active;  // per class, per path: the decision gives it a share
+};
+
+struct Action {
+  enum class Kind { Create, Destroy, SetBackup } kind = Kind::Create;
+  size_t path = kNoPath;
+  bool backup = false;
+  Ends ends;  // Create: local address and remote address and port
+};
+
+// The rail a subflow's local end is on, from the paths' sources (separate
+// topology) or the interface it is bound to (ifindex; shared topology).
+size_t path_of(const Policy& p, const std::vector<uint32_t>& ifindex, const IpAddr& local,
+               int bound_ifindex);
+
+// The peer's address on rail `to`: the same host on that rail's network
+// (separate topology: the mapping of connect-time placement), or the same
+// address (shared). nullopt: the host part does not fit, or `peer` is on no
+// rail's network.
+std::optional<IpAddr> peer_on_path(const Policy& p, const IpAddr& peer, size_t to);
+
+// What `c` needs now. A rail is active when the class's decision gives it a
+// share; when no usable rail is, every usable one is.
+std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& w, Time now);
+
+// A subflow of `c` on `path` ended (or could not be made): the next try
+// waits 1 s, doubling per failure up to 8 s.
+void note_failure(Connection& c, size_t path, Time now);
+
+}  // namespace dp::multipath

@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: Apache-2.0
+// Multipath classes (core/multipath.h): the peer's address on each rail, the
+// rail a subflow is on, and what a connection needs for each health and
+// decision: subflows made and removed, roles from the decision, backoff.
+#include <gtest/gtest.h>
+
+#include "dualpath/core/multipath.h"
+#include "dualpath/core/policy.h"
+
+namespace {
+
+using dp::IpAddr;
+using namespace dp::multipath;
+using Kind = Action::Kind;
+
+const char* kSeparate = R"([node]
+name = "n1"
+topology = "separate"
+
+[[path]]
+name = "rail0"
+interface = "rail0"
+gateway = "10.10.1.254"
+gateway6 = "fd10:0:1::fe"
+source = "10.10.1.1"
+source6 = "fd10:0:1::1"
+capacity = "1Gbit"
+table = 100
+fwmark = 0x100
+routes = ["10.10.0.0/16", "fd10::/32"]
+
+[[path]]
+name = "rail1"
+interface = "rail1"
+gateway = "10.20.1.254"
+gateway6 = "fd20:0:1::fe"
+source = "10.20.1.1"
+source6 = "fd20:0:1::1"
+capacity = "1Gbit"
+table = 101
+fwmark = 0x101
+routes = ["10.20.0.0/16", "fd20::/32"]
+
+[[class]]
+name = "collective"
+kind = "elastic"
+prefer = "rail0"
+cgroups = ["/job"]
+multipath = true
+)";
+
+dp::Policy policy(std::string text = kSeparate) {
+  auto r = dp::parse_policy(text, "p.toml");
+  EXPECT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
+  return *r.policy;
+}
+
+IpAddr ip(const char* s) { return *IpAddr::parse(s); }
+
+// A connection to the peer's rail0 address with its first subflow on rail0.
+Connection connected() {
+  Connection c;
+  c.token = 7;
+  c.first = {ip("10.10.1.1"), ip("10.10.2.2"), 40000, 45000};
+  c.subflows.push_back({c.first, 0, false});
+  c.retry_after.assign(2, Time{});
+  c.failures.assign(2, 0);
+  return c;
+}
+
+Want want(bool up0, bool up1, bool on0, bool on1) { return {{up0, up1}, {{on0, on1}}}; }
+
+}  // namespace
+
+TEST(Multipath, ThePeerOnAnotherRailIsTheSameHostOnThatRailsNetwork) {
+  auto p = policy();
+  EXPECT_EQ(peer_on_path(p, ip("10.10.2.2"), 1)->str(), "10.20.2.2");
+  EXPECT_EQ(peer_on_path(p, ip("10.20.2.2"), 0)->str(), "10.10.2.2");
+  EXPECT_EQ(peer_on_path(p, ip("10.10.2.2"), 0)->str(), "10.10.2.2");
+  EXPECT_EQ(peer_on_path(p, ip("fd10:0:2::2"), 1)->str(), "fd20:0:2::2");
+  EXPECT_FALSE(peer_on_path(p, ip("192.168.1.1"), 1)) << "no rail's network holds it";
+  EXPECT_FALSE(peer_on_path(p, ip("10.10.2.2"), 2)) << "no such rail";
+}
+
+TEST(Multipath, AHostPartThatDoesNotFitTheOtherNetworkHasNoPeer) {
+  // rail1's network is a /24: host .2.2 of a /16 does not fit
+  auto p = policy(std::string(kSeparate).replace(std::string(kSeparate).find("\"10.20.0.0/16\""),
+                                                 14, "\"10.20.0.0/24\""));
+  EXPECT_FALSE(peer_on_path(p, ip("10.10.2.2"), 1));
+  EXPECT_EQ(peer_on_path(p, ip("10.10.0.9"), 1)->str(), "10.20.0.9");
+}
+
+TEST(Multipath, ASubflowsRailIsItsDeviceElseItsSourceAddress) {
+  auto p = policy();
+  std::vector<uint32_t> ifx{11, 12};
+  EXPECT_EQ(path_of(p, ifx, ip("10.20.1.1"), 0), 1u);
+  EXPECT_EQ(path_of(p, ifx, ip("fd10:0:1::1"), 0), 0u);
+  EXPECT_EQ(path_of(p, ifx, ip("10.10.1.1"), 12), 1u) << "the bound device decides";
+  EXPECT_EQ(path_of(p, ifx, ip("192.168.0.1"), 0), kNoPath);
+}
+
+TEST(Multipath, TheConnectingSideMakesASubflowOnEveryOtherUsableRail) {
+  auto p = policy();
+  auto acts = reconcile(p, connected(), want(true, true, true, false), Time{});
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, Kind::Create);
+  EXPECT_EQ(acts[0].path, 1u);
+  EXPECT_TRUE(acts[0].backup) << "the decision gives rail1 no share";
+  EXPECT_EQ(acts[0].ends.local.str(), "10.20.1.1");
+  EXPECT_EQ(acts[0].ends.remote.str(), "10.20.2.2");
+  EXPECT_EQ(acts[0].ends.rport, 45000);
+  // a split class: both active
+  acts = reconcile(p, connected(), want(true, true, true, true), Time{});
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_FALSE(acts[0].backup);
+  // the accepting side makes none
+  auto accepted = connected();
+  accepted.server_side = true;
+  EXPECT_TRUE(reconcile(p, accepted, want(true, true, true, false), Time{}).empty());
+}
+
+TEST(Multipath, RolesFollowTheDecisionOnTheConnectingSideOnly) {
+  auto p = policy();
+  auto c = connected();
+  c.subflows.push_back({{ip("10.20.1.1"), ip("10.20.2.2"), 40001, 45000}, 1, true});
+  EXPECT_TRUE(reconcile(p, c, want(true, true, true, false), Time{}).empty()) << "as decided";
+  auto acts = reconcile(p, c, want(true, true, false, true), Time{});  // class set ... rail1
+  ASSERT_EQ(acts.size(), 2u);
+  for (auto& a : acts) {
+    EXPECT_EQ(a.kind, Kind::SetBackup);
+    EXPECT_EQ(a.backup, a.path == 0);
+  }
+  c.server_side = true;
+  EXPECT_TRUE(reconcile(p, c, want(true, true, false, true), Time{}).empty())
+      << "the connecting side's MP_PRIO holds for both directions";
+}
+
+TEST(Multipath, AFailedRailsSubflowIsRemovedOnBothSidesAndNoneIsMadeThere) {
+  auto p = policy();
+  auto c = connected();
+  c.subflows.push_back({{ip("10.20.1.1"), ip("10.20.2.2"), 40001, 45000}, 1, true});
+  // rail0 failed: the decision moved to rail1
+  auto acts = reconcile(p, c, want(false, true, false, true), Time{});
+  ASSERT_EQ(acts.size(), 2u);
+  EXPECT_EQ(acts[0].kind, Kind::Destroy);
+  EXPECT_EQ(acts[0].path, 0u);
+  EXPECT_EQ(acts[1].kind, Kind::SetBackup);
+  EXPECT_FALSE(acts[1].backup) << "the survivor carries";
+  c.server_side = true;
+  acts = reconcile(p, c, want(false, true, false, true), Time{});
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, Kind::Destroy);
+  // no rail with a share usable: every usable one is active
+  c.server_side = false;
+  c.subflows.erase(c.subflows.begin());
+  c.subflows[0].backup = true;
+  acts = reconcile(p, c, want(false, true, true, false), Time{});
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, Kind::SetBackup);
+  EXPECT_FALSE(acts[0].backup);
+}
+
+TEST(Multipath, ARailWhoseSubflowFailedIsTriedAgainAfterABackoffThatDoubles) {
+  auto p = policy();
+  auto c = connected();
+  Time t0 = Time{} + std::chrono::hours(1);
+  note_failure(c, 1, t0);
+  EXPECT_TRUE(reconcile(p, c, want(true, true, true, false), t0).empty());
+  EXPECT_TRUE(
+      reconcile(p, c, want(true, true, true, false), t0 + std::chrono::milliseconds(999)).empty());
+  EXPECT_EQ(reconcile(p, c, want(true, true, true, false), t0 + std::chrono::seconds(1)).size(),
+            1u);
+  note_failure(c, 1, t0);
+  EXPECT_TRUE(reconcile(p, c, want(true, true, true, false), t0 + std::chrono::seconds(1)).empty());
+  EXPECT_EQ(reconcile(p, c, want(true, true, true, false), t0 + std::chrono::seconds(2)).size(),
+            1u);
+  for (int i = 0; i < 10; ++i) note_failure(c, 1, t0);
+  EXPECT_EQ(c.retry_after[1] - t0, std::chrono::seconds(8)) << "capped";
+}
+
+TEST(Multipath, SharedTopologyJoinsGoToTheSameAddressOverEachRail) {
+  std::string text = kSeparate;
+  text.replace(text.find("topology = \"separate\"\n"), 22, "");
+  text.replace(text.find("[\"10.20.0.0/16\", \"fd20::/32\"]"), 29,
+               "[\"10.10.0.0/16\", \"fd10::/32\"]");
+  auto p = policy(text);
+  EXPECT_EQ(peer_on_path(p, ip("10.10.2.2"), 1)->str(), "10.10.2.2");
+  std::vector<uint32_t> ifx{11, 12};
+  auto c = connected();
+  c.subflows[0].path = path_of(p, ifx, c.first.local, 0);
+  EXPECT_EQ(c.subflows[0].path, kNoPath) << "one address on both rails: the first is unbound";
+  auto acts = reconcile(p, c, want(true, true, true, false), Time{});
+  // a bound subflow on each rail, and the unbound first one stands by
+  size_t creates = 0;
+  for (auto& a : acts) creates += a.kind == Kind::Create;
+  EXPECT_EQ(creates, 2u);
+}
