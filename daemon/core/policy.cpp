@@ -1303,7 +1303,16 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
       else
         c.error(*mn, fmt::format("multipath in {} must be true or false", section));
       // the socket is made MPTCP at socket(), when only its cgroup is known
-      if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
+      // one address on every rail: a subflow bound to the other rail is
+      // answered on whichever rail the peer's datapath picks, and a bound
+      // socket takes nothing that arrives on another device
+      if (cs.multipath && p.topology != Topology::Separate)
+        c.error(*mn, fmt::format("multipath in {} needs [node] topology = \"separate\": in the "
+                                 "shared topology dualpath does not make MPTCP subflows yet (a "
+                                 "split elastic class there is placed by flowlets, cells or "
+                                 "bursts)",
+                                 section));
+      else if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
         c.error(*mn, fmt::format("multipath in {} needs the class to match by cgroups or units: "
                                  "its sockets are made MPTCP when they are created, before a "
                                  "port or a mark is known",

@@ -4,6 +4,8 @@
 // decision: subflows made and removed, roles from the decision, backoff.
 #include <gtest/gtest.h>
 
+#include "dualpath/abi.h"
+#include "dualpath/core/encode.h"
 #include "dualpath/core/multipath.h"
 #include "dualpath/core/policy.h"
 
@@ -178,20 +180,24 @@ TEST(Multipath, ARailWhoseSubflowFailedIsTriedAgainAfterABackoffThatDoubles) {
   EXPECT_EQ(c.retry_after[1] - t0, std::chrono::seconds(8)) << "capped";
 }
 
-TEST(Multipath, SharedTopologyJoinsGoToTheSameAddressOverEachRail) {
+TEST(Multipath, TheKeyNeedsACgroupOrUnitRuleAndIsEncodedForTheDatapath) {
+  auto p = policy();
+  ASSERT_TRUE(p.classes[0].multipath);
+  EXPECT_EQ(dp::encode_class_tcp(p.classes[0]).flags & DP_CLASS_TCP_F_MULTIPATH,
+            DP_CLASS_TCP_F_MULTIPATH);
+  // ports and a mark cannot name the class at socket(): refused with the line
   std::string text = kSeparate;
-  text.replace(text.find("topology = \"separate\"\n"), 22, "");
-  text.replace(text.find("[\"10.20.0.0/16\", \"fd20::/32\"]"), 29,
-               "[\"10.10.0.0/16\", \"fd10::/32\"]");
-  auto p = policy(text);
-  EXPECT_EQ(peer_on_path(p, ip("10.10.2.2"), 1)->str(), "10.10.2.2");
-  std::vector<uint32_t> ifx{11, 12};
-  auto c = connected();
-  c.subflows[0].path = path_of(p, ifx, c.first.local, 0);
-  EXPECT_EQ(c.subflows[0].path, kNoPath) << "one address on both rails: the first is unbound";
-  auto acts = reconcile(p, c, want(true, true, true, false), Time{});
-  // a bound subflow on each rail, and the unbound first one stands by
-  size_t creates = 0;
-  for (auto& a : acts) creates += a.kind == Kind::Create;
-  EXPECT_EQ(creates, 2u);
+  text.replace(text.find("cgroups = [\"/job\"]"), 18, "mark = 0x54");
+  auto r = dp::parse_policy(text, "p.toml");
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.errors.size(), 1u) << r.errors[0].str();
+  EXPECT_EQ(r.errors[0].line, 34) << r.errors[0].str();
+  EXPECT_NE(r.errors[0].message.find("needs the class to match by cgroups or units"),
+            std::string::npos)
+      << r.errors[0].str();
+  text = kSeparate;
+  text.replace(text.find("multipath = true"), 16, "multipath = 1");
+  r = dp::parse_policy(text, "p.toml");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].message.find("must be true or false"), std::string::npos);
 }

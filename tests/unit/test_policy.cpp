@@ -710,22 +710,11 @@ TEST(Policy, ADurationWithoutItsUnitShowsTheExpectedForm) {
                    "(not the bare number 300)");
 }
 
-// multipath = true: a class whose sockets are made MPTCP when created, so it
-// must match by cgroup or unit (no port or mark is known at socket()).
-TEST(Policy, MultipathNeedsACgroupOrUnitRule) {
-  std::string ok = replace(kBase, "ports = [\"tcp:50000-50999\"]",
+// multipath = true (tests/unit/test_multipath.cpp has the separate topology's
+// cases): in the shared topology dualpath makes no subflows, and says so.
+TEST(Policy, MultipathNeedsTheSeparateTopology) {
+  expect_one_error(replace(kBase, "ports = [\"tcp:50000-50999\"]",
                            "ports = [\"tcp:50000-50999\"]\nunits = [\"trainer.service\"]\n"
-                           "multipath = true");
-  auto r = dp::parse_policy(ok, "p.toml");
-  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
-  EXPECT_TRUE(r.policy->classes[0].multipath);
-  EXPECT_FALSE(r.policy->classes[1].multipath);
-  EXPECT_EQ(dp::encode_class_tcp(r.policy->classes[0]).flags & DP_CLASS_TCP_F_MULTIPATH,
-            DP_CLASS_TCP_F_MULTIPATH);
-  EXPECT_EQ(dp::encode_class_tcp(r.policy->classes[1]).flags, 0u);
-  // ports and a mark alone cannot name the class at socket()
-  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x54\nmultipath = true"), 32,
-                   "multipath in class \"logs\" needs the class to match by cgroups or units");
-  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x54\nmultipath = \"yes\""), 32,
-                   "multipath in class \"logs\" must be true or false");
+                           "multipath = true"),
+                   27, "multipath in class \"dispatch\" needs [node] topology = \"separate\"");
 }
