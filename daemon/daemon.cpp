@@ -393,6 +393,10 @@ void Daemon::steer_multipath() {
     w.active.push_back(std::move(a));
   }
   multipath_.reconcile(w);
+  for (auto& e : multipath_.take_events()) {
+    spdlog::info("{}", e.reason);
+    events_.record(std::move(e));
+  }
 }
 
 // The separate topology: a failed rail's classified TCP connections cannot
@@ -518,7 +522,8 @@ void Daemon::publish_metrics() {
         v.subflows.push_back({policy_.paths[i].name, policy_.classes[c].name, per[c][i]});
     }
     const auto& k = multipath_.counters();
-    v.multipath = MetricsView::Multipath{k.created, k.removed, k.role_changes, k.failed};
+    v.multipath = MetricsView::Multipath{k.created, k.removed, k.role_changes, k.failed,
+                                         Multipath::kernel_fallbacks()};
   }
   v.all_paths_down = controller_.all_down();
   metrics_->publish(build_metrics(v));

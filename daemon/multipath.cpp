@@ -219,6 +219,8 @@ void Multipath::on_event(const mptcp::Event& e) {
     }
     case mptcp::EventType::Closed:
       conns_.erase(e.token);
+      for (auto it = requested_.begin(); it != requested_.end();)
+        it = it->first.first == e.token ? requested_.erase(it) : std::next(it);
       return;
     default:
       break;
@@ -234,6 +236,10 @@ void Multipath::on_event(const mptcp::Event& e) {
       s.ends = e.flow;
       s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
       s.backup = e.backup;
+      if (auto r = requested_.find({c.token, s.path}); r != requested_.end() && !c.server_side) {
+        s.backup = r->second;
+        requested_.erase(r);
+      }
       c.subflows.push_back(s);
       if (s.path < c.failures.size()) c.failures[s.path] = 0;
       return;
@@ -270,18 +276,25 @@ void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath:
       if (a.path < c.retry_after.size()) c.retry_after[a.path] = now + std::chrono::seconds(3);
       r = pm_->create(c.token, a.ends.local, static_cast<int>(dp_->rail_ifindex(a.path)), a.backup,
                       a.ends.remote, a.ends.rport);
-      if (r) ++counters_.created;
+      if (r) {
+        ++counters_.created;
+        requested_[{c.token, a.path}] = a.backup;
+      }
     } else if (a.kind == Kind::Destroy) {
       r = pm_->destroy(c.token, a.ends);
       c.subflows.erase(
           std::remove_if(c.subflows.begin(), c.subflows.end(),
                          [&](const multipath::Subflow& s) { return s.ends == a.ends; }),
           c.subflows.end());
-      if (r) ++counters_.removed;
+      if (r) {
+        ++counters_.removed;
+        ++done_[{c.klass, a.path, "removed"}];
+      }
     } else {
       r = pm_->set_backup(c.token, a.ends, a.backup);
       if (r) {
         ++counters_.role_changes;
+        ++done_[{c.klass, a.path, a.backup ? "backup" : "active"}];
         for (auto& s : c.subflows)
           if (s.ends == a.ends) s.backup = a.backup;
       }
@@ -387,6 +400,51 @@ void Multipath::expire_join_listeners() {
                         join_listeners_.end());
   for (size_t i = 0; i < join_listeners_.size(); ++i)
     loop_.watch(join_listeners_[i].fd, [this, i] { on_join_listener(i); });
+}
+
+uint64_t Multipath::kernel_fallbacks() {
+  // /proc/net/netstat: a header line and a value line per group
+  std::ifstream f("/proc/net/netstat");
+  std::string names, values;
+  while (std::getline(f, names) && std::getline(f, values)) {
+    if (names.rfind("MPTcpExt:", 0) != 0) continue;
+    std::istringstream n(names), v(values);
+    std::string key, val;
+    uint64_t sum = 0;
+    while (n >> key && v >> val)
+      if (key == "MPCapableFallbackACK" || key == "MPCapableFallbackSYNACK")
+        sum += std::stoull(val);
+    return sum;
+  }
+  return 0;
+}
+
+std::vector<SchedulerEvent> Multipath::take_events() {
+  std::vector<SchedulerEvent> out;
+  for (const auto& [key, n] : done_) {
+    const auto& [klass, path, what] = key;
+    if (klass >= policy_.classes.size() || path >= policy_.paths.size()) continue;
+    const std::string& cls = policy_.classes[klass].name;
+    const std::string& rail = policy_.paths[path].name;
+    SchedulerEvent e;
+    e.t = SchedClock::now();
+    e.klass = cls;
+    e.path = rail;
+    e.kind = "multipath";
+    std::string conns = fmt::format("{} MPTCP connection{}", n, n == 1 ? "" : "s");
+    if (what == "removed")
+      e.reason = fmt::format(
+          "{}: {} lost {} subflow{} on {} ({} is not usable); {} on over the "
+          "other rails",
+          cls, conns, n == 1 ? "its" : "their", n == 1 ? "" : "s", rail, rail,
+          n == 1 ? "it goes" : "they go");
+    else
+      e.reason = fmt::format("{}: the {} subflow{} of {} made {} (the class's decision)", cls, rail,
+                             n == 1 ? "" : "s", conns, what);
+    out.push_back(std::move(e));
+  }
+  done_.clear();
+  return out;
 }
 
 void Multipath::rail_failed(size_t path) {

@@ -16,11 +16,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dualpath/core/multipath.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/result.h"
+#include "dualpath/core/scheduler.h"
 #include "dualpath/kernel/mptcp_pm.h"
 #include "event_loop.h"
 
@@ -48,6 +50,10 @@ class Multipath {
   // The local ends of every subflow of ours: not for the failed-rail resets.
   bool is_subflow(const IpAddr& local, uint16_t lport) const;
 
+  // Role changes and removed subflows since the last call, one event per
+  // class, path and what was done (dpctl events).
+  std::vector<SchedulerEvent> take_events();
+
   nlohmann::json connections_json() const;
   struct Counters {
     uint64_t created = 0, removed = 0, role_changes = 0, failed = 0;
@@ -57,6 +63,11 @@ class Multipath {
   const Counters& counters() const { return counters_; }
   // Per class, per path: subflows now.
   std::vector<std::vector<size_t>> subflows_per_path() const;
+
+  // Connections of this namespace that asked for MPTCP and fell back to TCP
+  // (the peer answered without it), from the kernel's MIB: every MPTCP
+  // socket's, not only the multipath classes'.
+  static uint64_t kernel_fallbacks();
 
   // Restores what set_policy() changed (dualpathd --cleanup).
   static Result<void> restore_settings(const std::string& node);
@@ -89,6 +100,11 @@ class Multipath {
   std::unique_ptr<mptcp::PathManager> pm_;
   std::map<uint32_t, multipath::Connection> conns_;  // by token
   multipath::Want last_want_;
+  // (token, path) -> backup: the role a join was asked for, which its
+  // SUB_ESTABLISHED event (the peer's view) does not carry
+  std::map<std::pair<uint32_t, size_t>, bool> requested_;
+  // (class, path, what) -> connections, for take_events()
+  std::map<std::tuple<size_t, size_t, std::string>, size_t> done_;
   Counters counters_;
 };
 

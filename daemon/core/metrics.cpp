@@ -271,6 +271,11 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     Builder::add(act, {L("action", "removed")}, static_cast<double>(v.multipath->removed));
     Builder::add(act, {L("action", "role")}, static_cast<double>(v.multipath->role_changes));
     Builder::add(act, {L("action", "failed")}, static_cast<double>(v.multipath->failed));
+    auto& fb = b.family("dualpath_mptcp_fallbacks_total",
+                        "MPTCP connections of this network namespace that fell back to TCP "
+                        "because the peer answered without MPTCP (the kernel's MIB)",
+                        MetricType::Counter);
+    Builder::add(fb, {}, static_cast<double>(v.multipath->fallbacks));
   }
 
   // Families without a series are left out (an empty family is not valid exposition).

@@ -172,7 +172,7 @@ void run_server(const TransferSpec& s, int out, int ready) {
                        : v6                   ? "::"
                                               : "0.0.0.0",
                        s.dport, &len);
-  int l = stream_socket(s, any.ss_family);
+  int l = ::socket(any.ss_family, SOCK_STREAM, s.mptcp && !s.server_tcp ? kIpprotoMptcp : 0);
   int one = 1;
   setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(l, reinterpret_cast<sockaddr*>(&any), len) != 0) finish(out, w, "server bind");

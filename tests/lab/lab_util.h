@@ -45,7 +45,8 @@ struct TransferSpec {
   double server_us_per_kib = 0;
   // Both ends join this cgroup (a directory under the cgroup v2 mount) first.
   std::string cgroup{};
-  bool mptcp = false;         // IPPROTO_MPTCP sockets at both ends
+  bool mptcp = false;         // IPPROTO_MPTCP sockets at both ends ...
+  bool server_tcp = false;    // ... but the server's: a peer without MPTCP
   std::string server_bind{};  // the server's address; "": every address
 };
 

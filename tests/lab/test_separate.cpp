@@ -536,6 +536,13 @@ TEST_F(Separate, ClassSetSwitchesTheRolesOfEstablishedMultipathConnections) {
   });
   EXPECT_EQ(subflow_paths(c, "active"), std::set<std::string>{"rail1"}) << c.dump();
   EXPECT_EQ(subflow_paths(c, "backup"), std::set<std::string>{"rail0"}) << c.dump();
+  bool said = false;
+  json events = lab::dpctl("a", "events");
+  for (auto& e : events["events"])
+    said = said || (e["kind"] == "multipath" &&
+                    e["reason"].get<std::string>().find("collective: the rail1 subflow of 1 MPTCP "
+                                                        "connection made active") == 0);
+  EXPECT_TRUE(said) << "dpctl events says which roles changed: " << events.dump();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   RailBytes mid = rail_bytes();
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -547,6 +554,23 @@ TEST_F(Separate, ClassSetSwitchesTheRolesOfEstablishedMultipathConnections) {
   must(dp_lab() + " dpctl a class unpin collective");
   auto r = t.wait();
   EXPECT_TRUE(r.ok()) << r.error;
+}
+
+uint64_t metric_on(const char* ns, const std::string& key) {
+  auto m = sh(nsenter(ns) + "curl -s http://127.0.0.1:9464/metrics");
+  auto at = m.out.find("\n" + key + " ");  // the sample, not its # HELP line
+  return at == std::string::npos ? 0 : std::stoull(m.out.substr(at + key.size() + 2));
+}
+
+TEST_F(Separate, AMultipathConnectionToAPeerWithoutMptcpFallsBackToTcpAndIsCounted) {
+  uint64_t before = metric_on("dpl-a", "dualpath_mptcp_fallbacks_total");
+  auto spec = collective_transfer(45105, 1'000'000, 0);
+  spec.server_tcp = true;
+  auto r = tcp_transfer(spec);
+  EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_FALSE(r.client_mptcp) << "a plain TCP peer: the connection is TCP";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a tick publishes it
+  EXPECT_GE(metric_on("dpl-a", "dualpath_mptcp_fallbacks_total"), before + 1);
 }
 
 // The case: a collective job whose rail fails mid-transfer. b's rail0

@@ -65,6 +65,7 @@ struct MetricsView {
   std::vector<Connections> subflows;
   struct Multipath {
     uint64_t created = 0, removed = 0, role_changes = 0, failed = 0;
+    uint64_t fallbacks = 0;  // the namespace's MPTCP connections that fell back to TCP
   };
   std::optional<Multipath> multipath;  // nullopt: no multipath class
 };
