@@ -349,9 +349,7 @@ void Multipath::ensure_join_listeners(const multipath::Ends& accepted) {
       continue;
     }
     join_listeners_.push_back({fd, *src, accepted.lport, {}});
-    ++counters_.join_listeners;
-    size_t i = join_listeners_.size() - 1;
-    loop_.watch(fd, [this, i] { on_join_listener(i); });
+    loop_.watch(fd, [this, fd] { on_join_listener(fd); });
     spdlog::info("multipath: listening for joins on {} port {} (the server listens on {} only)",
                  src->str(), accepted.lport, accepted.local.str());
   }
@@ -359,15 +357,13 @@ void Multipath::ensure_join_listeners(const multipath::Ends& accepted) {
 
 // What reaches a join listener and is not a join is a new connection for a
 // port nothing else listens on there: refused, as it would be without us.
-void Multipath::on_join_listener(size_t i) {
-  if (i >= join_listeners_.size()) return;
+void Multipath::on_join_listener(int fd) {
   for (;;) {
-    int c = ::accept4(join_listeners_[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+    int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) break;
     linger l{1, 0};  // a reset, not an orderly close
     ::setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
     ::close(c);
-    ++counters_.refused;
   }
 }
 
@@ -375,7 +371,6 @@ void Multipath::on_join_listener(size_t i) {
 // 30 s after (a reconnect comes back to the same port).
 void Multipath::expire_join_listeners() {
   auto now = Clock::now();
-  bool closed = false;
   for (auto& l : join_listeners_) {
     bool used = std::any_of(conns_.begin(), conns_.end(), [&](auto& kv) {
       return kv.second.server_side && kv.second.first.lport == l.port;
@@ -389,17 +384,10 @@ void Multipath::expire_join_listeners() {
     loop_.unwatch(l.fd);
     ::close(l.fd);
     l.fd = -1;
-    closed = true;
   }
-  if (!closed) return;
-  // the watches carry indexes: made again for the listeners that stay
-  for (auto& l : join_listeners_)
-    if (l.fd >= 0) loop_.unwatch(l.fd);
   join_listeners_.erase(std::remove_if(join_listeners_.begin(), join_listeners_.end(),
                                        [](const JoinListener& l) { return l.fd < 0; }),
                         join_listeners_.end());
-  for (size_t i = 0; i < join_listeners_.size(); ++i)
-    loop_.watch(join_listeners_[i].fd, [this, i] { on_join_listener(i); });
 }
 
 uint64_t Multipath::kernel_fallbacks() {
@@ -445,12 +433,6 @@ std::vector<SchedulerEvent> Multipath::take_events() {
   }
   done_.clear();
   return out;
-}
-
-void Multipath::rail_failed(size_t path) {
-  if (!pm_ || path >= last_want_.usable.size()) return;
-  last_want_.usable[path] = false;
-  reconcile(last_want_);
 }
 
 bool Multipath::is_subflow(const IpAddr& local, uint16_t lport) const {

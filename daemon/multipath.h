@@ -44,8 +44,6 @@ class Multipath {
 
   // Every connection toward what `want` says (core/multipath.h).
   void reconcile(const multipath::Want& want);
-  // A rail failed: its subflows go now, before the next tick.
-  void rail_failed(size_t path);
 
   // The local ends of every subflow of ours: not for the failed-rail resets.
   bool is_subflow(const IpAddr& local, uint16_t lport) const;
@@ -57,8 +55,6 @@ class Multipath {
   nlohmann::json connections_json() const;
   struct Counters {
     uint64_t created = 0, removed = 0, role_changes = 0, failed = 0;
-    uint64_t join_listeners = 0;  // made for servers bound to one rail's address
-    uint64_t refused = 0;         // connections (not joins) that reached a join listener
   };
   const Counters& counters() const { return counters_; }
   // Per class, per path: subflows now.
@@ -85,7 +81,7 @@ class Multipath {
   // or on every address) is not needed.
   void ensure_join_listeners(const multipath::Ends& accepted);
   void expire_join_listeners();
-  void on_join_listener(size_t i);
+  void on_join_listener(int fd);
   struct JoinListener {
     int fd = -1;
     IpAddr addr;

@@ -91,30 +91,6 @@ int on_event(nl_msg* msg, void* arg) {
 
 }  // namespace
 
-const char* to_string(EventType t) {
-  switch (t) {
-    case EventType::Created:
-      return "created";
-    case EventType::Established:
-      return "established";
-    case EventType::Closed:
-      return "closed";
-    case EventType::Announced:
-      return "announced";
-    case EventType::Removed:
-      return "removed";
-    case EventType::SubEstablished:
-      return "sub_established";
-    case EventType::SubClosed:
-      return "sub_closed";
-    case EventType::SubPriority:
-      return "sub_priority";
-    case EventType::Other:
-      break;
-  }
-  return "other";
-}
-
 Result<std::unique_ptr<PathManager>> PathManager::open() {
   std::unique_ptr<PathManager> pm(new PathManager());
   pm->cmd_ = nl_socket_alloc();

@@ -62,23 +62,6 @@ json events_since(uint64_t since) {
   return e["events"];
 }
 
-std::string health(const char* node, const char* rail) {
-  json p = dpctl(node, std::string("path show ") + rail);
-  return p.is_object() && p["health"].is_object() ? p["health"]["state"].get<std::string>() : "?";
-}
-
-bool wait_up(std::chrono::seconds t) {
-  auto end = std::chrono::steady_clock::now() + t;
-  while (std::chrono::steady_clock::now() < end) {
-    bool all = true;
-    for (const char* n : {"a", "b"})
-      for (const char* r : {"rail0", "rail1"}) all = all && health(n, r) == "up";
-    if (all) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return false;
-}
-
 // ms from t0 to the first event matching pred, or -1.
 template <class P>
 double first_after(const json& evs, int64_t t0, P pred) {
@@ -222,7 +205,7 @@ int main(int argc, char** argv) {
     for (size_t f = 0; f < list.size(); ++f) {
       if (!only.empty() && only.find(list[f].name) == std::string::npos) continue;
       auto& st = stats[f];
-      if (!wait_up(30s)) ++failed_trials;
+      if (!wait_rails_up(30s)) ++failed_trials;
       ++st.trials;
       constexpr double kRate = 20e6;
       const uint64_t bytes = static_cast<uint64_t>(kRate / 8 * 4);  // 4 s
@@ -290,7 +273,7 @@ int main(int argc, char** argv) {
     }
     // ---- idle blackhole: BFD alone
     if (only.empty() || only.find("idle") != std::string::npos) {
-      if (!wait_up(30s)) ++failed_trials;
+      if (!wait_rails_up(30s)) ++failed_trials;
       uint64_t since = last_event();
       int64_t t0 = blackhole_rail0(true);
       std::this_thread::sleep_for(2000ms);
@@ -299,7 +282,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "trial %d/%d done\n", t + 1, trials);
   }
-  wait_up(30s);
+  wait_rails_up(30s);
   env.TearDown();
 
   std::printf(

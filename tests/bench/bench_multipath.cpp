@@ -81,23 +81,6 @@ void record(Stream& s, const TransferResult& r) {
   }
 }
 
-std::string state(const char* node, const char* rail) {
-  json p = dpctl(node, std::string("path show ") + rail);
-  return p.is_object() && p["health"].is_object() ? p["health"]["state"].get<std::string>() : "?";
-}
-
-bool wait_up(std::chrono::seconds t) {
-  auto end = std::chrono::steady_clock::now() + t;
-  while (std::chrono::steady_clock::now() < end) {
-    bool all = true;
-    for (const char* n : {"a", "b"})
-      for (const char* r : {"rail0", "rail1"}) all = all && state(n, r) == "up";
-    if (all) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return false;
-}
-
 TransferSpec stream(uint16_t port, const char* cgroup, uint64_t bytes, double rate) {
   TransferSpec t;
   t.dst = kPeer;
@@ -182,7 +165,7 @@ int main(int argc, char** argv) {
   for (int t = 0; t < trials; ++t) {
     for (size_t f = 0; f < list.size(); ++f) {
       if (!only.empty() && only.find(list[f].name) == std::string::npos) continue;
-      if (!wait_up(30s)) ++not_up;
+      if (!wait_rails_up(30s)) ++not_up;
       auto& st = stats[f];
       ++st.trials;
       Transfer ls(stream(45301, kCgroups[1], bytes, kRate));
@@ -207,7 +190,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "trial %d/%d done\n", t + 1, trials);
   }
-  wait_up(30s);
+  wait_rails_up(30s);
   env.TearDown();
   for (const char* cg : kCgroups) {
     std::error_code ec;

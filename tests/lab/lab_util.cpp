@@ -98,6 +98,23 @@ struct Wire {
 
 }  // namespace
 
+std::string rail_state(const std::string& node, const std::string& rail) {
+  json p = dpctl(node, "path show " + rail);
+  return p.is_object() && p["health"].is_object() ? p["health"]["state"].get<std::string>() : "?";
+}
+
+bool wait_rails_up(std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    bool all = true;
+    for (const char* n : {"a", "b"})
+      for (const char* r : {"rail0", "rail1"}) all = all && rail_state(n, r) == "up";
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 std::string cgroup2_mount() {
   std::ifstream mounts("/proc/self/mounts");
   std::string dev, dir, type, rest;

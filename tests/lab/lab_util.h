@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,6 +29,11 @@ uint64_t tx_bytes(const std::string& ns, const std::string& dev);
 json dpctl(const std::string& node, const std::string& args);  // -j, parsed
 // An IPv4 or IPv6 socket address (the family from the text), and its length.
 sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len);
+
+// The health state dpctl reports for a node's rail ("up", "holddown", ...; "?").
+std::string rail_state(const std::string& node, const std::string& rail);
+// Waits until both rails of both nodes are up; false after `timeout`.
+bool wait_rails_up(std::chrono::milliseconds timeout);
 
 // Where the cgroup v2 hierarchy is mounted.
 std::string cgroup2_mount();

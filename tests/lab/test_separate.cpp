@@ -598,12 +598,7 @@ TEST_F(Separate, AMultipathConnectionSurvivesTheCarrierLossOfItsActiveRail) {
       "    multipath, carrier loss of the active rail: longest gap at the receiver %.0f ms\n",
       static_cast<double>(r.max_gap_us) / 1000);
   // rail0 back from its hold-down before the next test
-  for (int i = 0; i < 150; ++i) {
-    if (lab::dpctl("a", "path show rail0")["health"]["state"] == "up" &&
-        lab::dpctl("b", "path show rail0")["health"]["state"] == "up")
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  wait_rails_up(std::chrono::seconds(15));
 }
 
 // On this machine's kernel fmod_ret programs are refused, so dpctl run makes

@@ -38,7 +38,6 @@ struct Subflow {
   Ends ends;
   size_t path = kNoPath;  // kNoPath: not bound to a rail (the shared topology's first one)
   bool backup = false;
-  uint64_t bytes_sent = 0, bytes_received = 0;  // as last read (dpctl flow list)
 };
 
 struct Connection {

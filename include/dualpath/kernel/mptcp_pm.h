@@ -34,7 +34,6 @@ enum class EventType : uint8_t {
   SubPriority = 13,
   Other = 255,
 };
-const char* to_string(EventType t);
 
 using Subflow = multipath::Ends;
 
