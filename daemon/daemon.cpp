@@ -473,6 +473,9 @@ void Daemon::publish_metrics() {
   v.node = policy_.node;
   v.policy_file = policy_.file;
   v.policy_hash = policy_.hash;
+  v.cluster = policy_.cluster;
+  v.group = policy_.group;
+  v.group_hash = policy_.group_hash;
   v.reloads_applied = reloads_applied_;
   v.reloads_refused = reloads_refused_;
   v.last_reload_ok = last_reload_ok_;

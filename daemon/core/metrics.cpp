@@ -53,9 +53,14 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   auto& build = b.family("dualpath_build_info", "dualpath build", MetricType::Gauge);
   Builder::add(build, {L("version", v.version)}, 1);
   auto& pol =
-      b.family("dualpath_policy_info", "the running policy; hash is the content hash of the file",
+      b.family("dualpath_policy_info",
+               "the running policy; hash is the content hash of the file, and cluster, group and "
+               "group_hash those dpctl policy render wrote (empty for a policy written by hand)",
                MetricType::Gauge);
-  Builder::add(pol, {L("node", v.node), L("file", v.policy_file), L("hash", v.policy_hash)}, 1);
+  Builder::add(pol,
+               {L("node", v.node), L("file", v.policy_file), L("hash", v.policy_hash),
+                L("cluster", v.cluster), L("group", v.group), L("group_hash", v.group_hash)},
+               1);
 
   auto& cap = b.family("dualpath_path_capacity_bytes_per_second",
                        "capacity of the path from the policy", MetricType::Gauge);

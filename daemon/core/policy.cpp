@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "dualpath/abi.h"
+#include "dualpath/core/policy_toml.h"
 #include "dualpath/core/units.h"
 
 namespace dp {
@@ -193,10 +194,11 @@ std::optional<Prefix> PathSpec::network() const { return first_of(routes, AF_INE
 std::optional<Prefix> PathSpec::network6() const { return first_of(routes, AF_INET6); }
 
 bool Policy::same_settings(const Policy& o) const {
-  return node == o.node && default_class == o.default_class && routing == o.routing &&
-         scheduler == o.scheduler && topology == o.topology && health == o.health &&
-         measurement == o.measurement && metrics == o.metrics && responder == o.responder &&
-         paths == o.paths && classes == o.classes;
+  return node == o.node && cluster == o.cluster && group == o.group && group_hash == o.group_hash &&
+         default_class == o.default_class && routing == o.routing && scheduler == o.scheduler &&
+         topology == o.topology && health == o.health && measurement == o.measurement &&
+         metrics == o.metrics && responder == o.responder && paths == o.paths &&
+         classes == o.classes;
 }
 
 std::vector<Prefix> Policy::responder_allowed() const {
@@ -245,6 +247,7 @@ int Policy::path_index(const std::string& name) const {
 }
 
 std::string Diagnostic::str() const {
+  if (line == 0) return fmt::format("{}: error: {}", file, message);  // the file as a whole
   return fmt::format("{}:{}:{}: error: {}", file, line, column, message);
 }
 
@@ -265,8 +268,11 @@ class Checker {
  public:
   explicit Checker(std::string file) : file_(std::move(file)) {}
 
+  // A node read from another file (a cluster description's, when dpctl
+  // policy render checks a node's policy) is named by that file.
   void error(const toml::source_region& at, std::string msg) {
-    errors_.push_back({file_, static_cast<int>(at.begin.line), static_cast<int>(at.begin.column),
+    errors_.push_back({at.path && !at.path->empty() ? *at.path : file_,
+                       static_cast<int>(at.begin.line), static_cast<int>(at.begin.column),
                        std::move(msg)});
   }
   void error(const toml::node& at, std::string msg) { error(at.source(), std::move(msg)); }
@@ -437,10 +443,14 @@ std::optional<int64_t> parse_tc_handle(const std::string& s) {
   return std::stoll(m[1].str(), nullptr, 16) << 16 | std::stoll(m[2].str(), nullptr, 16);
 }
 
+}  // namespace
+
 bool valid_name(const std::string& s) {
   static const std::regex re("[a-z0-9][a-z0-9_-]{0,30}");
   return std::regex_match(s, re);
 }
+
+namespace {
 
 // The kernel's rule for a network interface name (dev_valid_name): 1-15
 // bytes, not "." or "..", no '/', ':', whitespace or NUL.
@@ -536,7 +546,8 @@ void parse_node(Checker& c, const toml::table& root, Policy& p) {
       c.error(root.source(), "the policy has no [node] section (it needs at least name = \"...\")");
     return;
   }
-  c.only_keys(*t, {"name", "default_class", "topology"}, "[node]");
+  c.only_keys(*t, {"name", "default_class", "topology", "cluster", "group", "group_hash"},
+              "[node]");
   if (auto v = c.string(*t, "topology", "[node]", false)) {
     if (*v == "shared")
       p.topology = Topology::Shared;
@@ -556,6 +567,27 @@ void parse_node(Checker& c, const toml::table& root, Policy& p) {
       p.node = *n;
   }
   p.default_class = c.string(*t, "default_class", "[node]", false);
+  // Written by dpctl policy render: which cluster description and group the
+  // node's policy came from, and the hash of that group's settings (the
+  // fleet's drift alert compares it across a group's nodes).
+  for (auto [key, field] : {std::pair{"cluster", &p.cluster}, std::pair{"group", &p.group}}) {
+    if (auto v = c.string(*t, key, "[node]", false)) {
+      if (!valid_name(*v))
+        c.error(
+            where(*t, key),
+            fmt::format("{} name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", key, *v));
+      else
+        *field = *v;
+    }
+  }
+  if (auto v = c.string(*t, "group_hash", "[node]", false)) {
+    if (v->size() != 16 || v->find_first_not_of("0123456789abcdef") != std::string::npos)
+      c.error(where(*t, "group_hash"),
+              fmt::format("group_hash \"{}\" must be 16 hex digits (dpctl policy render writes it)",
+                          printable(*v)));
+    else
+      p.group_hash = *v;
+  }
 }
 
 void parse_routing(Checker& c, const toml::table& root, Policy& p) {
@@ -1341,16 +1373,21 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
 }  // namespace
 
 PolicyLoad parse_policy(const std::string& text, const std::string& name) {
-  PolicyLoad out;
-  Checker c(name);
   toml::table root;
   try {
     root = toml::parse(text, name);
   } catch (const toml::parse_error& e) {
+    PolicyLoad out;
     out.errors.push_back({name, static_cast<int>(e.source().begin.line),
                           static_cast<int>(e.source().begin.column), std::string(e.description())});
     return out;
   }
+  return check_policy(root, text, name);
+}
+
+PolicyLoad check_policy(const toml::table& root, const std::string& text, const std::string& name) {
+  PolicyLoad out;
+  Checker c(name);
   Policy p;
   p.file = name;
   p.hash = content_hash(text);
@@ -1371,7 +1408,7 @@ PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   check_responder(c, root, p);
   out.errors = c.take();
   std::stable_sort(out.errors.begin(), out.errors.end(), [](auto& a, auto& b) {
-    return a.line != b.line ? a.line < b.line : a.column < b.column;
+    return std::tie(a.file, a.line, a.column) < std::tie(b.file, b.line, b.column);
   });
   if (out.errors.empty()) out.policy = std::move(p);
   return out;

@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include "dualpath/core/policy.h"
+#include "dualpath/core/policy_toml.h"
 
 #include <algorithm>
 #include <map>
@@ -30,29 +31,37 @@ std::vector<std::pair<std::string, const toml::node*>> in_file_order(const toml:
   return v;
 }
 
+}  // namespace
+
 // One line of TOML for a value: tables inline, floats shortest.
-std::string render(const toml::node& n) {
+std::string render_toml_value(const toml::node& n) {
   if (auto* t = n.as_table()) {
     std::string s = "{ ";
     bool first = true;
     for (auto& [k, v] : in_file_order(*t)) {
-      s += (first ? "" : ", ") + k + " = " + render(*v);
+      s += (first ? "" : ", ") + k + " = " + render_toml_value(*v);
       first = false;
     }
     return s + " }";
   }
   if (auto* a = n.as_array()) {
     std::string s = "[";
-    for (size_t i = 0; i < a->size(); ++i) s += (i ? ", " : "") + render(*a->get(i));
+    for (size_t i = 0; i < a->size(); ++i) s += (i ? ", " : "") + render_toml_value(*a->get(i));
     return s + "]";
   }
-  if (auto* f = n.as_floating_point()) return fmt::format("{}", f->get());
+  if (auto* f = n.as_floating_point()) {
+    // a float stays one when it is read back ("1.0", not the integer "1")
+    std::string s = fmt::format("{}", f->get());
+    return s.find_first_of(".eEna") == std::string::npos ? s + ".0" : s;
+  }
   std::ostringstream out;
   n.visit([&](const auto& v) {
     if constexpr (!toml::is_table<decltype(v)> && !toml::is_array<decltype(v)>) out << v;
   });
   return out.str();
 }
+
+namespace {
 
 // Where a change is in the document: keys, and for [[path]]/[[class]]
 // entries the entry's name.
@@ -77,16 +86,17 @@ struct Differ {
   void node(const std::string& where, const std::vector<Step>& steps, const toml::node* a,
             const toml::node* b) {
     if (a && !b) {
-      record({PolicyChange::Kind::Removed, where, render(*a), std::nullopt, line_of(*a)}, steps,
-             nullptr);
+      record({PolicyChange::Kind::Removed, where, render_toml_value(*a), std::nullopt, line_of(*a)},
+             steps, nullptr);
       return;
     }
     if (!a && b) {
-      record({PolicyChange::Kind::Added, where, std::nullopt, render(*b), line_of(*b)}, steps, b);
+      record({PolicyChange::Kind::Added, where, std::nullopt, render_toml_value(*b), line_of(*b)},
+             steps, b);
       return;
     }
     if (a->is_table() && b->is_table()) return table(where, steps, *a->as_table(), *b->as_table());
-    std::string ra = render(*a), rb = render(*b);
+    std::string ra = render_toml_value(*a), rb = render_toml_value(*b);
     if (a->type() == b->type() && ra == rb) return;
     record({PolicyChange::Kind::Changed, where, ra, rb, line_of(*b)}, steps, b);
   }

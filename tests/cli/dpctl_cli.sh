@@ -93,4 +93,30 @@ time.sleep(30)' "$dir/sock" &
   check "no permission: exit 3, said so" 3 "no permission to use dualpathd's socket" \
     setpriv --reuid=nobody --regid=nogroup --clear-groups "$dpctl" -s "$dir/sock" status
 fi
+# cluster descriptions (dualpath-cluster(5)): rendered, checked, compared
+cl=$src/policies/example-cluster.toml
+out=$(mktemp -d)
+check "render --node prints the node's policy" 0 'name = '"'"'decode-002'"'"'' "$dpctl" policy render "$cl" --node decode-002
+check "render of a node the description lacks: the nearest name" 1 'did you mean "decode-002"?' \
+  "$dpctl" policy render "$cl" --node decode-02
+check "render needs --node or --all" 2 "give --node NAME or --all DIR" "$dpctl" policy render "$cl"
+check "render of a policy is refused" 1 "is not a cluster description" \
+  "$dpctl" policy render "$src/policies/lab-a.toml" --node dpl-a
+check "render --all writes a file per node" 0 "7 node policies written, 0 unchanged" \
+  "$dpctl" policy render "$cl" --all "$out/nodes"
+check "render --all again writes nothing" 0 "0 node policies written, 7 unchanged" \
+  "$dpctl" policy render "$cl" --all "$out/nodes"
+check "a rendered policy passes policy check" 0 "valid (node prefill-001" \
+  "$dpctl" policy check "$out/nodes/prefill-001.toml"
+check "policy check of a description checks every node" 0 '"cluster":"moe-west"' \
+  "$dpctl" -j policy check "$cl"
+sed 's/^load_threshold = 0.50 /load_threshold = 0.45 /' "$cl" >"$out/new.toml"
+check "policy diff of two descriptions names the nodes that change" 1 \
+  "3 of 7 nodes change" "$dpctl" policy diff "$cl" "$out/new.toml"
+check "policy diff of a description and a node's policy" 1 "scheduler.load_threshold: 0.5 -> 0.45" \
+  "$dpctl" policy diff "$out/nodes/prefill-002.toml" "$out/new.toml"
+check "policy diff of the same description: no change" 0 "changes no node's policy" \
+  "$dpctl" policy diff "$cl" "$cl"
+rm -rf "$out"
+
 exit $((fails > 0))

@@ -104,10 +104,44 @@ std::string placement_line(const json& d) {
   return fmt::format("flowlets (gap {:.0f} us)", gap_us);
 }
 
-int cmd_status(const Globals& g) {
+// Why this node is not ready to carry traffic, from a status reply: a
+// probe's readiness and a rollout's health gate. Empty when it is.
+std::vector<std::string> not_ready(const json& d, bool all_paths) {
+  std::vector<std::string> why;
+  const json& pol = d["policy"];
+  if (pol.contains("disk_hash") && pol["disk_hash"] != pol["hash"])
+    why.push_back(fmt::format("{} is not the running policy (hash {} runs; {})", str(pol["file"]),
+                              str(pol["hash"]),
+                              pol["disk_hash"].is_null() ? "the file cannot be read"
+                                                         : "a reload of it was refused or is due"));
+  uint64_t paths = d.value("paths", uint64_t{0}), carrying = d.value("paths_carrying", uint64_t{0});
+  if (d.value("all_paths_down", false) || carrying == 0)
+    why.push_back("no path carries traffic");
+  else if (all_paths && carrying < paths)
+    why.push_back(fmt::format("{} of {} paths carry traffic (dpctl path list)", carrying, paths));
+  return why;
+}
+
+int cmd_status(const Globals& g, bool ready, bool all_paths) {
   int rc;
   auto d = request(g, "status", json::object(), &rc);
   if (!d) return rc;
+  if (ready || all_paths) {
+    auto why = not_ready(*d, all_paths);
+    if (g.json_out) {
+      json out = *d;
+      out["ready"] = why.empty();
+      out["not_ready"] = why;
+      print_json(g, out);
+    } else if (why.empty()) {
+      std::cout << "ready: " << str((*d)["node"]) << " runs " << str((*d)["policy"]["file"])
+                << " (hash " << str((*d)["policy"]["hash"]) << "), " << (*d)["paths_carrying"]
+                << " of " << (*d)["paths"] << " paths carrying traffic\n";
+    } else {
+      for (auto& w : why) std::cerr << "not ready: " << w << "\n";
+    }
+    return why.empty() ? 0 : 1;
+  }
   if (g.json_out) return print_json(g, *d), 0;
   std::cout << "node:       " << str((*d)["node"]) << "\n"
             << "policy:     " << str((*d)["policy"]["file"]) << " (hash "
@@ -621,7 +655,12 @@ int main(int argc, char** argv) {
 
   std::function<int()> action;
   auto* status = app.add_subcommand("status", "daemon, policy and datapath summary");
-  status->callback([&] { action = [&] { return cmd_status(g); }; });
+  bool status_ready = false, status_all = false;
+  status->add_flag("--ready", status_ready,
+                   "exit 1 unless the daemon runs its policy file as it is on disk and a path "
+                   "carries traffic (a readiness probe, a rollout's health gate)");
+  status->add_flag("--all-paths", status_all, "with --ready: every path must carry traffic");
+  status->callback([&] { action = [&] { return cmd_status(g, status_ready, status_all); }; });
 
   auto* path = app.add_subcommand("path", "the rails")->require_subcommand(1);
   path->add_subcommand("list", "every path with rate, utilisation and counters")->callback([&] {
@@ -724,8 +763,10 @@ int main(int argc, char** argv) {
 
   auto* pol = app.add_subcommand("policy", "policy files")->require_subcommand(1);
   std::string policy_file;
-  auto* check = pol->add_subcommand("check", "validate a policy file offline (no daemon needed)");
-  check->add_option("FILE", policy_file, "policy file, or - for standard input")->required();
+  auto* check = pol->add_subcommand(
+      "check", "validate a policy file, or every node of a cluster description, offline");
+  check->add_option("FILE", policy_file, "policy or cluster file, or - for standard input")
+      ->required();
   check->callback([&] { action = [&] { return cmd_policy_check(g, policy_file); }; });
   pol->add_subcommand("reload", "make the daemon re-read its policy file (like SIGHUP)")
       ->callback([&] { action = [&] { return cmd_policy_reload(g); }; });
@@ -744,6 +785,21 @@ int main(int argc, char** argv) {
   apply->callback([&] { action = [&] { return cmd_policy_apply(g, policy_file); }; });
   pol->add_subcommand("rollback", "apply the policy the last apply replaced (POLICY.prev)")
       ->callback([&] { action = [&] { return cmd_policy_rollback(g); }; });
+  std::string render_node, render_dir;
+  auto* render = pol->add_subcommand(
+      "render",
+      "a node's policy from a cluster description (dualpath-cluster(5)), or every node's");
+  render->add_option("CLUSTER", policy_file, "cluster description, or - for standard input")
+      ->required();
+  auto* rn = render->add_option("--node", render_node, "print this node's policy");
+  auto* ra = render->add_option("--all", render_dir, "write every node's policy as DIR/NODE.toml")
+                 ->type_name("DIR");
+  rn->excludes(ra);
+  render->callback([&] {
+    if (render_node.empty() && render_dir.empty())
+      throw CLI::ValidationError("render", "give --node NAME or --all DIR");
+    action = [&] { return cmd_policy_render(g, policy_file, render_node, render_dir); };
+  });
 
   ValidateArgs val;
   auto* valc = app.add_subcommand(

@@ -44,6 +44,8 @@ int cmd_policy_show(const Globals& g);
 int cmd_policy_diff(const Globals& g, const std::vector<std::string>& files);
 int cmd_policy_apply(const Globals& g, const std::string& file);
 int cmd_policy_rollback(const Globals& g);
+int cmd_policy_render(const Globals& g, const std::string& file, const std::string& node,
+                      const std::string& dir);
 
 // budget.cpp: bandwidth arithmetic of a planned load (no daemon needed)
 struct BudgetArgs {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// dpctl policy check | show | diff | apply | rollback | reload
+// dpctl policy check | show | diff | apply | rollback | reload | render
 //
 // Policies are meant to live in git. `apply FILE` checks FILE, shows what it
 // changes against the running policy, installs it over the daemon's policy
@@ -16,10 +16,12 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <vector>
 
 #include "dpctl.h"
+#include "dualpath/core/cluster.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/policy_diff.h"
 
@@ -69,22 +71,48 @@ void restore(const std::string& path, const std::optional<std::string>& before) 
     ::unlink(path.c_str());
 }
 
-int print_errors(const Globals& g, const std::string& file, const dp::PolicyLoad& load) {
+int print_errors(const Globals& g, const std::string& file,
+                 const std::vector<dp::Diagnostic>& errors) {
   if (g.json_out) {
     json errs = json::array();
-    for (auto& e : load.errors)
+    for (auto& e : errors)
       errs.push_back(
           {{"file", e.file}, {"line", e.line}, {"column", e.column}, {"message", e.message}});
     // "error" as every -j error has it (dpctl(8)); "errors" has each one
-    std::string first = load.errors.empty() ? "invalid" : load.errors.front().str();
-    if (load.errors.size() > 1) first += fmt::format(" (and {} more)", load.errors.size() - 1);
+    std::string first = errors.empty() ? "invalid" : errors.front().str();
+    if (errors.size() > 1) first += fmt::format(" (and {} more)", errors.size() - 1);
     print_json(g, {{"valid", false}, {"file", file}, {"error", first}, {"errors", errs}});
   } else {
-    for (auto& e : load.errors) std::cerr << e.str() << "\n";
-    std::cerr << file << ": " << load.errors.size() << " error"
-              << (load.errors.size() == 1 ? "" : "s") << "\n";
+    for (auto& e : errors) std::cerr << e.str() << "\n";
+    std::cerr << file << ": " << errors.size() << " error" << (errors.size() == 1 ? "" : "s")
+              << "\n";
   }
   return 1;
+}
+int print_errors(const Globals& g, const std::string& file, const dp::PolicyLoad& load) {
+  return print_errors(g, file, load.errors);
+}
+
+// The bytes of FILE, or of standard input for "-".
+std::optional<std::string> read_input(const std::string& file) {
+  if (file != "-") return read_bytes(file);
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+std::string input_name(const std::string& file) { return file == "-" ? "<stdin>" : file; }
+
+// A cluster description given where a policy is expected: the policy it
+// renders for `node` (the running daemon's), named "CLUSTER[NODE]".
+struct NodePolicy {
+  std::string label, text;
+};
+std::optional<NodePolicy> render_for(const Globals& g, const std::string& bytes,
+                                     const std::string& file, const std::string& node, int* rc) {
+  auto r = dp::render_cluster(bytes, file, node);
+  if (!r.ok()) {
+    *rc = print_errors(g, file, r.errors);
+    return std::nullopt;
+  }
+  return NodePolicy{fmt::format("{}[{}]", file, node), r.nodes.front().text};
 }
 
 // A change's line is in the new file, or in the old one for a removal.
@@ -193,14 +221,38 @@ int install(const Globals& g, const std::string& bytes, const std::string& label
   return 0;
 }
 
+// Every node's policy of a cluster description, checked.
+int check_cluster(const Globals& g, const std::string& bytes, const std::string& file) {
+  auto r = dp::render_cluster(bytes, file);
+  if (!r.ok()) return print_errors(g, file, r.errors);
+  if (g.json_out) {
+    json nodes = json::array();
+    for (auto& n : r.nodes)
+      nodes.push_back(
+          {{"name", n.name}, {"group", n.group}, {"hash", n.hash}, {"group_hash", n.group_hash}});
+    print_json(g, {{"valid", true},
+                   {"file", file},
+                   {"cluster", r.cluster},
+                   {"hash", r.hash},
+                   {"groups", r.groups},
+                   {"nodes", nodes}});
+  } else {
+    std::cout << file << ": valid cluster description (cluster " << r.cluster << ", "
+              << r.nodes.size() << " node" << (r.nodes.size() == 1 ? "" : "s") << " in "
+              << r.groups.size() << " group" << (r.groups.size() == 1 ? "" : "s") << ", hash "
+              << r.hash << ")\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_policy_check(const Globals& g, const std::string& file) {
   // "-": the policy on standard input (errors name it <stdin>)
-  auto load = file == "-" ? dp::parse_policy(std::string(std::istreambuf_iterator<char>(std::cin),
-                                                         std::istreambuf_iterator<char>()),
-                                             "<stdin>")
-                          : dp::load_policy_file(file);
+  auto bytes = read_input(file);
+  if (!bytes) return fail(g, fmt::format("cannot read {}: {}", file, std::strerror(errno)));
+  if (dp::is_cluster_description(*bytes)) return check_cluster(g, *bytes, input_name(file));
+  auto load = dp::parse_policy(*bytes, input_name(file));
   if (!load.ok()) return print_errors(g, file, load);
   const auto& p = *load.policy;
   // warnings about this host (exit 0): class ports a source port can draw
@@ -247,36 +299,116 @@ int cmd_policy_show(const Globals& g) {
   return 0;
 }
 
+// Two cluster descriptions: which nodes their renderings add, remove and
+// change, and each node's changes (lines in the node's rendered policy,
+// NODE.toml, as --all writes it).
+int diff_clusters(const Globals& g, const std::string& old_bytes, const std::string& old_file,
+                  const std::string& new_bytes, const std::string& new_file) {
+  auto a = dp::render_cluster(old_bytes, old_file), b = dp::render_cluster(new_bytes, new_file);
+  for (auto* r : {&a, &b})
+    if (!r->ok()) return print_errors(g, r->file, r->errors), 2;
+  std::map<std::string, const dp::RenderedNode*> before;
+  for (auto& n : a.nodes) before[n.name] = &n;
+  json nodes = json::array();
+  std::ostringstream text;
+  size_t changed = 0;
+  auto node_json = [](const std::string& name, const char* kind, const json& changes) {
+    return json{{"node", name}, {"kind", kind}, {"changes", changes}};
+  };
+  for (auto& n : b.nodes) {
+    auto it = before.find(n.name);
+    std::string file = n.name + ".toml";
+    if (it == before.end()) {
+      ++changed;
+      nodes.push_back(node_json(n.name, "added", json::array()));
+      text << "+ node " << n.name << (n.group.empty() ? "" : " (group " + n.group + ")")
+           << ": added\n";
+      continue;
+    }
+    auto changes = dp::diff_policies(it->second->text, file, n.text, file);
+    before.erase(it);
+    if (!changes) return fail(g, changes.error().what()), 2;
+    if (changes->empty()) continue;
+    ++changed;
+    nodes.push_back(node_json(n.name, "changed", changes_json(*changes, file, file)));
+    text << "~ node " << n.name << (n.group.empty() ? "" : " (group " + n.group + ")") << ":\n";
+    for (auto& c : *changes) text << "    " << c.str() << "   (" << file << ":" << c.line << ")\n";
+  }
+  for (auto& [name, n] : before) {
+    ++changed;
+    nodes.push_back(node_json(name, "removed", json::array()));
+    text << "- node " << name << ": removed\n";
+  }
+  if (g.json_out) {
+    print_json(g, {{"cluster", b.cluster},
+                   {"old", {{"file", old_file}, {"hash", a.hash}, {"nodes", a.nodes.size()}}},
+                   {"new", {{"file", new_file}, {"hash", b.hash}, {"nodes", b.nodes.size()}}},
+                   {"nodes", nodes}});
+  } else if (!changed) {
+    std::cout << new_file << " (hash " << b.hash << ") changes no node's policy against "
+              << old_file << " (hash " << a.hash << ")\n";
+  } else {
+    std::cout << "cluster " << b.cluster << ": " << old_file << " (hash " << a.hash << ") -> "
+              << new_file << " (hash " << b.hash << "): " << changed << " of "
+              << std::max(a.nodes.size(), b.nodes.size()) << " nodes change\n"
+              << text.str();
+  }
+  return changed ? 1 : 0;
+}
+
 // Exit status as diff(1): 0 no change, 1 changes, 2 trouble. One file: the
 // running policy against it. Two: OLD against NEW, offline (a review of a
-// policy change in git needs no daemon).
+// policy change in git needs no daemon). A cluster description stands for
+// the policy it renders for the node on the other side (the running
+// daemon's, or the other file's); two of them compare every node.
 int cmd_policy_diff(const Globals& g, const std::vector<std::string>& files) {
   struct Side {
     std::string file, hash, text;
+    bool cluster = false;
   };
-  auto load_side = [&](const std::string& file) -> std::optional<Side> {
+  auto read_side = [&](const std::string& file) -> std::optional<Side> {
     auto bytes = read_bytes(file);
     if (!bytes) {
       fail(g, fmt::format("cannot read {}: {}", file, std::strerror(errno)));
       return std::nullopt;
     }
-    auto load = dp::parse_policy(*bytes, file);
-    if (!load.ok()) {
-      print_errors(g, file, load);
-      return std::nullopt;
-    }
-    return Side{file, load.policy->hash, *bytes};
+    return Side{file, "", *bytes, dp::is_cluster_description(*bytes)};
   };
-  std::optional<Side> from, to = load_side(files.back());
+  // A policy side is checked; a cluster side is rendered for `node`.
+  auto resolve = [&](Side& s, const std::string& node) -> bool {
+    if (s.cluster) {
+      int rc = 0;
+      auto r = render_for(g, s.text, s.file, node, &rc);
+      if (!r) return false;
+      s.file = r->label;
+      s.text = r->text;
+    }
+    auto load = dp::parse_policy(s.text, s.file);
+    if (!load.ok()) return print_errors(g, s.file, load), false;
+    s.hash = load.policy->hash;
+    return true;
+  };
+  auto node_of = [](const Side& s) {
+    auto load = dp::parse_policy(s.text, s.file);
+    return load.ok() ? load.policy->node : std::string();
+  };
+  std::optional<Side> from, to = read_side(files.back());
   if (!to) return 2;
   bool offline = files.size() == 2;
   if (offline) {
-    from = load_side(files.front());
+    from = read_side(files.front());
+    if (!from) return 2;
+    if (from->cluster && to->cluster)
+      return diff_clusters(g, from->text, from->file, to->text, to->file);
+    std::string node = from->cluster ? node_of(*to) : node_of(*from);
+    if (!resolve(*from, node) || !resolve(*to, node)) return 2;
   } else {
     int rc = 0;
-    if (auto run = running(g, &rc)) from = Side{run->file, run->hash, run->text};
+    auto run = running(g, &rc);
+    if (!run) return 2;
+    from = Side{run->file, run->hash, run->text, false};
+    if (!resolve(*to, run->node)) return 2;
   }
-  if (!from) return 2;
   auto changes = dp::diff_policies(from->text, from->file, to->text, to->file);
   if (!changes) return fail(g, changes.error().what()), 2;
   const std::string old_label = offline ? from->file : "running";
@@ -295,10 +427,84 @@ int cmd_policy_diff(const Globals& g, const std::vector<std::string>& files) {
   return changes->empty() ? 0 : 1;
 }
 
+// FILE as a policy, or a cluster description's policy for the running node.
 int cmd_policy_apply(const Globals& g, const std::string& file) {
   auto bytes = read_bytes(file);
   if (!bytes) return fail(g, fmt::format("cannot read {}: {}", file, std::strerror(errno)));
-  return install(g, *bytes, file, "applying");
+  if (!dp::is_cluster_description(*bytes)) return install(g, *bytes, file, "applying");
+  int rc = 0;
+  auto run = running(g, &rc);
+  if (!run) return rc;
+  auto r = render_for(g, *bytes, file, run->node, &rc);
+  if (!r) return rc;
+  return install(g, r->text, r->label, "applying");
+}
+
+// One node's policy on standard output, or every node's as DIR/NODE.toml.
+// A file whose bytes would not change is not rewritten (its time stays,
+// and a second run reports nothing written).
+int cmd_policy_render(const Globals& g, const std::string& file, const std::string& node,
+                      const std::string& dir) {
+  auto bytes = read_input(file);
+  if (!bytes) return fail(g, fmt::format("cannot read {}: {}", file, std::strerror(errno)));
+  if (!dp::is_cluster_description(*bytes))
+    return fail(g, fmt::format("{} is not a cluster description (it has no [cluster] section; "
+                               "dualpath-cluster(5)). A node's policy needs no rendering: dpctl "
+                               "policy check it",
+                               input_name(file)));
+  std::optional<std::string> only;
+  if (!node.empty()) only = node;
+  auto r = dp::render_cluster(*bytes, input_name(file), only);
+  if (!r.ok()) return print_errors(g, input_name(file), r.errors);
+  if (!node.empty()) {
+    auto& n = r.nodes.front();
+    if (g.json_out)
+      print_json(g, {{"node", n.name},
+                     {"group", n.group},
+                     {"hash", n.hash},
+                     {"group_hash", n.group_hash},
+                     {"text", n.text}});
+    else
+      std::cout << n.text;
+    return 0;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail(g, fmt::format("cannot make {}: {}", dir, ec.message()));
+  json written = json::array(), same = json::array();
+  for (auto& n : r.nodes) {
+    std::string path = (std::filesystem::path(dir) / (n.name + ".toml")).string();
+    if (read_bytes(path) == n.text) {
+      same.push_back(n.name);
+      continue;
+    }
+    if (auto w = write_atomic(path, n.text); !w) return fail(g, w.error().what());
+    written.push_back(n.name);
+  }
+  // files of nodes the description no longer holds are left for the operator
+  json stray = json::array();
+  for (auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (e.path().extension() != ".toml") continue;
+    auto stem = e.path().stem().string();
+    if (std::none_of(r.nodes.begin(), r.nodes.end(), [&](auto& n) { return n.name == stem; }))
+      stray.push_back(name);
+  }
+  if (g.json_out) {
+    print_json(g, {{"cluster", r.cluster},
+                   {"dir", dir},
+                   {"written", written},
+                   {"unchanged", same},
+                   {"not_in_description", stray}});
+  } else {
+    std::cout << dir << ": " << written.size() << " node polic"
+              << (written.size() == 1 ? "y" : "ies") << " written, " << same.size()
+              << " unchanged (cluster " << r.cluster << ", " << r.nodes.size() << " nodes)\n";
+    for (auto& s : stray)
+      std::cerr << "note: " << dir << "/" << s.get<std::string>()
+                << " is not a node of the description; left as it is\n";
+  }
+  return 0;
 }
 
 int cmd_policy_rollback(const Globals& g) {

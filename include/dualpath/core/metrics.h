@@ -23,6 +23,7 @@ namespace dp {
 
 struct MetricsView {
   std::string version, node, policy_file, policy_hash;
+  std::string cluster, group, group_hash;  // from a rendered policy (dualpath-cluster(5))
   struct Path {
     std::string name;
     uint64_t capacity_bps = 0;

@@ -215,6 +215,9 @@ struct Policy {
   std::string hash;  // content hash, 16 hex digits (FNV-1a 64 of the file's bytes)
   std::string text;  // the file's bytes, as loaded (dpctl policy show/diff/apply)
   std::string node;  // instance name: pins live under <bpffs>/dualpath/<node>
+  // Set when dpctl policy render wrote the policy from a cluster description
+  // (dualpath-cluster(5)); empty otherwise.
+  std::string cluster, group, group_hash;
   std::optional<std::string> default_class;
   RoutingSettings routing;
   SchedulerSettings scheduler;
@@ -260,6 +263,10 @@ PolicyLoad load_policy_file(const std::string& path);
 PolicyLoad parse_policy(const std::string& text, const std::string& name);
 
 std::string content_hash(const std::string& bytes);
+
+// A node, path, class, cluster or group name: 1-31 characters of a-z, 0-9,
+// '-' or '_', starting with a letter or digit.
+bool valid_name(const std::string& s);
 
 // Levenshtein distance, and the name in `names` nearest to `word` (case
 // ignored) when it is near enough to be what was meant (at most 2 edits, 1
