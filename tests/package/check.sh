@@ -54,7 +54,7 @@ v=$(/usr/sbin/dualpathd --version 2>&1)
 [[ $v == *"$(dpkg-query -W -f='${Version}' dualpath)"* ]] && ok "dualpathd --version: $v" || bad "dualpathd --version: $v"
 out=$(/usr/bin/dpctl policy check /etc/dualpath/policy.toml.example 2>/dev/null)
 [[ $? == 0 && $out == *valid* ]] && ok "dpctl policy check of the shipped example: $out" || bad "policy check: $out"
-for page in dualpathd.8 dpctl.8 dualpath-policy.5 dp-load.1; do
+for page in dualpathd.8 dpctl.8 dualpath-policy.5 dualpath-cluster.5 dp-load.1; do
   f=$(man -w "${page%.*}" 2>/dev/null | head -1)
   [[ $f == /usr/share/man/* ]] && ok "man ${page%.*}: $f" || bad "man page $page not found"
 done
