@@ -5,6 +5,9 @@
  * destination to the same host on that rail's network. Cilium's socket-level
  * load balancing (bpf/bpf_sock.c) does the same for services.
  *
+ * A peer in the policy's peer table (abi.h, struct dp_peer) is moved to its
+ * address on the target rail as the table gives it, whatever its host part.
+ *
  * Fail-open: a destination no rail's network holds, a host part that does not
  * fit the chosen rail's network, or any missing map entry leaves the address
  * as the application gave it. */
@@ -61,7 +64,7 @@ static __always_inline __u32 dp_rail_of_addr(const __u32 *addr, __u16 family, in
 
 /* addr moved from rail `from`'s network to rail `to`'s, keeping the host
  * part. Returns 0 when it does not fit (addr is then unchanged). */
-static __always_inline int dp_map_addr(__u32 *addr, __u16 family, __u32 from, __u32 to)
+static __always_inline int dp_map_host(__u32 *addr, __u16 family, __u32 from, __u32 to)
 {
 	struct dp_rail_net *f = bpf_map_lookup_elem(&dp_rail_nets, &from);
 	struct dp_rail_net *t = bpf_map_lookup_elem(&dp_rail_nets, &to);
@@ -91,6 +94,42 @@ static __always_inline int dp_map_addr(__u32 *addr, __u16 family, __u32 from, __
 	for (int i = 0; i < 4; i++)
 		addr[i] = out[i];
 	return 1;
+}
+
+/* The policy's peer table entry of addr, if it has one. */
+static __always_inline struct dp_peer *dp_peer_of(const __u32 *addr, __u16 family)
+{
+	struct dp_peer_key k = {};
+
+	k.family = family;
+	k.addr[0] = addr[0];
+	if (family == DP_AF_INET6) {
+		k.addr[1] = addr[1];
+		k.addr[2] = addr[2];
+		k.addr[3] = addr[3];
+	}
+	return bpf_map_lookup_elem(&dp_peers, &k);
+}
+
+/* addr moved from rail `from`'s network to rail `to`'s: the peer's address
+ * there from the peer table, or else the same host part. Returns 0 when it
+ * does not fit (addr is then unchanged). */
+static __always_inline int dp_map_addr(__u32 *addr, __u16 family, __u32 from, __u32 to)
+{
+	struct dp_peer *peer = dp_peer_of(addr, family);
+
+	if (peer) {
+		if (to >= DP_MAX_RAILS || !peer->has[to])
+			return 0;
+		addr[0] = peer->addr[to][0];
+		if (family == DP_AF_INET6) {
+			addr[1] = peer->addr[to][1];
+			addr[2] = peer->addr[to][2];
+			addr[3] = peer->addr[to][3];
+		}
+		return 1;
+	}
+	return dp_map_host(addr, family, from, to);
 }
 
 static __always_inline void dp_load_addr(struct bpf_sock_addr *ctx, __u16 family, __u32 *addr)
@@ -151,6 +190,15 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 		return 1;
 	dp_load_addr(ctx, family, addr);
 	here = dp_rail_of_addr(addr, family, &any_net);
+	if (here == DP_RAIL_NONE) {
+		/* a peer the policy's table holds, outside every rail's network */
+		struct dp_peer *pe = dp_peer_of(addr, family);
+
+		if (pe && pe->rail < DP_MAX_RAILS) {
+			here = pe->rail;
+			any_net = 1;
+		}
+	}
 	if (!any_net)
 		return 1; /* the shared topology: nothing to place at connect time */
 	sk = ctx->sk;

@@ -149,6 +149,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DP_MAX_PEER_ADDRS);
+	__type(key, struct dp_peer_key);
+	__type(value, struct dp_peer);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dp_peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, DP_SOCK_ORIG_SIZE);
 	__type(key, __u64);
 	__type(value, struct dp_sock_orig);

@@ -117,8 +117,7 @@ std::optional<IpAddr> host_address(const Prefix& net, int64_t host) {
   return a;
 }
 
-// The host part of `a` in `net` (its low bits, up to 64), by which
-// connect-time placement maps a peer's address between rails.
+// The host part of `a` in `net` (its low bits, up to 64).
 uint64_t host_part(const Prefix& net, const IpAddr& a) {
   size_t size = a.family == AF_INET ? 4 : 16;
   int bits = std::min(static_cast<int>(size) * 8 - net.len, 64);
@@ -223,7 +222,7 @@ void apply_overrides(toml::table& policy, toml::table& over) {
 
 // A policy table as text: [node] first, then the sections in the policy's
 // order, then [[path]] and [[class]]; "name" first in an entry, then its
-// keys in order.
+// keys in order; then [[peer]], the other nodes whose addresses are written.
 void emit_keys(std::ostringstream& out, const toml::table& t) {
   if (auto* n = t.get("name")) out << "name = " << render_toml_value(*n) << "\n";
   for (auto& [k, v] : t)
@@ -241,7 +240,7 @@ std::string emit_policy(const toml::table& p, const std::string& header) {
   };
   section("node");
   for (auto s : kSections) section(s);
-  for (std::string_view key : {"path", "class"})
+  for (std::string_view key : {"path", "class", "peer"})
     if (auto* a = p.get_as<toml::array>(key))
       for (auto& e : *a) {
         out << "\n[[" << key << "]]\n";
@@ -541,6 +540,22 @@ ClusterRender render_cluster(const std::string& text, const std::string& file,
     return out;
   }
 
+  // The addresses written out for each node, for the others' peer tables
+  // (their errors are reported with the node's own rendering).
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::vector<IpAddr>>>>>
+      written_all;
+  for (auto& ne : nodes) {
+    Diags quiet{file, {}, {}};
+    auto w = explicit_addresses(quiet, *ne.table, ne.name, paths);
+    std::vector<std::pair<std::string, std::vector<IpAddr>>> by_path;
+    for (auto& path : paths) {  // in the description's path order
+      std::vector<IpAddr> list;
+      for (auto& [a, at] : w[path]) list.push_back(a);
+      if (!list.empty()) by_path.push_back({path, list});
+    }
+    written_all.push_back({ne.name, by_path});
+  }
+
   // Each node's policy, from a fresh parse of the description so that
   // every value moved into it keeps its file and line.
   Topology topology = Topology::Shared;
@@ -584,8 +599,6 @@ ClusterRender render_cluster(const std::string& text, const std::string& file,
                                             {"group", ne.group},
                                             {"cluster", out.cluster},
                                             {"host", host ? std::to_string(*host) : ""}};
-    // per family: (path, network, address), whose host parts must agree
-    std::vector<std::tuple<std::string, Prefix, IpAddr>> mapped[2];
     toml::array no_paths;
     auto* path_entries = policy.get_as<toml::array>("path");
     for (auto& e : path_entries ? *path_entries : no_paths) {
@@ -610,7 +623,6 @@ ClusterRender render_cluster(const std::string& text, const std::string& file,
                   *at, ne.name,
                   fmt::format("{} is not in path \"{}\"'s network {}", a.str(), path, net->str()));
         }
-        if (src[i]) mapped[i].push_back({path, *net, *src[i]});
       }
       if (src[0]) pt.insert_or_assign("source", src[0]->str());
       if (src[1]) pt.insert_or_assign("source6", src[1]->str());
@@ -624,21 +636,29 @@ ClusterRender render_cluster(const std::string& text, const std::string& file,
       }
       for (auto k : kPathOnly) pt.erase(k);
     }
-    // Connect-time placement finds a peer's address on the other rail by its
-    // host part: a node numbered differently on two rails would be reached
-    // at another node's address.
-    for (auto& fam : mapped) {
-      if (topology != Topology::Separate || fam.size() < 2) continue;
-      auto& [p0, n0, a0] = fam[0];
-      for (size_t i = 1; i < fam.size(); ++i) {
-        auto& [pi, ni, ai] = fam[i];
-        if (host_part(ni, ai) != host_part(n0, a0))
-          d.error(node_t, ne.name,
-                  fmt::format("its addresses {} (path \"{}\") and {} (path \"{}\") differ in "
-                              "their host part; the separate topology finds a peer on the other "
-                              "rail by it, so a node must be numbered alike on every rail",
-                              a0.str(), p0, ai.str(), pi));
+    // Nodes whose addresses are written out are in every other node's peer
+    // table: connect-time placement finds them on another rail by it, not
+    // by their host part (which need not agree between rails).
+    if (topology == Topology::Separate) {
+      toml::array peers;
+      for (auto& [name, addrs] : written_all) {
+        if (name == ne.name || addrs.empty()) continue;
+        toml::table addresses;
+        for (auto& [path, list] : addrs) {
+          if (list.size() == 1) {
+            addresses.insert(path, list.front().str());
+          } else {
+            toml::array both;
+            for (auto& a : list) both.push_back(a.str());
+            addresses.insert(path, std::move(both));
+          }
+        }
+        toml::table entry;
+        entry.insert("name", name);
+        entry.insert("addresses", std::move(addresses));
+        peers.push_back(std::move(entry));
       }
+      if (!peers.empty()) policy.insert("peer", std::move(peers));
     }
     substitute_all(policy, vars, d, ne.name);
     policy["node"].as_table()->insert("group_hash", group_hash);

@@ -123,6 +123,35 @@ dp_rail_net encode_rail_net(const PathSpec& p, Topology t) {
   return n;
 }
 
+std::vector<std::pair<dp_peer_key, dp_peer>> encode_peers(const Policy& p,
+                                                          const std::vector<int>& rail_slot) {
+  std::vector<std::pair<dp_peer_key, dp_peer>> out;
+  if (p.topology != Topology::Separate) return out;
+  for (const auto& pe : p.peers) {
+    for (int fam : {AF_INET, AF_INET6}) {
+      const auto& list = fam == AF_INET ? pe.addr4 : pe.addr6;
+      size_t n = fam == AF_INET ? 4 : 16;
+      dp_peer v{};
+      for (size_t i = 0; i < list.size() && i < rail_slot.size(); ++i) {
+        if (!list[i] || rail_slot[i] < 0 || rail_slot[i] >= DP_MAX_RAILS) continue;
+        auto slot = static_cast<size_t>(rail_slot[i]);
+        std::memcpy(v.addr[slot], list[i]->bytes.data(), n);
+        v.has[slot] = 1;
+      }
+      for (size_t i = 0; i < list.size() && i < rail_slot.size(); ++i) {
+        if (!list[i] || rail_slot[i] < 0 || rail_slot[i] >= DP_MAX_RAILS) continue;
+        dp_peer_key k{};
+        k.family = static_cast<__u16>(fam);
+        std::memcpy(k.addr, list[i]->bytes.data(), n);
+        dp_peer e = v;
+        e.rail = static_cast<__u8>(rail_slot[i]);
+        out.push_back({k, e});
+      }
+    }
+  }
+  return out;
+}
+
 dp_local_addr encode_local_addr(const PathSpec& p, Topology t) {
   dp_local_addr a{};
   if (t != Topology::Separate) return a;

@@ -33,6 +33,12 @@ size_t path_of(const Policy& p, const std::vector<uint32_t>& ifindex, const IpAd
 std::optional<IpAddr> peer_on_path(const Policy& p, const IpAddr& peer, size_t to) {
   if (to >= p.paths.size()) return std::nullopt;
   if (p.topology != Topology::Separate) return peer;
+  // a peer the policy's table holds: its address there, or none
+  if (const PeerSpec* pe = p.peer_of(peer)) {
+    const auto& list = peer.family == AF_INET ? pe->addr4 : pe->addr6;
+    if (to < list.size() && list[to]) return *list[to];
+    return std::nullopt;
+  }
   auto dst = network_of(p.paths[to], peer.family);
   if (!dst) return std::nullopt;
   for (const auto& ps : p.paths) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -198,7 +199,19 @@ bool Policy::same_settings(const Policy& o) const {
          default_class == o.default_class && routing == o.routing && scheduler == o.scheduler &&
          topology == o.topology && health == o.health && measurement == o.measurement &&
          metrics == o.metrics && responder == o.responder && paths == o.paths &&
-         classes == o.classes;
+         classes == o.classes && peers == o.peers;
+}
+
+const PeerSpec* Policy::peer_of(const IpAddr& a, size_t* path) const {
+  for (const auto& pe : peers) {
+    const auto& list = a.family == AF_INET ? pe.addr4 : pe.addr6;
+    for (size_t i = 0; i < list.size(); ++i)
+      if (list[i] == a) {
+        if (path) *path = i;
+        return &pe;
+      }
+  }
+  return nullptr;
 }
 
 std::vector<Prefix> Policy::responder_allowed() const {
@@ -1370,6 +1383,89 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
   }
 }
 
+// [[peer]]: name (optional), addresses = { PATH = "ADDR" | ["ADDR4", "ADDR6"] }.
+void parse_peers(Checker& c, const toml::table& root, Policy& p) {
+  const toml::node* n = root.get("peer");
+  if (!n) return;
+  auto* arr = n->as_array();
+  if (!arr || !arr->is_array_of_tables()) {
+    c.error(*n, "\"peer\" must be written as [[peer]] sections");
+    return;
+  }
+  if (p.topology != Topology::Separate) {
+    c.error(*n,
+            "[[peer]] is for the separate topology, where a connection is placed on a rail by "
+            "its peer's address there; in the shared topology a peer has one address on every "
+            "rail");
+    return;
+  }
+  std::vector<std::string> paths;
+  for (auto& ps : p.paths) paths.push_back(ps.name);
+  std::map<std::string, std::string> seen;  // address -> the peer that has it
+  for (auto& e : *arr) {
+    auto& t = *e.as_table();
+    PeerSpec pe;
+    pe.line = static_cast<int>(t.source().begin.line);
+    pe.addr4.resize(p.paths.size());
+    pe.addr6.resize(p.paths.size());
+    c.only_keys(t, {"name", "addresses"}, "[[peer]]");
+    if (auto v = c.string(t, "name", "[[peer]]", false)) pe.name = *v;
+    std::string section = pe.name.empty() ? "[[peer]]" : fmt::format("peer \"{}\"", pe.name);
+    auto* at = t.get("addresses");
+    auto* addrs = at ? at->as_table() : nullptr;
+    if (!addrs) {
+      c.error(at ? *at : static_cast<const toml::node&>(t),
+              fmt::format("{} needs addresses = {{ PATH = \"ADDRESS\", ... }}, its address on "
+                          "each path (a list for IPv4 and IPv6)",
+                          section));
+      continue;
+    }
+    size_t given = 0;
+    for (auto& [k, v] : *addrs) {
+      int idx = p.path_index(std::string(k.str()));
+      if (idx < 0) {
+        auto near = nearest_name(k.str(), paths);
+        c.error(v, fmt::format("{}: no path \"{}\" in the policy{}", section, k.str(),
+                               near ? fmt::format("; did you mean \"{}\"?", *near) : ""));
+        continue;
+      }
+      std::vector<const toml::node*> items;
+      if (auto* a = v.as_array())
+        for (auto& x : *a) items.push_back(&x);
+      else
+        items.push_back(&v);
+      for (auto* x : items) {
+        auto* str = x->as_string();
+        auto a = str ? IpAddr::parse(str->get()) : std::nullopt;
+        if (!a) {
+          c.error(*x, fmt::format("{}: addresses.{} must be an IP address or a list of one IPv4 "
+                                  "and one IPv6 address",
+                                  section, k.str()));
+          continue;
+        }
+        auto& slot = (a->family == AF_INET ? pe.addr4 : pe.addr6)[static_cast<size_t>(idx)];
+        if (slot) {
+          c.error(*x, fmt::format("{}: addresses.{} has two {} addresses", section, k.str(),
+                                  a->family == AF_INET ? "IPv4" : "IPv6"));
+          continue;
+        }
+        auto [it, fresh] = seen.try_emplace(a->str(), section);
+        if (!fresh) {
+          c.error(*x, fmt::format("{}: {} is also {}'s address", section, a->str(), it->second));
+          continue;
+        }
+        slot = *a;
+        ++given;
+      }
+    }
+    if (given && given < 2)
+      c.error(t, fmt::format("{} has an address on one path only: the table moves connections "
+                             "between paths, so it needs the peer's address on at least two",
+                             section));
+    p.peers.push_back(std::move(pe));
+  }
+}
+
 }  // namespace
 
 PolicyLoad parse_policy(const std::string& text, const std::string& name) {
@@ -1394,8 +1490,8 @@ PolicyLoad check_policy(const toml::table& root, const std::string& text, const 
   p.text = text;
   c.only_keys(root,
               {"node", "routing", "scheduler", "health", "measurement", "metrics", "responder",
-               "path", "class"},
-              "the top level", {"path", "class"});
+               "path", "class", "peer"},
+              "the top level", {"path", "class", "peer"});
   parse_node(c, root, p);
   parse_routing(c, root, p);
   parse_scheduler(c, root, p);
@@ -1406,6 +1502,7 @@ PolicyLoad check_policy(const toml::table& root, const std::string& text, const 
   parse_classes(c, root, p);
   parse_responder(c, root, p);
   check_responder(c, root, p);
+  parse_peers(c, root, p);
   out.errors = c.take();
   std::stable_sort(out.errors.begin(), out.errors.end(), [](auto& a, auto& b) {
     return std::tie(a.file, a.line, a.column) < std::tie(b.file, b.line, b.column);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -284,6 +285,23 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
   return finish_upgrade();
 }
 
+// The policy's peer table into dp_peers: every entry written, then the
+// addresses the policy no longer holds removed.
+Result<void> Datapath::write_peers(const Policy& next, const std::vector<int>& rail_slot) {
+  BpfMap peers = skel_->peers();
+  auto want = encode_peers(next, rail_slot);
+  std::set<std::string> keep;
+  for (auto& [k, v] : want) {
+    DP_TRY(peers.update(&k, &v));
+    keep.insert(std::string(reinterpret_cast<const char*>(&k), sizeof(k)));
+  }
+  std::vector<dp_peer_key> stale;
+  for (auto& k : keys_of<dp_peer_key>(peers))
+    if (!keep.count(std::string(reinterpret_cast<const char*>(&k), sizeof(k)))) stale.push_back(k);
+  for (auto& k : stale) DP_TRY(peers.remove(&k));
+  return {};
+}
+
 Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {
   BpfMap decisions = skel_->decisions(), class_names = skel_->class_names();
   BpfMap rail_names = skel_->rail_names(), rails = skel_->rails(), qos = skel_->class_qos();
@@ -300,6 +318,7 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     DP_TRY(rail_names.update(&slot, &n));
     DP_TRY(skel_->set_rail_ifindex(s.ifindex[i], slot));
   }
+  DP_TRY(write_peers(next, s.rail_slot));
   for (size_t i = 0; i < next.classes.size(); ++i) {
     const auto& cs = next.classes[i];
     auto slot = static_cast<uint32_t>(s.class_slot[i]);

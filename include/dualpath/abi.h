@@ -407,6 +407,28 @@ struct dp_rail_net {
   __u32 mask6[4];
 };
 
+/* dp_peers: HASH written by the daemon from the policy's [[peer]] table,
+ * for fabrics whose hosts are not numbered alike on every rail (a /31 per
+ * NIC port): one key per address a peer has, its value that peer's address
+ * on every rail. Connect-time placement uses it before the host-part
+ * mapping of dp_rail_nets; an address it does not hold is mapped by its
+ * host part as before. Addresses in network byte order, IPv4 in addr[0].
+ */
+struct dp_peer_key {
+  __u32 addr[4];
+  __u16 family; /* AF_INET (2) or AF_INET6 (10) */
+  __u16 pad;
+};
+
+struct dp_peer {
+  __u32 addr[DP_MAX_RAILS][4]; /* the peer's address on each rail slot */
+  __u8 has[DP_MAX_RAILS];      /* 1 where addr[slot] is set */
+  __u8 rail;                   /* the rail slot of the key's address */
+  __u8 pad[3];
+};
+
+#define DP_MAX_PEER_ADDRS 8192
+
 /* dp_sock_orig: HASH (preallocated), key = socket cookie: the addresses an
  * application asked for and where they were placed, so that getpeername()
  * and recvmsg() give it back the address it connected or sent to. A connected

@@ -369,6 +369,37 @@ TEST_F(Separate, DpctlRunPlacesACommandsConnectionsByItsClass) {
   lab::dpctl("a", "class unpin param-sync");
 }
 
+// a's policy has a peer table (main()): b's spare addresses 10.10.2.50 on
+// rail0 and 10.20.2.77 on rail1 differ in their host part, as on a fabric
+// numbered apart per rail, so only the table finds the one from the other.
+// b's server binds 10.20.2.77 alone: a connection to 10.10.2.50 that
+// expert-dispatch places on rail1 must arrive there (by its host part it
+// would go to 10.20.2.50, which no one has).
+TEST_F(Separate, APeerTableFindsAPeerNumberedApartOnTheOtherRail) {
+  struct Spare {
+    Spare() {
+      must(
+          "ip -n dpl-b addr add 10.10.2.50/24 dev rail0 && ip -n dpl-b addr add 10.20.2.77/24 dev "
+          "rail1");
+    }
+    ~Spare() {
+      sh("ip -n dpl-b addr del 10.10.2.50/24 dev rail0; ip -n dpl-b addr del 10.20.2.77/24 dev "
+         "rail1");
+    }
+  } spare;
+  lab::dpctl("a", "class set expert-dispatch rail1");
+  TransferSpec t;
+  t.dst = "10.10.2.50";
+  t.server_bind = "10.20.2.77";
+  t.dport = 50021;
+  t.bytes = 1 << 20;
+  RailBytes before = rail_bytes();
+  auto r = tcp_transfer(t);
+  lab::dpctl("a", "class unpin expert-dispatch");
+  ASSERT_TRUE(r.ok()) << r.error;
+  expect_both_ways_on(1, before, t.bytes, "expert-dispatch to the peer table's rail1 address");
+}
+
 TEST_F(Separate, ADestinationNoRailsNetworkHoldsIsLeftAloneAndCounted) {
   uint64_t before = klass("a", "logs")["connections_unmapped"].get<uint64_t>();
   // 192.0.2.1 is in neither rail's network: sendto() reaches routing unchanged
@@ -847,10 +878,15 @@ int main(int argc, char** argv) {
   // a multipath class on both nodes, matched by a cgroup the tests' children
   // join; hold-downs short enough that a failed rail is back for the next test
   std::filesystem::create_directories(lab::cgroup2_mount() + kCollective);
+  // a peer table on a: b's spare addresses (APeerTableFindsAPeerNumberedApart...)
   env->edit = [](const std::string& text) {
+    bool a = text.find("name = \"dpl-a\"") != std::string::npos;
     return std::regex_replace(text, std::regex("holddown = \"5m\""), "holddown = \"3s\"") +
            "\n[[class]]\nname = \"collective\"\nkind = \"elastic\"\npriority = 4\n"
-           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n";
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n" +
+           (a ? "\n[[peer]]\nname = \"b-spare\"\n"
+                "addresses = { rail0 = \"10.10.2.50\", rail1 = \"10.20.2.77\" }\n"
+              : "");
   };
   ::testing::AddGlobalTestEnvironment(env);
   int rc = RUN_ALL_TESTS();

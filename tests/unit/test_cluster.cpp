@@ -123,7 +123,9 @@ TEST(Cluster, GroupsAndNodesOverrideTheSharedSettings) {
   // a node's own override, and addresses written out
   EXPECT_EQ(decode3.path("eth")->interface, "eth1");
   EXPECT_EQ(decode.path("eth")->interface, "eth0");
-  EXPECT_EQ(decode4.path("roce")->source->str(), "10.128.0.24");
+  EXPECT_EQ(decode4.path("roce")->source->str(), "10.128.1.4");
+  EXPECT_EQ(decode.peers.size(), 1u) << "decode-004, numbered apart, is in the others' peer table";
+  EXPECT_TRUE(decode4.peers.empty());
   // the group hash is the group's settings: the same on every node of a group
   // (a node's own override is not in it), different between groups
   EXPECT_EQ(node(r, "decode-001")->group_hash, node(r, "decode-003")->group_hash);
@@ -167,9 +169,6 @@ TEST(Cluster, MistakesNameTheLineAndTheNode) {
        ":27:9: error: node n1: no group \"gpu\" in the description; did you mean \"gpus\"?"},
       {"[[node]]\nname = \"n1\"\nhost = 70000\n",
        ":27:8: error: node n1: host 70000 does not fit path \"roce\"'s network 10.128.0.0/16"},
-      {"[[node]]\nname = \"n1\"\naddresses = { roce = \"10.128.0.5\", eth = \"10.20.0.6\" }\n",
-       ":25:1: error: node n1: its addresses 10.128.0.5 (path \"roce\") and 10.20.0.6 (path "
-       "\"eth\") differ in their host part"},
       {"[[node]]\nname = \"n1\"\naddresses = { roce = \"10.129.0.5\", eth = \"10.20.0.5\" }\n",
        "error: node n1: 10.129.0.5 is not in path \"roce\"'s network 10.128.0.0/16"},
       {"[[node]]\nname = \"n1\"\nhost = 1\n[[node.path]]\nname = \"rocee\"\ncapacity = \"1Gbit\"\n",
@@ -200,6 +199,31 @@ TEST(Cluster, MistakesNameTheLineAndTheNode) {
   src.insert(src.find("capacity = \"100Gbit\""), "source = \"10.128.0.9\"\n");
   EXPECT_NE(only_error(dp::render_cluster(src, "c.toml")).find("\"source\" is a node's own"),
             std::string::npos);
+}
+
+// Nodes numbered differently on each rail (written-out addresses) are in
+// every other node's peer table, which placement uses instead of the host
+// part.
+TEST(Cluster, WrittenAddressesBecomeTheOtherNodesPeerTable) {
+  auto r = dp::render_cluster(
+      small(
+          "[[node]]\nname = \"n1\"\nhost = 1\n"
+          "[[node]]\nname = \"n2\"\naddresses = { roce = \"10.128.5.5\", eth = \"10.20.9.9\" }\n"
+          "[[node]]\nname = \"n3\"\naddresses = { roce = \"10.128.7.1\", eth = \"10.20.3.2\" }\n"),
+      "c.toml");
+  ASSERT_TRUE(r.ok()) << r.errors.front().str();
+  auto n1 = policy_of(*node(r, "n1")), n2 = policy_of(*node(r, "n2"));
+  ASSERT_EQ(n1.peers.size(), 2u);
+  EXPECT_EQ(n1.peers[0].name, "n2");
+  EXPECT_EQ(n1.peers[0].addr4[1]->str(), "10.20.9.9");
+  size_t on = 9;
+  auto* pe = n1.peer_of(*dp::IpAddr::parse("10.128.7.1"), &on);
+  ASSERT_NE(pe, nullptr);
+  EXPECT_EQ(pe->name, "n3");
+  EXPECT_EQ(on, 0u);
+  ASSERT_EQ(n2.peers.size(), 1u) << "a node is not its own peer";
+  EXPECT_EQ(n2.peers[0].name, "n3");
+  EXPECT_EQ(n2.path("eth")->source->str(), "10.20.9.9");
 }
 
 TEST(Cluster, AnErrorSharedByManyNodesIsReportedOnce) {

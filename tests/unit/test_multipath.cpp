@@ -4,6 +4,10 @@
 // decision: subflows made and removed, roles from the decision, backoff.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+
+#include <cstring>
+
 #include "dualpath/abi.h"
 #include "dualpath/core/encode.h"
 #include "dualpath/core/multipath.h"
@@ -90,6 +94,58 @@ TEST(Multipath, AHostPartThatDoesNotFitTheOtherNetworkHasNoPeer) {
                                                  14, "\"10.20.0.0/24\""));
   EXPECT_FALSE(peer_on_path(p, ip("10.10.2.2"), 1));
   EXPECT_EQ(peer_on_path(p, ip("10.10.0.9"), 1)->str(), "10.20.0.9");
+}
+
+// [[peer]]: a peer numbered differently on each rail is found by the table,
+// for subflows and for connect-time placement (its dp_peers entries).
+TEST(Multipath, APeerInThePeerTableIsFoundByItNotByItsHostPart) {
+  auto p =
+      policy(std::string(kSeparate) +
+             "[[peer]]\nname = \"b\"\n"
+             "addresses = { rail0 = [\"10.10.2.50\", \"fd10:0:2::50\"], rail1 = \"10.20.9.77\" }\n"
+             "[[peer]]\naddresses = { rail0 = \"172.16.0.1\", rail1 = \"172.17.0.1\" }\n");
+  ASSERT_EQ(p.peers.size(), 2u);
+  EXPECT_EQ(peer_on_path(p, ip("10.10.2.50"), 1)->str(), "10.20.9.77");
+  EXPECT_EQ(peer_on_path(p, ip("10.20.9.77"), 0)->str(), "10.10.2.50");
+  EXPECT_FALSE(peer_on_path(p, ip("fd10:0:2::50"), 1)) << "the table has no IPv6 address on rail1";
+  EXPECT_EQ(peer_on_path(p, ip("172.16.0.1"), 1)->str(), "172.17.0.1") << "outside every network";
+  EXPECT_EQ(peer_on_path(p, ip("10.10.2.51"), 1)->str(), "10.20.2.51") << "not in it: host part";
+  auto e = dp::encode_peers(p, {1, 0});  // path 0 in rail slot 1, path 1 in slot 0
+  ASSERT_EQ(e.size(), 5u) << "one entry per address";
+  const auto& [k, v] = e.front();  // 10.10.2.50
+  EXPECT_EQ(k.family, AF_INET);
+  EXPECT_EQ(v.rail, 1) << "the key's address is on path 0, in slot 1";
+  EXPECT_EQ(v.has[0], 1);
+  EXPECT_EQ(v.has[1], 1);
+  EXPECT_EQ(std::memcmp(&v.addr[0][0], ip("10.20.9.77").bytes.data(), 4), 0);
+}
+
+TEST(Multipath, APeerTableMistakeIsRefusedWithItsLine) {
+  auto expect_error = [](const std::string& extra, const std::string& want) {
+    auto r = dp::parse_policy(std::string(kSeparate) + extra, "p.toml");
+    std::string all;
+    for (auto& e : r.errors) all += e.str() + "\n";
+    EXPECT_NE(all.find(want), std::string::npos) << "got: " << all << "want: " << want;
+  };
+  expect_error("[[peer]]\naddresses = { rial1 = \"10.20.9.7\", rail0 = \"10.10.9.7\" }\n",
+               ":36:23: error: [[peer]]: no path \"rial1\" in the policy; did you mean \"rail1\"?");
+  expect_error("[[peer]]\nname = \"x\"\naddresses = { rail0 = \"10.10.9.7\" }\n",
+               "peer \"x\" has an address on one path only");
+  expect_error(
+      "[[peer]]\naddresses = { rail0 = \"10.10.9.7\", rail1 = \"10.20.9.7\" }\n"
+      "[[peer]]\nname = \"y\"\naddresses = { rail0 = \"10.10.9.7\", rail1 = \"10.20.9.8\" }\n",
+      "peer \"y\": 10.10.9.7 is also [[peer]]'s address");
+  expect_error("[[peer]]\naddresses = { rail0 = \"ten\", rail1 = \"10.20.9.8\" }\n",
+               "addresses.rail0 must be an IP address");
+  // the shared topology has one address per peer everywhere: no table
+  std::string shared = kSeparate;
+  shared.replace(shared.find("topology = \"separate\""), 21, "topology = \"shared\"");
+  auto r = dp::parse_policy(
+      shared + "[[peer]]\naddresses = { rail0 = \"10.10.9.7\", rail1 = \"10.20.9.7\" }\n",
+      "p.toml");
+  bool refused = false;
+  for (auto& e : r.errors) refused |= e.message.find("[[peer]] is for the separate topology") == 0;
+  EXPECT_TRUE(refused);
 }
 
 TEST(Multipath, ASubflowsRailIsItsDeviceElseItsSourceAddress) {

@@ -176,7 +176,7 @@ class Controller {
   // before, and per second smoothed over ticks (data-path evidence)
   std::vector<std::vector<uint64_t>> rx_prev_;
   std::vector<std::vector<double>> rx_rate_;
-  bool rx_primed_ = false;  // rx_prev_ holds a tick's counters (not so after set_policy)
+  bool rx_primed_ = false;            // rx_prev_ holds a tick's counters (not so after set_policy)
   std::optional<Plan::Cells> cells_;  // as last planned (written by the daemon)
   Shares by_bytes(size_t klass, const Shares& shares) const;
   bool all_down_ = false;

@@ -7,6 +7,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dualpath/abi.h"
@@ -49,6 +50,11 @@ dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled,
                     Topology t = Topology::Shared);
 // The rail's networks for connect-time placement (zero in the shared topology).
 dp_rail_net encode_rail_net(const PathSpec& p, Topology t);
+// dp_peers entries of the policy's [[peer]] table: one per address, keyed
+// by it, each with the peer's address on every rail slot (rail_slot: the
+// slot of each path index). None outside the separate topology.
+std::vector<std::pair<dp_peer_key, dp_peer>> encode_peers(const Policy& p,
+                                                          const std::vector<int>& rail_slot);
 // This node's own addresses on a rail (source, source6), for the sk_lookup
 // handover (abi.h, dp_local_addr): all zero in the shared topology.
 dp_local_addr encode_local_addr(const PathSpec& p, Topology t);

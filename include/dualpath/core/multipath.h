@@ -67,10 +67,11 @@ struct Action {
 size_t path_of(const Policy& p, const std::vector<uint32_t>& ifindex, const IpAddr& local,
                int bound_ifindex);
 
-// The peer's address on rail `to`: the same host on that rail's network
-// (separate topology: the mapping of connect-time placement), or the same
-// address (shared). nullopt: the host part does not fit, or `peer` is on no
-// rail's network.
+// The peer's address on rail `to`: its address there in the policy's peer
+// table, else the same host on that rail's network (separate topology: the
+// mapping of connect-time placement), or the same address (shared).
+// nullopt: the table has no address there, the host part does not fit, or
+// `peer` is on no rail's network.
 std::optional<IpAddr> peer_on_path(const Policy& p, const IpAddr& peer, size_t to);
 
 // What `c` needs now. A rail is active when the class's decision gives it a

@@ -210,6 +210,18 @@ struct RoutingSettings {
   bool operator==(const RoutingSettings&) const = default;
 };
 
+// A peer's addresses written out (the separate topology, for fabrics whose
+// hosts are not numbered alike on every rail): a connection to any of them
+// placed on a path goes to the peer's address of the same family there.
+struct PeerSpec {
+  std::string name;                                 // a label for diagnostics; "" if none
+  std::vector<std::optional<IpAddr>> addr4, addr6;  // by path index
+  int line = 0;
+  bool operator==(const PeerSpec& o) const {  // where it was written is no difference
+    return name == o.name && addr4 == o.addr4 && addr6 == o.addr6;
+  }
+};
+
 struct Policy {
   std::string file;
   std::string hash;  // content hash, 16 hex digits (FNV-1a 64 of the file's bytes)
@@ -228,8 +240,11 @@ struct Policy {
   ResponderSettings responder;
   std::vector<PathSpec> paths;
   std::vector<ClassSpec> classes;
+  std::vector<PeerSpec> peers;  // [[peer]]
 
   const PathSpec* path(const std::string& name) const;
+  // The peer table's entry holding `a`, and the path index `a` is on.
+  const PeerSpec* peer_of(const IpAddr& a, size_t* path = nullptr) const;
   const ClassSpec* klass(const std::string& name) const;
   int path_index(const std::string& name) const;   // -1 if none
   int class_index(const std::string& name) const;  // -1 if none

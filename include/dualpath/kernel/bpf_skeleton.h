@@ -97,6 +97,7 @@ class DpSkeleton {
   BpfMap flows() const;            // dp_flows
   BpfMap owned() const;            // dp_owned
   BpfMap rail_nets() const;        // dp_rail_nets
+  BpfMap peers() const;            // dp_peers
   BpfMap sock_orig() const;        // dp_sock_orig
   BpfMap connects() const;         // dp_connects
   BpfMap cgroups() const;          // dp_cgroups

@@ -71,6 +71,8 @@ class Datapath {
     std::optional<size_t> path;  // the policy path it is pinned to
   };
   Result<std::vector<OperatorPin>> commit(const Policy& next, const Staged& s);
+  // The policy's [[peer]] table into dp_peers (commit's part).
+  Result<void> write_peers(const Policy& next, const std::vector<int>& rail_slot);
 
   // The one writer of dp_decisions. Shares are per policy path.
   Result<void> write_decision(size_t klass, const Shares& shares, uint32_t flags);
