@@ -20,24 +20,69 @@ namespace dp {
 
 void CommandTable::add(Command c) { commands_.push_back(std::move(c)); }
 
+namespace {
+
+bool fits(const json& v, ArgType t) {
+  switch (t) {
+    case ArgType::String:
+      return v.is_string();
+    case ArgType::Positive:
+      return v.is_number_unsigned() && v.get<uint64_t>() > 0;
+    case ArgType::Unsigned:
+      return v.is_number_unsigned();
+  }
+  return false;
+}
+
+std::string_view must_be(const Arg& a) {
+  if (!a.must_be.empty()) return a.must_be;
+  switch (a.type) {
+    case ArgType::String:
+      return "a string";
+    case ArgType::Positive:
+      return "a positive integer";
+    case ArgType::Unsigned:
+      return "an integer of 0 or more";
+  }
+  return "";
+}
+
+// The refusal of arguments that do not fit the command's, or null.
+json check_args(const Command& c, const json& args) {
+  bool missing = false;
+  std::string names;
+  for (const auto& a : c.args) {
+    if (!a.required) continue;
+    names += fmt::format("{}\"{}\"", names.empty() ? "" : " and ", a.name);
+    auto it = args.find(a.name);
+    missing = missing || it == args.end() || !fits(*it, a.type);
+  }
+  if (missing) return reply_error(ErrorCode::BadRequest, fmt::format("{} needs {}", c.name, names));
+  for (const auto& a : c.args) {
+    auto it = args.find(a.name);
+    if (!a.required && it != args.end() && !fits(*it, a.type))
+      return reply_error(ErrorCode::BadRequest,
+                         fmt::format("\"{}\" must be {}", a.name, must_be(a)));
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 json CommandTable::dispatch(const json& req, bool privileged) const {
   if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
-    return reply_error("bad_request", "a request is a JSON object with a string \"cmd\"");
+    return reply_error(ErrorCode::BadRequest, "a request is a JSON object with a string \"cmd\"");
   const std::string cmd = req["cmd"];
   const json args = req.value("args", json::object());
-  if (!args.is_object()) return reply_error("bad_request", "\"args\" must be an object");
+  if (!args.is_object()) return reply_error(ErrorCode::BadRequest, "\"args\" must be an object");
   for (const auto& c : commands_) {
     if (c.name != cmd) continue;
     if (c.mutates && !privileged)
-      return reply_error("permission_denied", fmt::format("{} needs root", cmd));
+      return reply_error(ErrorCode::PermissionDenied, fmt::format("{} needs root", cmd));
+    if (json refused = check_args(c, args); !refused.is_null()) return refused;
     return c.handler(args);
   }
-  return reply_error("unknown_command", fmt::format("unknown command \"{}\"", cmd));
-}
-
-std::optional<std::string> string_arg(const json& args, const char* name) {
-  if (!args.contains(name) || !args[name].is_string()) return std::nullopt;
-  return args[name].get<std::string>();
+  return reply_error(ErrorCode::UnknownCommand, fmt::format("unknown command \"{}\"", cmd));
 }
 
 size_t json_depth(std::string_view line) {
@@ -127,7 +172,8 @@ void ControlServer::accept_clients() {
     }
     if (clients_.size() >= kMaxClients) {
       std::string out =
-          reply_error("failed", fmt::format("too many clients (at most {})", kMaxClients)).dump() +
+          reply_error(ErrorCode::Failed, fmt::format("too many clients (at most {})", kMaxClients))
+              .dump() +
           "\n";
       (void)::send(c, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(c);
@@ -169,7 +215,9 @@ void ControlServer::on_readable(int fd) {
   size_t nl = cl.in.find('\n');
   if ((nl == std::string::npos ? cl.in.size() : nl) > kMaxRequestBytes) {
     cl.in.clear();
-    cl.out += reply_error("bad_request", "request too large (limit 64 KiB per line)").dump() + "\n";
+    cl.out +=
+        reply_error(ErrorCode::BadRequest, "request too large (limit 64 KiB per line)").dump() +
+        "\n";
     cl.closing = true;
     flush(cl);
   }
@@ -201,12 +249,13 @@ void ControlServer::pump() {
       cl.active = std::chrono::steady_clock::now();
       json reply;
       if (json_depth(line) > kMaxDepth) {
-        reply = reply_error("bad_request",
+        reply = reply_error(ErrorCode::BadRequest,
                             fmt::format("the request is nested deeper than {} levels", kMaxDepth));
       } else {
         json req = json::parse(line, nullptr, false);
-        reply = req.is_discarded() ? reply_error("bad_request", "the request is not valid JSON")
-                                   : table_->dispatch(req, cl.privileged);
+        reply = req.is_discarded()
+                    ? reply_error(ErrorCode::BadRequest, "the request is not valid JSON")
+                    : table_->dispatch(req, cl.privileged);
       }
       cl.out += reply.dump() + "\n";
       flush(cl);  // may drop the client

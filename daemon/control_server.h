@@ -7,9 +7,10 @@
 // pending is not read until it takes them; clients are capped, idle ones are
 // closed, and running out of file descriptors pauses accepting instead of
 // spinning.
-// What a request does is the CommandTable's: each command is a name, whether
-// it changes anything (then only root may run it) and a handler, so
-// privileges are a property of the command, not a list kept by hand.
+// What a request does is the CommandTable's: each command is declared once
+// (daemon/commands/), with its name, whether it changes anything (then only
+// root may run it), a summary, its arguments and its handler, so privileges
+// and argument checks are properties of the command, not lists kept by hand.
 #pragma once
 
 #include <sys/types.h>
@@ -28,26 +29,26 @@
 namespace dp {
 
 struct Command {
-  std::string name;
-  bool mutates = false;                           // only root (uid 0 by SO_PEERCRED) may run it
-  std::function<json(const json& args)> handler;  // returns a whole reply
+  std::string name;      // object.verb
+  bool mutates = false;  // only root (uid 0 by SO_PEERCRED) may run it
+  std::string summary;
+  std::vector<Arg> args;
+  std::function<json(const json& args)> handler;  // returns a whole reply; args fit `args`
 };
 
 class CommandTable {
  public:
   void add(Command c);
   // One request, as the socket delivers it: errors for a request that is not
-  // an object with a string "cmd" and object "args", an unknown command, or a
-  // mutating command from an unprivileged peer.
+  // an object with a string "cmd" and object "args", an unknown command, a
+  // mutating command from an unprivileged peer, or arguments that do not fit
+  // the command's.
   json dispatch(const json& request, bool privileged) const;
   const std::vector<Command>& commands() const { return commands_; }
 
  private:
   std::vector<Command> commands_;
 };
-
-// A string argument, if present and a string.
-std::optional<std::string> string_arg(const json& args, const char* name);
 
 // A request line's nesting depth, without parsing it (JSON's own recursion
 // would follow a deeply nested line down the stack).

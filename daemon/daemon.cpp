@@ -19,9 +19,11 @@
 #include "dualpath/core/policy_diff.h"
 #include "dualpath/core/units.h"
 #include "dualpath/kernel/node_checks.h"
+#include "dualpath/kernel/procfs.h"
 #include "dualpath/kernel/routing.h"
-#include "dualpath/kernel/sock_reset.h"
+#include "dualpath/kernel/sock_diag.h"
 #include "dualpath/version.h"
+#include "metrics_view.h"
 
 namespace dp {
 
@@ -58,7 +60,7 @@ Result<void> Daemon::cleanup(const Policy& p, const std::string& bpffs_root) {
 Result<void> Daemon::start() {
   // Before any thread exists (the metrics HTTP server's).
   EventLoop::block_signals(kSignals);
-  started_ = std::chrono::steady_clock::now();
+  state_.started = std::chrono::steady_clock::now();
   auto load = load_policy_file(opts_.policy_file);
   if (!load.ok()) {
     for (auto& e : load.errors) spdlog::error("{}", e.str());
@@ -76,7 +78,7 @@ Result<void> Daemon::start() {
   datapath_ = std::move(*dp);
   DP_TRY(start_metrics(p.metrics.listen));
   DP_TRY(apply_policy(p));
-  add_commands();
+  for (auto& c : all_commands(*this)) commands_.add(std::move(c));
   spdlog::info("node {}: policy {} (hash {}) applied: {} paths, {} classes, generation {}", p.node,
                p.file, p.hash, p.paths.size(), p.classes.size(), datapath_->generation());
   return {};
@@ -127,12 +129,12 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     spdlog::error("multipath classes: {}; their connections keep one subflow", r.error().what());
   settle();
   warn_ephemeral_overlap(next);
-  checks_ = check_node(next);
+  state_.checks = check_node(next);
   spdlog::info("topology {}: {}", to_string(next.topology),
                next.topology == Topology::Separate
                    ? "each rail is its own network; connections are placed when they are made"
                    : "both rails reach the peers' addresses; flows may move between rails");
-  for (const auto& c : checks_) {
+  for (const auto& c : state_.checks) {
     if (c.ok)
       spdlog::info("path {}: {} ok: {}", c.path, c.what, c.detail);
     else
@@ -164,8 +166,8 @@ void Daemon::restart_responder(const Policy& next) {
 Result<void> Daemon::reload() {
   std::string before = policy_.hash;
   auto r = reload_policy();
-  last_reload_ok_ = r.ok();
-  ++(r ? reloads_applied_ : reloads_refused_);
+  state_.last_reload_ok = r.ok();
+  ++(r ? state_.reloads_applied : state_.reloads_refused);
   // in dpctl events beside the decisions it may cause
   SchedulerEvent e;
   e.t = SchedClock::now();
@@ -251,12 +253,12 @@ void Daemon::tick() {
     datapath_->refresh_cgroups(policy_);
     cgroups_checked_ = now;
   }
-  measurements_.collect(policy_, *datapath_, ticks_);
+  measurements_.collect(policy_, *datapath_, state_.ticks);
   adapt_flowlet_gap();
   carry_out(controller_.tick(measurements_.tick_input(policy_, *datapath_)));
   place_bursts();
   if (metrics_ && metrics_->wanted()) publish_metrics();  // a scrape waits for it
-  ++ticks_;
+  ++state_.ticks;
   sd_notify(0, "WATCHDOG=1");
 }
 
@@ -413,9 +415,9 @@ void Daemon::reset_connections(size_t path, bool latency_sensitive_only) {
     return;
   }
   std::map<std::string, size_t> by_class;
-  auto ended = destroy_tcp(locals, [&](const TcpSocket& s) {
+  auto ended = destroy_tcp(locals, [&](const TcpSocketInfo& s) {
     // a multipath connection loses only the failed rail's subflow
-    if (multipath_.is_subflow(s.local, s.sport)) return false;
+    if (multipath_.is_subflow(s.src, s.sport)) return false;
     int c = policy_.classify(Proto::Tcp, s.sport, s.dport, s.mark);
     if (c < 0) return false;  // not ours to end
     if (latency_sensitive_only &&
@@ -443,7 +445,7 @@ void Daemon::reset_connections(size_t path, bool latency_sensitive_only) {
       ended->size() == 1 ? "" : "s", what);
   spdlog::warn("{}", e.reason);
   events_.record(std::move(e));
-  connections_reset_ += ended->size();
+  state_.connections_reset += ended->size();
 }
 
 // ---------------------------------------------------------------- metrics
@@ -467,69 +469,7 @@ Result<void> Daemon::start_metrics(const std::string& listen) {
 }
 
 void Daemon::publish_metrics() {
-  if (!metrics_) return;
-  MetricsView v;
-  v.version = kVersion;
-  v.node = policy_.node;
-  v.policy_file = policy_.file;
-  v.policy_hash = policy_.hash;
-  v.cluster = policy_.cluster;
-  v.group = policy_.group;
-  v.group_hash = policy_.group_hash;
-  v.reloads_applied = reloads_applied_;
-  v.reloads_refused = reloads_refused_;
-  v.last_reload_ok = last_reload_ok_;
-  const auto& counters = measurements_.counters();
-  const auto& tcp = measurements_.tcp();
-  for (size_t i = 0; i < policy_.paths.size(); ++i) {
-    auto slot = datapath_->rail_slot(i);
-    MetricsView::Path p;
-    p.name = policy_.paths[i].name;
-    p.capacity_bps = policy_.paths[i].capacity_bps;
-    p.measure = measurements_.measure(i);
-    p.exceptions = measurements_.exceptions()[slot];
-    const auto& h = controller_.health(i);
-    p.health = to_string(h.state());
-    p.weight = h.weight();
-    p.failures = h.failures();
-    if (auto b = rails_.bfd(i)) p.bfd = bfd::to_string(b->session->state());
-    v.paths.push_back(std::move(p));
-    for (size_t c = 0; c <= policy_.classes.size(); ++c) {
-      bool unclassified = c == policy_.classes.size();
-      auto cslot = unclassified ? DP_CLASS_UNCLASSIFIED : datapath_->class_slot(c);
-      v.classes.push_back({policy_.paths[i].name,
-                           unclassified ? "unclassified" : policy_.classes[c].name,
-                           counters[slot][cslot], tcp[slot][cslot]});
-    }
-  }
-  for (auto& [key, n] : events_.switches()) v.switches.push_back({key.first, key.second, n});
-  if (policy_.topology == Topology::Separate) {
-    auto conns = datapath_->connects();
-    for (size_t c = 0; c < policy_.classes.size(); ++c) {
-      auto cslot = datapath_->class_slot(c);
-      for (size_t i = 0; i < policy_.paths.size(); ++i)
-        v.connections.push_back({policy_.paths[i].name, policy_.classes[c].name,
-                                 conns[datapath_->rail_slot(i)][cslot]});
-      v.connections.push_back({"", policy_.classes[c].name, conns[DP_CONNECT_UNMAPPED][cslot]});
-    }
-    auto handed = datapath_->handovers();
-    for (size_t i = 0; i < policy_.paths.size(); ++i)
-      v.handovers.push_back({policy_.paths[i].name, "", handed[datapath_->rail_slot(i)]});
-  }
-  v.connections_reset = connections_reset_;
-  if (multipath_.running()) {
-    auto per = multipath_.subflows_per_path();
-    for (size_t c = 0; c < policy_.classes.size() && c < per.size(); ++c) {
-      if (!policy_.classes[c].multipath) continue;
-      for (size_t i = 0; i < policy_.paths.size(); ++i)
-        v.subflows.push_back({policy_.paths[i].name, policy_.classes[c].name, per[c][i]});
-    }
-    const auto& k = multipath_.counters();
-    v.multipath = MetricsView::Multipath{k.created, k.removed, k.role_changes, k.failed,
-                                         Multipath::kernel_fallbacks()};
-  }
-  v.all_paths_down = controller_.all_down();
-  metrics_->publish(build_metrics(v));
+  if (metrics_) metrics_->publish(build_metrics(metrics_view(*this)));
 }
 
 // ---------------------------------------------------------------- loop

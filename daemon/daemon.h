@@ -6,7 +6,8 @@
 // before routing) and stop (BFD AdminDown, socket unlinked if still ours).
 //
 //   EventLoop      epoll, signals, the tick timer, BFD deadlines
-//   ControlServer  the control socket; commands.cpp holds the command table
+//   ControlServer  the control socket, serving the commands of commands/
+//                  (which see the daemon as a Node)
 //   Datapath       skeleton, pins, slots; the one writer of decisions
 //   Measurements   counters, link statistics, RDMA, per-path estimators
 //   Controller     scheduler, pins, health, evidence: tick(inputs) -> plan
@@ -19,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "commands/command.h"
 #include "control_server.h"
 #include "dualpath/core/controller.h"
 #include "dualpath/core/event_log.h"
@@ -44,7 +46,7 @@ struct DaemonOptions {
   std::string socket_group;
 };
 
-class Daemon {
+class Daemon : private Node {
  public:
   explicit Daemon(DaemonOptions opts);
   ~Daemon();
@@ -61,7 +63,6 @@ class Daemon {
 
  private:
   Result<void> apply_policy(const Policy& next);
-  Result<void> reload();                // reload_policy(), counted for the metrics
   Result<std::string> reload_policy();  // what changed, in one line
   void arm_tick();
   void tick();
@@ -71,34 +72,30 @@ class Daemon {
   void restart_responder(const Policy& next);
   // Carries a controller plan out: events, decisions first, then routing.
   void carry_out(Plan plan);
-  void settle() { carry_out(controller_.settle(SchedClock::now())); }
   void reset_connections(size_t path, bool latency_sensitive_only);
   void steer_multipath();  // each multipath connection toward its class's decision
   Result<void> start_metrics(const std::string& listen);
   void publish_metrics();
 
-  // commands.cpp: the control socket's command table and what it renders
-  void add_commands();
-  json status_json() const;
-  json node_check_json() const;
-  json paths_json() const;
-  json classes_json() const;
-  json flows_json(const json& args) const;
-  json multipath_json() const;
-  json health_json(size_t path) const;
-  json policy_disk_hash() const;
-  json class_set(const json& args);
-  json class_unpin(const json& args);
-  json class_run(const json& args);
-  json class_env(const json& args) const;
-  json drain(const json& args, bool on);
-  Result<void> place(size_t klass, size_t path, bool operator_pin);
+  // Node: what the commands and the metrics see
+  const Policy& policy() const override { return policy_; }
+  Datapath& datapath() override { return *datapath_; }
+  const Datapath& datapath() const override { return *datapath_; }
+  Controller& controller() override { return controller_; }
+  const Controller& controller() const override { return controller_; }
+  const Measurements& measurements() const override { return measurements_; }
+  const Rails& rails() const override { return rails_; }
+  const EventLog& events() const override { return events_; }
+  const Multipath& multipath() const override { return multipath_; }
+  json responder_status() const override { return responder_.status(); }
+  const NodeState& state() const override { return state_; }
+  void settle() override { carry_out(controller_.settle(SchedClock::now())); }
+  Result<void> reload() override;
 
   DaemonOptions opts_;
   Policy policy_;
   bool have_policy_ = false;
-  std::chrono::steady_clock::time_point started_;
-  uint64_t ticks_ = 0;
+  NodeState state_;
   bool plans_written_ = false;    // dp_plans may hold entries (placement = "bursts")
   bool neighbours_said_ = false;  // unresolved neighbours of a failed rail deleted: logged once
   std::chrono::steady_clock::time_point cgroups_checked_{};
@@ -117,10 +114,6 @@ class Daemon {
 
   std::unique_ptr<MetricsExporter> metrics_;
   std::string metrics_listen_;
-  uint64_t reloads_applied_ = 0, reloads_refused_ = 0;
-  uint64_t connections_reset_ = 0;  // ended on failed rails (separate topology)
-  std::vector<NodeCheck> checks_;   // the rails against the topology, at the last apply
-  bool last_reload_ok_ = true;
   std::optional<EventLoop::TimerId> tick_timer_;
   Nanos armed_tick_{0};
 };

@@ -51,7 +51,7 @@ Rails::Rails(EventLoop& loop, Controller& controller, std::function<void()> chan
 Rails::~Rails() {
   for (auto& s : sessions_)
     if (s.io) loop_.unwatch(s.io->rx_fd());
-  if (link_events_) loop_.unwatch(nl_socket_get_fd(link_events_.get()));
+  if (link_events_) loop_.unwatch(link_events_.fd());
 }
 
 bool Rails::carrier_of(const std::string& ifname) {
@@ -113,12 +113,11 @@ void Rails::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
 }
 
 Result<void> Rails::open_link_events() {
-  link_events_ = {nl_socket_alloc(), nl_socket_free};
-  nl_sock* sk = link_events_.get();
-  if (!sk) return DP_SYS_ERROR(ENOMEM, "allocating a netlink socket failed");
-  nl_socket_disable_seq_check(sk);
+  auto events = NlSocket::subscribe(RTNLGRP_LINK);
+  if (!events) return DP_ERROR("link events: {}", events.error().what());
+  link_events_ = std::move(*events);
   nl_socket_modify_cb(
-      sk, NL_CB_VALID, NL_CB_CUSTOM,
+      link_events_.get(), NL_CB_VALID, NL_CB_CUSTOM,
       [](nl_msg* msg, void* arg) -> int {
         auto* self = static_cast<Rails*>(arg);
         nlmsghdr* h = nlmsg_hdr(msg);
@@ -133,12 +132,7 @@ Result<void> Rails::open_link_events() {
         return NL_OK;
       },
       this);
-  int err = nl_connect(sk, NETLINK_ROUTE);
-  if (err < 0) return DP_ERROR("connecting to rtnetlink failed: {}", nl_geterror(err));
-  err = nl_socket_add_membership(sk, RTNLGRP_LINK);
-  if (err < 0) return DP_ERROR("subscribing to link events failed: {}", nl_geterror(err));
-  nl_socket_set_nonblocking(sk);
-  loop_.watch(nl_socket_get_fd(sk), [this] {
+  loop_.watch(link_events_.fd(), [this] {
     while (nl_recvmsgs_default(link_events_.get()) >= 0) {
     }
     changed_();

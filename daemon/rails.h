@@ -17,6 +17,7 @@
 #include "dualpath/core/result.h"
 #include "dualpath/core/views.h"
 #include "dualpath/kernel/bfd_io.h"
+#include "dualpath/kernel/netlink.h"
 #include "event_loop.h"
 
 struct nl_sock;  // libnl
@@ -62,7 +63,7 @@ class Rails {
   std::vector<std::string> names_;  // per policy path
   std::vector<uint32_t> ifindex_;   // per policy path
   std::vector<Session> sessions_;   // per policy path
-  std::unique_ptr<::nl_sock, void (*)(::nl_sock*)> link_events_{nullptr, nullptr};
+  NlSocket link_events_;            // rtnetlink link events (carrier)
 };
 
 }  // namespace dp

@@ -20,9 +20,6 @@
 #include "maps.h"
 #include "steer.h"
 
-#define DP_AF_INET 2
-#define DP_AF_INET6 10
-
 static __always_inline void dp_count_connect(__u32 rail, __u32 cls)
 {
 	__u32 key = rail * DP_MAX_CLASSES + (cls & (DP_MAX_CLASSES - 1));

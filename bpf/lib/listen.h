@@ -26,26 +26,8 @@
 #include <linux/in.h>
 
 #include "connect.h"
+#include "ctx.h"
 #include "maps.h"
-
-/* Loads a context field inside its branch: without the barrier clang may
- * merge loads of different fields into one load through ctx + offset, which
- * the verifier refuses ("dereference of modified ctx ptr"). */
-#define DP_CTX_LOAD(dst, field)                                                                    \
-	do {                                                                                       \
-		(dst) = (field);                                                                   \
-		asm volatile("" : "+r"(dst));                                                      \
-	} while (0)
-
-/* The four words of an IPv6 context field, each loaded on its own. */
-#define DP_CTX_LOAD_IP6(dst, field)                                                                \
-	do {                                                                                       \
-		__u32 w_;                                                                          \
-		for (int i_ = 0; i_ < 4; i_++) {                                                   \
-			DP_CTX_LOAD(w_, (field)[i_]);                                              \
-			(dst)[i_] = w_;                                                            \
-		}                                                                                  \
-	} while (0)
 
 /* The rail slot whose local address is addr (IPv4 in addr[0]). */
 static __always_inline __u32 dp_local_rail(const __u32 *addr, __u16 family)

@@ -62,7 +62,8 @@ static __always_inline int dp_mptcpify(int family, int type, int protocol)
 	__u32 zero = 0, *gens, key;
 	__u8 cls;
 
-	if ((family != 2 && family != 10) || (type & DP_SOCK_TYPE_MASK) != DP_SOCK_STREAM ||
+	if ((family != DP_AF_INET && family != DP_AF_INET6) ||
+	    (type & DP_SOCK_TYPE_MASK) != DP_SOCK_STREAM ||
 	    (protocol != 0 && protocol != IPPROTO_TCP))
 		return protocol;
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);

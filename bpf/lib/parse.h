@@ -16,6 +16,11 @@
 
 #include "dualpath/abi.h"
 
+/* Address families as the kernel numbers them (AF_INET, AF_INET6): the
+ * UAPI headers a BPF program includes do not define them. */
+#define DP_AF_INET 2
+#define DP_AF_INET6 10
+
 #define DP_VLAN_HLEN 4
 #define DP_ETH_P_8021Q 0x8100
 #define DP_ETH_P_8021AD 0x88A8
@@ -65,7 +70,7 @@ static __always_inline int dp_parse(void *data, void *data_end, struct dp_pkt *p
 			return DP_EXC_SHORT;
 		if (ip->frag_off & bpf_htons(DP_IP_MF | DP_IP_OFFSET))
 			return DP_EXC_FRAGMENT;
-		pkt->family = 2; /* AF_INET */
+		pkt->family = DP_AF_INET;
 		pkt->key.saddr[2] = bpf_htonl(0xffff);
 		pkt->key.saddr[3] = ip->saddr;
 		pkt->key.daddr[2] = bpf_htonl(0xffff);
@@ -77,7 +82,7 @@ static __always_inline int dp_parse(void *data, void *data_end, struct dp_pkt *p
 
 		if ((void *)(ip6 + 1) > data_end)
 			return DP_EXC_SHORT;
-		pkt->family = 10; /* AF_INET6 */
+		pkt->family = DP_AF_INET6;
 		__builtin_memcpy(pkt->key.saddr, &ip6->saddr, 16);
 		__builtin_memcpy(pkt->key.daddr, &ip6->daddr, 16);
 		l4proto = ip6->nexthdr;

@@ -192,7 +192,6 @@ std::optional<std::string> Session::receive(const Packet& p, Time now) {
   if (p.your_disc != 0 && p.your_disc != local_disc_)
     return "your discriminator " + std::to_string(p.your_disc) + " is not this session's";
   ++rx_;
-  last_rx_ = now;
   remote_disc_ = p.my_disc;
   remote_state_ = p.state;
   remote_min_rx_ = Micros(p.required_min_rx_us);

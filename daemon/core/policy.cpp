@@ -342,6 +342,29 @@ class Checker {
     return std::nullopt;
   }
 
+  // One of a key's words, as its value: refused, naming every word, when it
+  // is none of them ("KEY in SECTION must be "a", "b" or "c", not "x"",
+  // then `why`, which says what the words mean where that helps).
+  template <class T>
+  std::optional<T> choice(const toml::table& t, std::string_view key, std::string_view section,
+                          bool required,
+                          std::initializer_list<std::pair<std::string_view, T>> words,
+                          std::string_view why = {}) {
+    auto v = string(t, key, section, required);
+    if (!v) return std::nullopt;
+    std::string all;
+    size_t i = 0;
+    for (const auto& [word, value] : words) {
+      if (*v == word) return value;
+      all += i == 0 ? "" : i + 1 == words.size() ? " or " : ", ";
+      all += fmt::format("\"{}\"", word);
+      ++i;
+    }
+    error(*t.get(key),
+          fmt::format("{} in {} must be {}, not \"{}\"{}", key, section, all, *v, why));
+    return std::nullopt;
+  }
+
   std::optional<int64_t> integer(const toml::table& t, std::string_view key,
                                  std::string_view section, bool required, int64_t lo, int64_t hi) {
     const toml::node* n = t.get(key);
@@ -561,17 +584,12 @@ void parse_node(Checker& c, const toml::table& root, Policy& p) {
   }
   c.only_keys(*t, {"name", "default_class", "topology", "cluster", "group", "group_hash"},
               "[node]");
-  if (auto v = c.string(*t, "topology", "[node]", false)) {
-    if (*v == "shared")
-      p.topology = Topology::Shared;
-    else if (*v == "separate")
-      p.topology = Topology::Separate;
-    else
-      c.error(where(*t, "topology"),
-              fmt::format("topology \"{}\" must be \"shared\" (both rails reach the peers' "
-                          "addresses) or \"separate\" (each rail is its own network)",
-                          *v));
-  }
+  if (auto v =
+          c.choice<Topology>(*t, "topology", "[node]", false,
+                             {{"shared", Topology::Shared}, {"separate", Topology::Separate}},
+                             ": shared when both rails reach the peers' addresses, separate when "
+                             "each rail is its own network"))
+    p.topology = *v;
   if (auto n = c.string(*t, "name", "[node]", true)) {
     if (!valid_name(*n))
       c.error(where(*t, "name"),
@@ -638,13 +656,8 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
                "flowcell_order", "peak_window", "hold", "placement"},
               s);
   auto& k = p.scheduler;
-  if (auto v = c.string(*t, "mode", s, false)) {
-    if (*v == "adaptive" || *v == "static")
-      k.adaptive = *v == "adaptive";
-    else
-      c.error(where(*t, "mode"),
-              fmt::format("mode \"{}\" in [scheduler] must be \"adaptive\" or \"static\"", *v));
-  }
+  if (auto v = c.choice<bool>(*t, "mode", s, false, {{"adaptive", true}, {"static", false}}))
+    k.adaptive = *v;
   if (auto v = c.fraction(*t, "load_threshold", s, 0, 1)) k.load_threshold = *v;
   if (auto v = c.fraction(*t, "ewma_weight", s, 0, 1)) k.ewma_weight = *v;
   using std::chrono::nanoseconds;
@@ -685,9 +698,13 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
     else
       k.flowcell = *bytes;
   }
-  if (auto v = c.string(*t, "placement", s, false)) {
+  enum class Placement { Flowlets, Cells, Bursts };
+  if (auto v = c.choice<Placement>(*t, "placement", s, false,
+                                   {{"flowlets", Placement::Flowlets},
+                                    {"cells", Placement::Cells},
+                                    {"bursts", Placement::Bursts}})) {
     const toml::node* n = t->get("placement");
-    if (*v == "bursts") {
+    if (*v == Placement::Bursts) {
       k.burst_placement = true;
       // a burst ends at an idle gap: a TCP flow paced by a 250 Mbit rail
       // pauses for a 64 KiB segment's 2 ms within one, so the flowlet
@@ -697,27 +714,16 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
         c.error(*n,
                 "placement = \"bursts\" in [scheduler] places whole bursts: remove flowcell "
                 "(the cell size of placement = \"cells\")");
-    } else if (*v == "cells") {
+    } else if (*v == Placement::Cells) {
       if (k.flowcell == 0) k.flowcell = kDefaultFlowcell;
-    } else if (*v == "flowlets") {
-      if (k.flowcell != 0)
-        c.error(*n,
-                "placement = \"flowlets\" in [scheduler] does not use flowcell: remove it, "
-                "or say placement = \"cells\"");
-    } else {
-      c.error(*n, fmt::format("placement in [scheduler] must be \"flowlets\", \"cells\" or "
-                              "\"bursts\", not \"{}\"",
-                              *v));
+    } else if (k.flowcell != 0) {
+      c.error(*n,
+              "placement = \"flowlets\" in [scheduler] does not use flowcell: remove it, "
+              "or say placement = \"cells\"");
     }
   }
-  if (auto v = c.string(*t, "flowcell_order", s, false)) {
-    if (*v == "keep" || *v == "any")
-      k.flowcell_any_order = *v == "any";
-    else
-      c.error(
-          where(*t, "flowcell_order"),
-          fmt::format("flowcell_order in [scheduler] must be \"keep\" or \"any\", not \"{}\"", *v));
-  }
+  if (auto v = c.choice<bool>(*t, "flowcell_order", s, false, {{"keep", false}, {"any", true}}))
+    k.flowcell_any_order = *v;
   if (k.dead_zone > k.latency_tolerance)
     c.error(where(*t, "dead_zone"),
             fmt::format("dead_zone {} is larger than latency_tolerance {}: no move could ever "
@@ -746,17 +752,9 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
   if (auto v = c.duration(*t, "holddown", s, std::chrono::nanoseconds(0))) h.holddown = *v;
   if (auto v = c.duration(*t, "ramp_interval", s, std::chrono::nanoseconds(0)))
     h.ramp_interval = *v;
-  if (auto v = c.string(*t, "suspect_moves", s, false)) {
-    if (*v == "all")
-      h.suspect_moves_elastic = true;
-    else if (*v == "latency_sensitive")
-      h.suspect_moves_elastic = false;
-    else
-      c.error(where(*t, "suspect_moves"),
-              fmt::format("suspect_moves in [health] must be \"all\" or \"latency_sensitive\", "
-                          "not \"{}\"",
-                          *v));
-  }
+  if (auto v = c.choice<bool>(*t, "suspect_moves", s, false,
+                              {{"all", true}, {"latency_sensitive", false}}))
+    h.suspect_moves_elastic = *v;
   if (const toml::node* n = t->get("ramp")) {
     auto* arr = n->as_array();
     std::vector<int> ramp;
@@ -1219,16 +1217,10 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
       else if (!names.insert(*v).second)
         c.error(where(t, "name"), fmt::format("duplicate class name \"{}\"", *v));
     }
-    if (auto v = c.string(t, "kind", section, true)) {
-      if (*v == "latency_sensitive")
-        cs.kind = ClassKind::LatencySensitive;
-      else if (*v == "elastic")
-        cs.kind = ClassKind::Elastic;
-      else
-        c.error(where(t, "kind"),
-                fmt::format("kind \"{}\" of {} must be \"latency_sensitive\" or \"elastic\"", *v,
-                            section));
-    }
+    if (auto v = c.choice<ClassKind>(
+            t, "kind", section, true,
+            {{"latency_sensitive", ClassKind::LatencySensitive}, {"elastic", ClassKind::Elastic}}))
+      cs.kind = *v;
     if (auto v = c.integer(t, "priority", section, false, 0, 7)) cs.priority = static_cast<int>(*v);
     if (auto v = c.string(t, "prefer", section, true)) {
       cs.prefer = *v;
@@ -1314,17 +1306,10 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
         marks[m] = cs.name;
       cs.mark = m;
     }
-    if (auto v = c.string(t, "match", section, false)) {
-      if (*v == "any")
-        cs.match = PortMatch::Any;
-      else if (*v == "src")
-        cs.match = PortMatch::Src;
-      else if (*v == "dst")
-        cs.match = PortMatch::Dst;
-      else
-        c.error(where(t, "match"),
-                fmt::format("match \"{}\" of {} must be \"any\", \"src\" or \"dst\"", *v, section));
-    }
+    if (auto v = c.choice<PortMatch>(
+            t, "match", section, false,
+            {{"any", PortMatch::Any}, {"src", PortMatch::Src}, {"dst", PortMatch::Dst}}))
+      cs.match = *v;
     if (const toml::node* pn = t.get("pinned")) {
       if (auto b = pn->as_boolean())
         cs.pinned = b->get();
@@ -1537,17 +1522,6 @@ EphemeralPorts parse_ephemeral_ports(const std::string& range, const std::string
     for (unsigned x = a; x <= b && x < 65536; ++x) e.reserved[x] = true;
   }
   return e;
-}
-
-EphemeralPorts read_ephemeral_ports() {
-  auto slurp = [](const char* path) {
-    std::ifstream in(path);
-    std::string s;
-    std::getline(in, s);
-    return s;
-  };
-  return parse_ephemeral_ports(slurp("/proc/sys/net/ipv4/ip_local_port_range"),
-                               slurp("/proc/sys/net/ipv4/ip_local_reserved_ports"));
 }
 
 std::vector<std::string> ephemeral_port_warnings(const Policy& p, const EphemeralPorts& e) {

@@ -18,6 +18,8 @@
 #include <fstream>
 #include <functional>
 
+#include "dualpath/kernel/netlink.h"
+
 namespace dp {
 
 // ---------------------------------------------------------------- sockops
@@ -38,11 +40,6 @@ Result<uint64_t> netns_cookie() {
   if (!s.valid() || getsockopt(s.get(), SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0)
     return DP_SYS_ERROR(errno, "reading this network namespace's cookie failed");
   return cookie;
-}
-
-Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
-                            const std::string& pin_dir) {
-  return attach_cgroup(prog, cgroup, pin_dir, "sockops");
 }
 
 namespace {
@@ -191,7 +188,10 @@ bool is_our_prog(uint32_t prog_id) {
   bpf_prog_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0) return false;
-  return std::strcmp(info.name, "dp_egress") == 0 || std::strcmp(info.name, "dp_ingress") == 0;
+  // the kernel keeps the first BPF_OBJ_NAME_LEN - 1 characters of a name
+  for (const auto& p : kPrograms)
+    if (is_tc(p) && p.name.substr(0, BPF_OBJ_NAME_LEN - 1) == info.name) return true;
+  return false;
 }
 
 // ---------------------------------------------------------------- tc
@@ -210,65 +210,55 @@ uint32_t query(int ifindex, bpf_tc_attach_point point) {
 
 // Number of tc filters on the clsact ingress + egress of ifindex, -1 on error.
 int count_filters(int ifindex) {
-  nl_sock* sk = nl_socket_alloc();
+  auto sk = NlSocket::connect(NETLINK_ROUTE);
   if (!sk) return -1;
   int total = 0;
-  if (nl_connect(sk, NETLINK_ROUTE) != 0) {
-    nl_socket_free(sk);
-    return -1;
-  }
   for (uint32_t minor : {TC_H_MIN_INGRESS, TC_H_MIN_EGRESS}) {
     nl_cache* cache = nullptr;
-    if (rtnl_cls_alloc_cache(sk, ifindex, TC_H_MAKE(TC_H_CLSACT, minor), &cache) != 0) {
-      total = -1;
-      break;
-    }
+    if (rtnl_cls_alloc_cache(sk->get(), ifindex, TC_H_MAKE(TC_H_CLSACT, minor), &cache) != 0)
+      return -1;
     total += nl_cache_nitems(cache);
     nl_cache_free(cache);
   }
-  nl_socket_free(sk);
   return total;
 }
 
 }  // namespace
 
-Result<void> Tc::attach(int ifindex, const std::string& ifname, int egress_fd, int ingress_fd,
-                        const BpfMap& owned) {
+Result<void> Tc::attach(int ifindex, const std::string& ifname, bool egress, int prog_fd,
+                        const dp_owned_map& owned) {
   LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
               .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
   int err = bpf_tc_hook_create(&hook);
   if (err == 0) {
-    uint32_t key = static_cast<uint32_t>(ifindex), val = DP_OWN_CLSACT;
-    DP_TRY(owned.update(&key, &val));
+    DP_TRY(owned.update(static_cast<uint32_t>(ifindex), DP_OWN_CLSACT));
   } else if (err != -EEXIST) {
     return DP_SYS_ERROR(err, "creating the clsact qdisc on {} failed", ifname);
   }
-  for (auto [point, fd] :
-       {std::pair{BPF_TC_EGRESS, egress_fd}, std::pair{BPF_TC_INGRESS, ingress_fd}}) {
-    uint32_t existing = query(ifindex, point);
-    // Ours: the program we hold (a reload, or a restart that adopted the
-    // pins), or one named as ours from an earlier load (an upgrade; looking a
-    // program up by id needs CAP_SYS_ADMIN).
-    bpf_prog_info mine{};
-    uint32_t mine_len = sizeof(mine);
-    bool same =
-        existing && bpf_obj_get_info_by_fd(fd, &mine, &mine_len) == 0 && mine.id == existing;
-    if (existing && !same && !is_our_prog(existing))
-      return DP_ERROR(
-          "a tc {} filter that is not dualpath's (prog id {}) occupies handle {:#x} priority "
-          "{:#x} on {}; refusing to replace it",
-          dir_name(point), existing, kTcHandle, kTcPriority, ifname);
-    LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = point);
-    LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
-                .priority = kTcPriority);
-    err = bpf_tc_attach(&h, &o);
-    if (err != 0)
-      return DP_SYS_ERROR(err, "attaching the tc {} program on {} failed", dir_name(point), ifname);
-  }
+  auto point = egress ? BPF_TC_EGRESS : BPF_TC_INGRESS;
+  uint32_t existing = query(ifindex, point);
+  // Ours: the program we hold (a reload, or a restart that adopted the
+  // pins), or one named as ours from an earlier load (an upgrade; looking a
+  // program up by id needs CAP_SYS_ADMIN).
+  bpf_prog_info mine{};
+  uint32_t mine_len = sizeof(mine);
+  bool same =
+      existing && bpf_obj_get_info_by_fd(prog_fd, &mine, &mine_len) == 0 && mine.id == existing;
+  if (existing && !same && !is_our_prog(existing))
+    return DP_ERROR(
+        "a tc {} filter that is not dualpath's (prog id {}) occupies handle {:#x} priority "
+        "{:#x} on {}; refusing to replace it",
+        dir_name(point), existing, kTcHandle, kTcPriority, ifname);
+  LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = point);
+  LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
+              .priority = kTcPriority);
+  err = bpf_tc_attach(&h, &o);
+  if (err != 0)
+    return DP_SYS_ERROR(err, "attaching the tc {} program on {} failed", dir_name(point), ifname);
   return {};
 }
 
-Result<void> Tc::detach(int ifindex, const std::string& ifname, const BpfMap* owned) {
+Result<void> Tc::detach(int ifindex, const std::string& ifname, const dp_owned_map* owned) {
   for (auto point : {BPF_TC_EGRESS, BPF_TC_INGRESS}) {
     uint32_t existing = query(ifindex, point);
     if (!existing || !is_our_prog(existing)) continue;
@@ -281,7 +271,7 @@ Result<void> Tc::detach(int ifindex, const std::string& ifname, const BpfMap* ow
   }
   if (!owned) return {};
   uint32_t key = static_cast<uint32_t>(ifindex), val = 0;
-  if (!owned->lookup(&key, &val) || !(val & DP_OWN_CLSACT)) return {};
+  if (!owned->lookup(key, &val) || !(val & DP_OWN_CLSACT)) return {};
   if (count_filters(ifindex) == 0) {
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
                 .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
@@ -291,18 +281,18 @@ Result<void> Tc::detach(int ifindex, const std::string& ifname, const BpfMap* ow
   }
   // Once we have detached, the qdisc is no longer ours to manage: if others
   // attached filters to it meanwhile, it stays, and it is theirs.
-  DP_TRY(owned->remove(&key));
+  DP_TRY(owned->remove(key));
   return {};
 }
 
-Result<TcStatus> Tc::status(int ifindex, const BpfMap* owned) {
+Result<TcStatus> Tc::status(int ifindex, const dp_owned_map* owned) {
   TcStatus s;
   s.egress_prog_id = query(ifindex, BPF_TC_EGRESS);
   s.ingress_prog_id = query(ifindex, BPF_TC_INGRESS);
   s.clsact = count_filters(ifindex) >= 0;
   if (owned) {
     uint32_t key = static_cast<uint32_t>(ifindex), val = 0;
-    s.clsact_owned = owned->lookup(&key, &val) && (val & DP_OWN_CLSACT);
+    s.clsact_owned = owned->lookup(key, &val) && (val & DP_OWN_CLSACT);
   }
   return s;
 }

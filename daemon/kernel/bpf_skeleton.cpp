@@ -25,38 +25,50 @@ namespace dp {
 
 // ---------------------------------------------------------------- BpfMap
 
-Result<void> BpfMap::update(const void* key, const void* value, uint64_t flags) const {
+Result<void> BpfMap::update_raw(const void* key, const void* value, uint64_t flags) const {
   if (bpf_map_update_elem(fd_, key, value, flags) != 0)
     return DP_SYS_ERROR(errno, "update of map {} failed", name_);
   return {};
 }
 
-Result<void> BpfMap::lookup(const void* key, void* value) const {
+Result<void> BpfMap::lookup_raw(const void* key, void* value) const {
   if (bpf_map_lookup_elem(fd_, key, value) != 0)
     return DP_SYS_ERROR(errno, "lookup in map {} failed", name_);
   return {};
 }
 
-Result<void> BpfMap::remove(const void* key) const {
+Result<void> BpfMap::remove_raw(const void* key) const {
   if (bpf_map_delete_elem(fd_, key) != 0 && errno != ENOENT)
     return DP_SYS_ERROR(errno, "delete from map {} failed", name_);
   return {};
+}
+
+// ---------------------------------------------------------------- programs
+
+std::string pin_name(const ProgramSpec& p) {
+  return std::string(is_tc(p) ? "prog_" : "link_") + std::string(p.pin);
+}
+
+const ProgramSpec* program_spec(std::string_view name) {
+  for (const auto& p : kPrograms)
+    if (p.name == name) return &p;
+  return nullptr;
 }
 
 // ---------------------------------------------------------------- skeleton
 
 namespace {
 
-// Whether this kernel loads an fmod_ret program on update_socket_protocol:
-// the function must exist (Linux 6.6) and the kernel must allow BPF
+// Whether this kernel loads an fmod_ret program on `func`: the function must
+// exist (update_socket_protocol: Linux 6.6) and the kernel must allow BPF
 // trampolines (some virtual machines' kernels refuse them with EPERM).
 // Returns "" if it does, else why not.
-std::string probe_mptcpify() {
+std::string probe_fmod_ret(const std::string& func) {
   btf* vmlinux = btf__load_vmlinux_btf();
   if (!vmlinux) return "the kernel has no BTF";
-  int id = btf__find_by_name_kind(vmlinux, "update_socket_protocol", BTF_KIND_FUNC);
+  int id = btf__find_by_name_kind(vmlinux, func.c_str(), BTF_KIND_FUNC);
   btf__free(vmlinux);
-  if (id <= 0) return "the kernel has no update_socket_protocol (Linux 6.6 or later)";
+  if (id <= 0) return fmt::format("the kernel has no {} (Linux 6.6 or later)", func);
   const bpf_insn insns[] = {
       {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},  // r0 = 0
       {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
@@ -65,7 +77,7 @@ std::string probe_mptcpify() {
               .attach_btf_id = static_cast<__u32>(id));
   int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "dp_probe_fmodret", "GPL", insns, 2, &o);
   if (fd < 0)
-    return fmt::format("the kernel refuses an fmod_ret program on update_socket_protocol: {}",
+    return fmt::format("the kernel refuses an fmod_ret program on {}: {}", func,
                        std::strerror(errno));
   ::close(fd);
   return "";
@@ -73,14 +85,31 @@ std::string probe_mptcpify() {
 
 }  // namespace
 
-Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root,
-                                                     const Options& o) {
+// The object's programs against kPrograms: each in the table, each of the
+// table in the object. "" if they agree.
+std::string check_programs(bpf_object* obj) {
+  std::string wrong;
+  bpf_program* prog = nullptr;
+  bpf_object__for_each_program(prog, obj) {
+    if (!program_spec(bpf_program__name(prog)))
+      wrong += fmt::format("{}program {} has no entry in kPrograms", wrong.empty() ? "" : "; ",
+                           bpf_program__name(prog));
+  }
+  for (const auto& p : kPrograms)
+    if (!bpf_object__find_program_by_name(obj, std::string(p.name).c_str()))
+      wrong += fmt::format("{}kPrograms names {}, which the object lacks",
+                           wrong.empty() ? "" : "; ", p.name);
+  return wrong;
+}
+
+Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root) {
   LIBBPF_OPTS(bpf_object_open_opts, opts);
   if (!pin_root.empty()) opts.pin_root_path = pin_root.c_str();
   dp_tc* s = dp_tc__open_opts(&opts);
   if (!s) return DP_SYS_ERROR(errno, "opening the dualpath BPF object failed");
   std::unique_ptr<DpSkeleton> owner(new DpSkeleton(s));
-  s->rodata->dp_bench_tstamp_any = o.bench_tstamp_any ? 1 : 0;
+  if (auto wrong = check_programs(s->obj); !wrong.empty())
+    return DP_ERROR("the BPF object and the program table (kernel/programs.h) differ: {}", wrong);
   if (pin_root.empty()) {
     bpf_map* m = nullptr;
     bpf_object__for_each_map(m, s->obj) {
@@ -112,11 +141,19 @@ Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root
       stale.emplace_back(m, std::move(sm));
     }
   }
-  // fmod_ret on update_socket_protocol needs Linux 6.6: without the hook the
-  // rest still loads, and multipath classes are refused at apply
-  owner->mptcpify_error_ = probe_mptcpify();
-  owner->mptcpify_ = owner->mptcpify_error_.empty();
-  if (!owner->mptcpify_) bpf_program__set_autoload(s->progs.dp_update_socket_protocol, false);
+  // An optional program whose hook this kernel lacks or refuses is not
+  // loaded; the rest still is (fmod_ret on update_socket_protocol needs Linux
+  // 6.6 and a kernel that allows trampolines)
+  for (const auto& p : kPrograms) {
+    if (!p.optional) continue;
+    bpf_program* prog = bpf_object__find_program_by_name(s->obj, std::string(p.name).c_str());
+    std::string section = bpf_program__section_name(prog);
+    std::string why = p.hook == Hook::Trace ? probe_fmod_ret(section.substr(section.find('/') + 1))
+                                            : std::string();
+    if (why.empty()) continue;
+    bpf_program__set_autoload(prog, false);
+    owner->refused_.emplace(std::string(p.name), why);
+  }
   int err = dp_tc__load(s);
   if (err != 0)
     return DP_SYS_ERROR(err, "loading the BPF programs failed (the verifier log is above)");
@@ -129,62 +166,25 @@ Result<std::unique_ptr<DpSkeleton>> DpSkeleton::load(const std::string& pin_root
 
 DpSkeleton::~DpSkeleton() { dp_tc__destroy(skel_); }
 
+bpf_program* DpSkeleton::program(std::string_view name) const {
+  if (refused_.count(name)) return nullptr;
+  return bpf_object__find_program_by_name(skel_->obj, std::string(name).c_str());
+}
+
+const std::string& DpSkeleton::refused(std::string_view name) const {
+  static const std::string none;
+  auto it = refused_.find(name);
+  return it == refused_.end() ? none : it->second;
+}
+
 int DpSkeleton::egress_fd() const { return bpf_program__fd(skel_->progs.dp_egress); }
 int DpSkeleton::ingress_fd() const { return bpf_program__fd(skel_->progs.dp_ingress); }
-int DpSkeleton::empty_fd() const { return bpf_program__fd(skel_->progs.dp_empty); }
-bpf_program* DpSkeleton::sockops_prog() const { return skel_->progs.dp_sockops; }
-bpf_program* DpSkeleton::sk_lookup_prog() const { return skel_->progs.dp_sk_lookup; }
-bpf_program* DpSkeleton::mptcpify_prog() const {
-  return mptcpify_ ? skel_->progs.dp_update_socket_protocol : nullptr;
-}
 
-std::vector<std::pair<bpf_program*, std::string>> DpSkeleton::sock_addr_progs() const {
-  auto& p = skel_->progs;
-  return {{p.dp_connect4, "connect4"},         {p.dp_connect6, "connect6"},
-          {p.dp_sendmsg4, "sendmsg4"},         {p.dp_sendmsg6, "sendmsg6"},
-          {p.dp_getpeername4, "getpeername4"}, {p.dp_getpeername6, "getpeername6"},
-          {p.dp_recvmsg4, "recvmsg4"},         {p.dp_recvmsg6, "recvmsg6"},
-          {p.dp_getsockname4, "getsockname4"}, {p.dp_getsockname6, "getsockname6"},
-          {p.dp_sock_release, "sock_release"}};
-}
-
-#define DP_SKELETON_MAP(name)                                       \
-  BpfMap DpSkeleton::name() const {                                 \
-    return BpfMap(bpf_map__fd(skel_->maps.dp_##name), "dp_" #name); \
-  }
-DP_SKELETON_MAP(ports)
-DP_SKELETON_MAP(marks)
-DP_SKELETON_MAP(config)
-DP_SKELETON_MAP(rails)
-DP_SKELETON_MAP(ifindex)
-DP_SKELETON_MAP(rail_by_ifindex)
-DP_SKELETON_MAP(decisions)
-DP_SKELETON_MAP(class_names)
-DP_SKELETON_MAP(class_qos)
-DP_SKELETON_MAP(rail_names)
-DP_SKELETON_MAP(counters)
-DP_SKELETON_MAP(exceptions)
-DP_SKELETON_MAP(tcp)
-DP_SKELETON_MAP(flows)
-DP_SKELETON_MAP(owned)
-DP_SKELETON_MAP(rail_nets)
-DP_SKELETON_MAP(peers)
-DP_SKELETON_MAP(sock_orig)
-DP_SKELETON_MAP(connects)
-DP_SKELETON_MAP(cgroups)
-DP_SKELETON_MAP(cgroup_cache)
-DP_SKELETON_MAP(cgroup_gens)
-DP_SKELETON_MAP(mark_bits)
-DP_SKELETON_MAP(class_tcp)
-DP_SKELETON_MAP(cells)
-DP_SKELETON_MAP(vq)
-DP_SKELETON_MAP(plans)
-DP_SKELETON_MAP(abi)
-DP_SKELETON_MAP(local_addrs)
-DP_SKELETON_MAP(listeners)
-DP_SKELETON_MAP(handovers)
-DP_SKELETON_MAP(handed)
-#undef DP_SKELETON_MAP
+// Each map's accessor: a map of the list that the object lacks does not compile.
+#define DP_MAP_ACCESSOR(name_, type_, max_, key_, value_) \
+  name_##_map DpSkeleton::name_() const { return {bpf_map__fd(skel_->maps.name_), #name_}; }
+DP_MAPS(DP_MAP_ACCESSOR)
+#undef DP_MAP_ACCESSOR
 
 std::vector<std::string> DpSkeleton::pinned_map_names() const {
   std::vector<std::string> out;
@@ -197,14 +197,10 @@ std::vector<std::string> DpSkeleton::pinned_map_names() const {
 }
 
 Result<void> DpSkeleton::set_rail_ifindex(uint32_t index, std::optional<uint32_t> slot) const {
-  BpfMap hash = ifindex();
-  if (index < DP_IFINDEX_DIRECT) {
-    uint32_t v = slot ? *slot + 1 : 0;
-    DP_TRY(rail_by_ifindex().update(&index, &v));
-  }
-  if (!slot) return hash.remove(&index);
-  dp_ifindex_val v{*slot};
-  return hash.update(&index, &v);
+  auto hash = dp_ifindex();
+  if (index < DP_IFINDEX_DIRECT) DP_TRY(dp_rail_by_ifindex().update(index, slot ? *slot + 1 : 0));
+  if (!slot) return hash.remove(index);
+  return hash.update(index, dp_ifindex_val{*slot});
 }
 
 }  // namespace dp

@@ -22,47 +22,34 @@ namespace dp {
 
 namespace {
 
-std::vector<std::string> read_names(const BpfMap& m, size_t n) {
+std::vector<std::string> read_names(const Map<__u32, dp_slot_name>& m, size_t n) {
   std::vector<std::string> out(n);
   for (uint32_t i = 0; i < n; ++i) {
     dp_slot_name v{};
-    if (m.lookup(&i, &v)) out[i] = decode_name(v);
+    if (m.lookup(i, &v)) out[i] = decode_name(v);
   }
   return out;
 }
 
-Result<void> write_ports(const BpfMap& m, uint32_t gen, const std::vector<dp_port_entry>& ports) {
+Result<void> write_ports(const dp_ports_map& m, uint32_t gen,
+                         const std::vector<dp_port_entry>& ports) {
   std::vector<uint32_t> keys(DP_PORT_SPACE);
   for (uint32_t i = 0; i < DP_PORT_SPACE; ++i) keys[i] = gen * DP_PORT_SPACE + i;
   uint32_t count = DP_PORT_SPACE;
   LIBBPF_OPTS(bpf_map_batch_opts, opts);
   if (bpf_map_update_batch(m.fd(), keys.data(), ports.data(), &count, &opts) == 0) return {};
-  for (uint32_t i = 0; i < DP_PORT_SPACE; ++i) DP_TRY(m.update(&keys[i], &ports[i]));
+  for (uint32_t i = 0; i < DP_PORT_SPACE; ++i) DP_TRY(m.update(keys[i], ports[i]));
   return {};
 }
 
-// Every key of a hash map.
-template <class K>
-std::vector<K> keys_of(const BpfMap& m) {
-  std::vector<K> out;
-  K k{}, next{};
-  void* prev = nullptr;
-  while (bpf_map_get_next_key(m.fd(), prev, &next) == 0) {
-    out.push_back(next);
-    k = next;
-    prev = &k;
-  }
-  return out;
-}
-
-Result<void> write_marks(const BpfMap& m, uint32_t gen,
+Result<void> write_marks(const dp_marks_map& m, uint32_t gen,
                          const std::vector<std::pair<uint32_t, uint8_t>>& marks) {
-  for (auto& s : keys_of<dp_mark_key>(m))
-    if (s.gen == gen) DP_TRY(m.remove(&s));
+  for (auto& s : m.keys())
+    if (s.gen == gen) DP_TRY(m.remove(s));
   for (auto& [mark, cls] : marks) {
     dp_mark_key mk{gen, mark};
     dp_mark_val mv{cls, {}};
-    DP_TRY(m.update(&mk, &mv));
+    DP_TRY(m.update(mk, mv));
   }
   return {};
 }
@@ -87,17 +74,18 @@ Result<std::unique_ptr<Datapath>> Datapath::open(const std::string& dir) {
   if (!skel) return skel.error();
   d->skel_ = std::move(*skel);
   DP_TRY(d->begin_upgrade());
-  // Pin the programs beside the maps (for bpftool and for operators to see).
-  for (auto [prog, name] : {std::pair{d->skel_->egress_fd(), "prog_egress"},
-                            std::pair{d->skel_->ingress_fd(), "prog_ingress"}}) {
-    auto path = std::filesystem::path(dir) / name;
+  // Pin the tc programs beside the maps (for bpftool and for operators to
+  // see); the others are held by their pinned links.
+  for (const auto& spec : kPrograms) {
+    if (!is_tc(spec)) continue;
+    auto path = std::filesystem::path(dir) / pin_name(spec);
     ::unlink(path.c_str());
-    if (bpf_obj_pin(prog, path.c_str()) != 0)
-      return DP_SYS_ERROR(errno, "pinning program at {} failed", path.string());
+    if (bpf_obj_pin(bpf_program__fd(d->skel_->program(spec.name)), path.c_str()) != 0)
+      return DP_SYS_ERROR(errno, "pinning program {} at {} failed", spec.name, path.string());
   }
   uint32_t zero = 0;
   dp_config cfg{};
-  if (d->skel_->config().lookup(&zero, &cfg)) d->gen_ = cfg.active_gen & 1;
+  if (d->skel_->dp_config().lookup(zero, &cfg)) d->gen_ = cfg.active_gen & 1;
   auto cookie = netns_cookie();
   if (cookie)
     d->netns_cookie_ = *cookie;
@@ -111,12 +99,12 @@ Result<std::unique_ptr<Datapath>> Datapath::open(const std::string& dir) {
 Result<void> Datapath::begin_upgrade() {
   uint32_t zero = 0;
   dp_abi abi{};
-  BpfMap abi_map = skel_->abi();
+  auto abi_map = skel_->dp_abi();
   std::vector<StaleMap> stale = skel_->take_stale();
   if (adopted_) {
     // dp_abi is new with versioning: a build before it leaves none (and
     // load() has just made an empty one, version 0)
-    (void)abi_map.lookup(&zero, &abi);
+    (void)abi_map.lookup(zero, &abi);
     found_layout_ = abi.layout;
   }
   if (adopted_ && (found_layout_ != DP_LAYOUT_VERSION || !stale.empty())) {
@@ -129,17 +117,19 @@ Result<void> Datapath::begin_upgrade() {
     return {};  // dp_abi is written when the upgrade is finished
   }
   abi.layout = DP_LAYOUT_VERSION;
-  return abi_map.update(&zero, &abi);
+  return abi_map.update(zero, abi);
 }
 
 Result<void> Datapath::finish_upgrade() {
   if (!upgrade_) return {};
-  DP_TRY(upgrade_->finish(pin_dir_, skel_->pinned_map_names()));
+  std::vector<std::string> keep = skel_->pinned_map_names();
+  for (const auto& spec : kPrograms) keep.push_back(pin_name(spec));
+  DP_TRY(upgrade_->finish(pin_dir_, keep));
   upgrade_.reset();
   uint32_t zero = 0;
   dp_abi abi{};
   abi.layout = DP_LAYOUT_VERSION;
-  DP_TRY(skel_->abi().update(&zero, &abi));
+  DP_TRY(skel_->dp_abi().update(zero, abi));
   spdlog::info(
       "upgrade from layout version {} to {} finished: the programs are swapped and the "
       "new maps pinned",
@@ -158,8 +148,8 @@ Result<Datapath::Staged> Datapath::stage(const Policy& next, bool running) {
   std::vector<std::string> wanted_classes, wanted_rails;
   for (auto& c : next.classes) wanted_classes.push_back(c.name);
   for (auto& ps : next.paths) wanted_rails.push_back(ps.name);
-  s.existing_classes = read_names(skel_->class_names(), DP_MAX_CLASSES);
-  auto existing_rails = read_names(skel_->rail_names(), DP_MAX_RAILS);
+  s.existing_classes = read_names(skel_->dp_class_names(), DP_MAX_CLASSES);
+  auto existing_rails = read_names(skel_->dp_rail_names(), DP_MAX_RAILS);
   auto cslots =
       assign_slots(s.existing_classes, wanted_classes, DP_MAX_CLASSES, {DP_CLASS_UNCLASSIFIED});
   if (!cslots) return cslots.error();
@@ -169,8 +159,8 @@ Result<Datapath::Staged> Datapath::stage(const Policy& next, bool running) {
   s.rail_slot = *rslots;
   s.enc = encode_policy(next, s.class_slot, s.rail_slot);
   s.gen = running ? gen_ ^ 1u : gen_;
-  DP_TRY(write_ports(skel_->ports(), s.gen, s.enc.ports));
-  DP_TRY(write_marks(skel_->marks(), s.gen, s.enc.marks));
+  DP_TRY(write_ports(skel_->dp_ports(), s.gen, s.enc.ports));
+  DP_TRY(write_marks(skel_->dp_marks(), s.gen, s.enc.marks));
   if (!cgroup_root_.empty()) s.cgroups = resolve_cgroups(next, cgroup_root_);
   DP_TRY(write_cgroups(s.gen, s.cgroups, s.class_slot));
   return s;
@@ -178,7 +168,7 @@ Result<Datapath::Staged> Datapath::stage(const Policy& next, bool running) {
 
 Result<size_t> Datapath::write_cgroups(uint32_t gen, const std::vector<CgroupRule>& rules,
                                        const std::vector<int>& class_slot) {
-  BpfMap m = skel_->cgroups();
+  auto m = skel_->dp_cgroups();
   std::map<uint64_t, uint8_t> want;
   for (auto& r : rules) {
     if (!r.id) continue;
@@ -190,23 +180,23 @@ Result<size_t> Datapath::write_cgroups(uint32_t gen, const std::vector<CgroupRul
   for (auto& [id, slot] : want) {
     dp_cgroup_key k{id, gen, 0};
     dp_cgroup_val v{slot, {}};
-    DP_TRY(m.update(&k, &v));
+    DP_TRY(m.update(k, v));
   }
-  for (auto& k : keys_of<dp_cgroup_key>(m))
-    if (k.gen == gen && !want.count(k.id)) (void)m.remove(&k);
+  for (auto& k : m.keys())
+    if (k.gen == gen && !want.count(k.id)) (void)m.remove(k);
   clear_cgroup_cache(gen);
   return want.size();
 }
 
 void Datapath::clear_cgroup_cache(uint32_t gen) {
-  BpfMap cache = skel_->cgroup_cache();
-  for (auto& k : keys_of<dp_cgroup_key>(cache))
-    if (k.gen == gen) (void)cache.remove(&k);
+  auto cache = skel_->dp_cgroup_cache();
+  for (auto& k : cache.keys())
+    if (k.gen == gen) (void)cache.remove(k);
 }
 
 Result<void> Datapath::set_cgroup_gens(uint32_t gens) {
   uint32_t zero = 0;
-  return skel_->cgroup_gens().update(&zero, &gens);
+  return skel_->dp_cgroup_gens().update(zero, gens);
 }
 
 bool Datapath::refresh_cgroups(const Policy& p) {
@@ -242,11 +232,10 @@ bool Datapath::refresh_cgroups(const Policy& p) {
 }
 
 Result<void> Datapath::attach(const Policy& next, const Staged& s) {
-  BpfMap owned = skel_->owned();
-  for (size_t i = 0; i < next.paths.size(); ++i)
-    DP_TRY(Tc::attach(static_cast<int>(s.ifindex[i]), next.paths[i].interface, skel_->egress_fd(),
-                      skel_->ingress_fd(), owned));
-  // TCP measurement: sockops on the policy's cgroup (or the cgroup v2 root).
+  // TCP measurement and connect-time placement: the policy's cgroup (or the
+  // cgroup v2 root). Connect-time placement is inert in the shared topology
+  // (no rail has a network in dp_rail_nets), and the sk_lookup handover too
+  // (dp_local_addrs is all zero there), so they are attached in both.
   std::string cgroup = next.measurement.cgroup;
   if (cgroup.empty()) {
     auto root = cgroup2_root();
@@ -255,32 +244,45 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
     else
       spdlog::warn("{}: TCP RTT, retransmits and RTOs are not measured", root.error().what());
   }
-  if (!cgroup.empty()) {
-    DP_TRY(attach_sockops(skel_->sockops_prog(), cgroup, pin_dir_));
-    // connect-time placement: inert in the shared topology (no rail has a
-    // network in dp_rail_nets), so it is attached in both
-    for (auto& [prog, what] : skel_->sock_addr_progs())
-      DP_TRY(attach_cgroup(prog, cgroup, pin_dir_, what));
-    if (cgroup != sockops_cgroup_)
-      spdlog::info("sockops and connect-time placement attached to cgroup {}", cgroup);
-  }
-  sockops_cgroup_ = cgroup;
-  // servers bound to one rail's address: inert in the shared topology
-  // (dp_local_addrs is all zero there), so it is attached in both
-  DP_TRY(attach_netns(skel_->sk_lookup_prog(), pin_dir_, "sk_lookup"));
-  // multipath classes: every socket() of the node runs it, so only while
-  // the policy has one
+  // multipath classes: every socket() of the node runs their hook, so only
+  // while the policy has one
   bool multipath = std::any_of(next.classes.begin(), next.classes.end(),
                                [](const ClassSpec& c) { return c.multipath; });
-  if (multipath && !skel_->mptcpify_prog())
-    spdlog::warn(
-        "multipath classes: {}; only commands started with `dpctl run --class` are made MPTCP "
-        "(through mptcpize), other sockets of those classes stay TCP",
-        skel_->mptcpify_error());
-  if (multipath && skel_->mptcpify_prog())
-    DP_TRY(attach_trace(skel_->mptcpify_prog(), pin_dir_, "update_socket_protocol"));
-  else
-    DP_TRY(detach_pinned(pin_dir_, "update_socket_protocol"));
+  auto owned = skel_->dp_owned();
+  for (const auto& spec : kPrograms) {
+    bpf_program* prog = skel_->program(spec.name);
+    std::string what(spec.pin);
+    bool wanted = spec.when == When::Always || multipath;
+    if (wanted && !prog)
+      spdlog::warn(
+          "multipath classes: {}; only commands started with `dpctl run --class` are made MPTCP "
+          "(through mptcpize), other sockets of those classes stay TCP",
+          skel_->refused(spec.name));
+    if (!wanted || !prog) {
+      if (!is_tc(spec)) DP_TRY(detach_pinned(pin_dir_, what));
+      continue;
+    }
+    switch (spec.hook) {
+      case Hook::TcEgress:
+      case Hook::TcIngress:
+        for (size_t i = 0; i < next.paths.size(); ++i)
+          DP_TRY(Tc::attach(static_cast<int>(s.ifindex[i]), next.paths[i].interface,
+                            spec.hook == Hook::TcEgress, bpf_program__fd(prog), owned));
+        break;
+      case Hook::Cgroup:
+        if (!cgroup.empty()) DP_TRY(attach_cgroup(prog, cgroup, pin_dir_, what));
+        break;
+      case Hook::Netns:
+        DP_TRY(attach_netns(prog, pin_dir_, what));
+        break;
+      case Hook::Trace:
+        DP_TRY(attach_trace(prog, pin_dir_, what));
+        break;
+    }
+  }
+  if (!cgroup.empty() && cgroup != sockops_cgroup_)
+    spdlog::info("sockops and connect-time placement attached to cgroup {}", cgroup);
+  sockops_cgroup_ = cgroup;
   // every program of this build is in place: the old maps can go
   return finish_upgrade();
 }
@@ -288,34 +290,36 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
 // The policy's peer table into dp_peers: every entry written, then the
 // addresses the policy no longer holds removed.
 Result<void> Datapath::write_peers(const Policy& next, const std::vector<int>& rail_slot) {
-  BpfMap peers = skel_->peers();
+  auto peers = skel_->dp_peers();
   auto want = encode_peers(next, rail_slot);
   std::set<std::string> keep;
   for (auto& [k, v] : want) {
-    DP_TRY(peers.update(&k, &v));
+    DP_TRY(peers.update(k, v));
     keep.insert(std::string(reinterpret_cast<const char*>(&k), sizeof(k)));
   }
   std::vector<dp_peer_key> stale;
-  for (auto& k : keys_of<dp_peer_key>(peers))
+  for (auto& k : peers.keys())
     if (!keep.count(std::string(reinterpret_cast<const char*>(&k), sizeof(k)))) stale.push_back(k);
-  for (auto& k : stale) DP_TRY(peers.remove(&k));
+  for (auto& k : stale) DP_TRY(peers.remove(k));
   return {};
 }
 
 Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {
-  BpfMap decisions = skel_->decisions(), class_names = skel_->class_names();
-  BpfMap rail_names = skel_->rail_names(), rails = skel_->rails(), qos = skel_->class_qos();
-  BpfMap nets = skel_->rail_nets();
+  auto decisions = skel_->dp_decisions();
+  auto class_names = skel_->dp_class_names(), rail_names = skel_->dp_rail_names();
+  auto rails = skel_->dp_rails();
+  auto qos = skel_->dp_class_qos();
+  auto nets = skel_->dp_rail_nets();
   for (size_t i = 0; i < next.paths.size(); ++i) {
     auto slot = static_cast<uint32_t>(s.rail_slot[i]);
     dp_rail r = encode_rail(next.paths[i], s.ifindex[i], true, next.topology);
     dp_rail_net net = encode_rail_net(next.paths[i], next.topology);
-    DP_TRY(nets.update(&slot, &net));
+    DP_TRY(nets.update(slot, net));
     dp_local_addr local = encode_local_addr(next.paths[i], next.topology);
-    DP_TRY(skel_->local_addrs().update(&slot, &local));
+    DP_TRY(skel_->dp_local_addrs().update(slot, local));
     dp_slot_name n = encode_name(next.paths[i].name);
-    DP_TRY(rails.update(&slot, &r));
-    DP_TRY(rail_names.update(&slot, &n));
+    DP_TRY(rails.update(slot, r));
+    DP_TRY(rail_names.update(slot, n));
     DP_TRY(skel_->set_rail_ifindex(s.ifindex[i], slot));
   }
   DP_TRY(write_peers(next, s.rail_slot));
@@ -323,21 +327,21 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     const auto& cs = next.classes[i];
     auto slot = static_cast<uint32_t>(s.class_slot[i]);
     dp_decision cur{};
-    bool known = s.existing_classes[slot] == cs.name && decisions.lookup(&slot, &cur);
+    bool known = s.existing_classes[slot] == cs.name && decisions.lookup(slot, &cur);
     auto pinned_rail = decision_single_rail(cur);
     bool keep = known && (cur.flags & kOperatorPinned) && pinned_rail &&
                 contains(s.rail_slot, static_cast<uint32_t>(*pinned_rail));
     if (!keep) {
       int prefer = s.rail_slot[static_cast<size_t>(next.path_index(cs.prefer))];
       dp_decision d = decision_all_on(prefer, cs.pinned, ++decision_version_);
-      DP_TRY(decisions.update(&slot, &d));
+      DP_TRY(decisions.update(slot, d));
     }
     dp_slot_name n = encode_name(cs.name);
-    DP_TRY(class_names.update(&slot, &n));
+    DP_TRY(class_names.update(slot, n));
     dp_class_qos q = encode_qos(cs);
-    DP_TRY(qos.update(&slot, &q));
+    DP_TRY(qos.update(slot, q));
     dp_class_tcp ct = encode_class_tcp(cs);
-    DP_TRY(skel_->class_tcp().update(&slot, &ct));
+    DP_TRY(skel_->dp_class_tcp().update(slot, ct));
   }
   uint32_t zero = 0;
   dp_config cfg{};
@@ -350,12 +354,12 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   bool by_cgroup =
       std::any_of(s.cgroups.begin(), s.cgroups.end(), [](auto& r) { return r.id != 0; });
   uint32_t gens = 0;
-  (void)skel_->cgroup_gens().lookup(&zero, &gens);
+  (void)skel_->dp_cgroup_gens().lookup(zero, &gens);
   gens = by_cgroup ? gens | (1u << s.gen) : gens & ~(1u << s.gen);
   DP_TRY(set_cgroup_gens(gens));
   dp_mark_bits bits{next.routing.mark_mask, next.routing.redirect_mark};
-  DP_TRY(skel_->mark_bits().update(&zero, &bits));
-  DP_TRY(skel_->config().update(&zero, &cfg));
+  DP_TRY(skel_->dp_mark_bits().update(zero, bits));
+  DP_TRY(skel_->dp_config().update(zero, cfg));
   flowlet_gap_ns_ = cfg.flowlet_gap_ns;
   gen_ = s.gen;
 
@@ -365,25 +369,25 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     dp_slot_name empty{};
     dp_decision none{};
     dp_class_qos no_qos{};
-    (void)class_names.update(&slot, &empty);
-    (void)decisions.update(&slot, &none);
-    (void)qos.update(&slot, &no_qos);
+    (void)class_names.update(slot, empty);
+    (void)decisions.update(slot, none);
+    (void)qos.update(slot, no_qos);
     dp_class_tcp no_tcp{};
-    (void)skel_->class_tcp().update(&slot, &no_tcp);
+    (void)skel_->dp_class_tcp().update(slot, no_tcp);
   }
   for (uint32_t slot = 0; slot < DP_MAX_RAILS; ++slot) {
     if (contains(s.rail_slot, slot)) continue;
     dp_slot_name empty{};
     dp_rail none{};
     dp_rail_net no_net{};
-    (void)rail_names.update(&slot, &empty);
-    (void)rails.update(&slot, &none);
-    (void)nets.update(&slot, &no_net);
+    (void)rail_names.update(slot, empty);
+    (void)rails.update(slot, none);
+    (void)nets.update(slot, no_net);
     dp_local_addr no_local{};
-    (void)skel_->local_addrs().update(&slot, &no_local);
+    (void)skel_->dp_local_addrs().update(slot, no_local);
   }
-  BpfMap owned = skel_->owned();
-  for (uint32_t idx : keys_of<uint32_t>(skel_->ifindex())) {
+  auto owned = skel_->dp_owned();
+  for (uint32_t idx : skel_->dp_ifindex().keys()) {
     if (std::find(s.ifindex.begin(), s.ifindex.end(), idx) != s.ifindex.end()) continue;
     char name[IF_NAMESIZE] = "?";
     if_indextoname(idx, name);
@@ -425,33 +429,33 @@ Result<void> Datapath::write_decision(size_t klass, const Shares& shares, uint32
     d.share[static_cast<size_t>(rail_slot_[i])] = shares[i];
   d.flags = flags;
   d.version = ++decision_version_;
-  return skel_->decisions().update(&slot, &d);
+  return skel_->dp_decisions().update(slot, d);
 }
 
 Result<dp_decision> Datapath::decision(size_t klass) const {
   auto slot = static_cast<uint32_t>(class_slot_.at(klass));
   dp_decision d{};
-  DP_TRY(skel_->decisions().lookup(&slot, &d));
+  DP_TRY(skel_->dp_decisions().lookup(slot, &d));
   return d;
 }
 
 Result<void> Datapath::clear_operator_pin(size_t klass) {
   auto slot = static_cast<uint32_t>(class_slot_.at(klass));
-  BpfMap decisions = skel_->decisions();
+  auto decisions = skel_->dp_decisions();
   dp_decision d{};
-  DP_TRY(decisions.lookup(&slot, &d));
+  DP_TRY(decisions.lookup(slot, &d));
   d.flags &= ~kOperatorPinned;
   d.version = ++decision_version_;
-  return decisions.update(&slot, &d);
+  return decisions.update(slot, d);
 }
 
 Result<void> Datapath::set_flowlet_gap(uint64_t ns) {
   uint32_t zero = 0;
   dp_config cfg{};
-  BpfMap m = skel_->config();
-  DP_TRY(m.lookup(&zero, &cfg));
+  auto m = skel_->dp_config();
+  DP_TRY(m.lookup(zero, &cfg));
   cfg.flowlet_gap_ns = ns;
-  DP_TRY(m.update(&zero, &cfg));
+  DP_TRY(m.update(zero, cfg));
   flowlet_gap_ns_ = ns;
   return {};
 }
@@ -467,48 +471,17 @@ Result<void> Datapath::write_cells(uint32_t shift, const std::vector<bool>& clas
   for (size_t i = 0; i < ns_per_kib.size() && i < rail_slot_.size(); ++i)
     cc.ns_per_kib[static_cast<size_t>(rail_slot_[i])] = ns_per_kib[i];
   uint32_t zero = 0;
-  return skel_->cells().update(&zero, &cc);
+  return skel_->dp_cells().update(zero, cc);
 }
 
 Result<dp_cell_cfg> Datapath::cells() const {
   dp_cell_cfg cc{};
   uint32_t zero = 0;
-  DP_TRY(skel_->cells().lookup(&zero, &cc));
+  DP_TRY(skel_->dp_cells().lookup(zero, &cc));
   return cc;
 }
 
 namespace {
-
-// Every entry of a hash map, in batches (one system call per batch, not two
-// per entry: the flow table is read every tick while bursts are planned).
-template <class K, class V>
-std::vector<std::pair<K, V>> entries_of(const BpfMap& m) {
-  std::vector<std::pair<K, V>> out;
-  constexpr uint32_t kBatch = 1024;
-  std::vector<K> keys(kBatch);
-  std::vector<V> vals(kBatch);
-  uint32_t token = 0;
-  bool first = true;
-  for (;;) {
-    uint32_t n = kBatch;
-    int rc = bpf_map_lookup_batch(m.fd(), first ? nullptr : &token, &token, keys.data(),
-                                  vals.data(), &n, nullptr);
-    int err = rc ? errno : 0;
-    if (rc && err != ENOENT) {
-      // no batch operations (an older kernel): one key at a time
-      if (first && (err == EINVAL || err == 524 /* ENOTSUPP */ || err == EOPNOTSUPP)) {
-        for (auto& k : keys_of<K>(m)) {
-          V v{};
-          if (m.lookup(&k, &v)) out.emplace_back(k, v);
-        }
-      }
-      return out;
-    }
-    for (uint32_t i = 0; i < n; ++i) out.emplace_back(keys[i], vals[i]);
-    if (err == ENOENT) return out;
-    first = false;
-  }
-}
 
 Datapath::FlowKeyBytes key_bytes(const dp_flow_key& k) {
   Datapath::FlowKeyBytes b;
@@ -549,7 +522,7 @@ std::vector<PlannedFlow> Datapath::burst_flows(const std::vector<bool>& classes,
       path[static_cast<size_t>(rail_slot_[i])] = i;
   const uint64_t now = monotonic_ns();
   const auto since = static_cast<uint64_t>(active.count());
-  for (auto& [k, f] : entries_of<dp_flow_key, dp_flow>(skel_->flows())) {
+  for (auto& [k, f] : skel_->dp_flows().entries()) {
     if (f.cls >= DP_MAX_CLASSES || klass[f.cls] == BurstPlan::kNone) continue;
     if (f.last_seen_ns + since < now || !f.packets || f.bytes / f.packets < kMinMeanPacket)
       continue;
@@ -569,9 +542,9 @@ std::vector<PlannedFlow> Datapath::burst_flows(const std::vector<bool>& classes,
 }
 
 Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const BurstPlan& plan) {
-  BpfMap m = skel_->plans();
+  auto m = skel_->dp_plans();
   if (!plans_read_) {  // what a previous process planned is ours to keep or delete
-    for (auto& [k, v] : entries_of<dp_flow_key, dp_plan>(m)) plans_[key_bytes(k)] = v.rail;
+    for (auto& [k, v] : m.entries()) plans_[key_bytes(k)] = v.rail;
     plans_read_ = true;
   }
   std::map<FlowKeyBytes, uint32_t> want;
@@ -587,7 +560,7 @@ Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const 
     }
     dp_flow_key k;
     std::memcpy(&k, it->first.data(), sizeof(k));
-    DP_TRY(m.remove(&k));
+    DP_TRY(m.remove(k));
     it = plans_.erase(it);
   }
   for (auto& [kb, rail] : want) {
@@ -596,7 +569,7 @@ Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const 
     dp_flow_key k;
     std::memcpy(&k, kb.data(), sizeof(k));
     dp_plan v{rail, ++plan_version_};
-    DP_TRY(m.update(&k, &v));
+    DP_TRY(m.update(k, v));
     plans_[kb] = rail;
   }
   return {};
@@ -607,7 +580,7 @@ bool Datapath::check_present(size_t path, const PathSpec& ps) {
   if (ifindex_of(ps.interface) == rail_ifindex_[path]) return false;
   auto slot = static_cast<uint32_t>(rail_slot_[path]);
   dp_rail r = encode_rail(ps, rail_ifindex_[path], false, topology_);
-  auto ok = skel_->rails().update(&slot, &r);
+  auto ok = skel_->dp_rails().update(slot, r);
   vanished_[path] = ok.ok();
   spdlog::error("interface {} of path {} is gone: the path is no longer a redirect target{}",
                 ps.interface, ps.name,
@@ -616,15 +589,17 @@ bool Datapath::check_present(size_t path, const PathSpec& ps) {
 }
 
 void Datapath::read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const {
-  BpfMap cm = skel_->counters(), em = skel_->exceptions(), tm = skel_->tcp();
+  auto cm = skel_->dp_counters();
+  auto em = skel_->dp_exceptions();
+  auto tm = skel_->dp_tcp();
   for (uint32_t r = 0; r < DP_MAX_RAILS; ++r) {
     for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
       uint32_t key = r * DP_MAX_CLASSES + c;
-      if (auto v = cm.lookup_percpu<dp_counters>(&key)) counters[r][c] = sum_counters(*v);
+      if (auto v = cm.lookup(key)) counters[r][c] = sum_counters(*v);
     }
     for (uint32_t e = 0; e < DP_EXC_MAX; ++e) {
       uint32_t key = r * DP_EXC_MAX + e;
-      auto v = em.lookup_percpu<uint64_t>(&key);
+      auto v = em.lookup(key);
       if (!v) continue;
       uint64_t sum = 0;
       for (auto x : *v) sum += x;
@@ -634,17 +609,17 @@ void Datapath::read(CounterTable& counters, ExceptionTable& exceptions, TcpTable
   for (uint32_t r = 0; r < DP_MAX_RAILS; ++r)
     for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
       uint32_t key = r * DP_MAX_CLASSES + c;
-      if (auto v = tm.lookup_percpu<dp_tcp_stats>(&key)) tcp[r][c] = sum_tcp(*v);
+      if (auto v = tm.lookup(key)) tcp[r][c] = sum_tcp(*v);
     }
 }
 
 ConnectTable Datapath::connects() const {
   ConnectTable out{};
-  BpfMap m = skel_->connects();
+  auto m = skel_->dp_connects();
   for (uint32_t r = 0; r <= DP_MAX_RAILS; ++r)
     for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
       uint32_t key = r * DP_MAX_CLASSES + c;
-      auto v = m.lookup_percpu<uint64_t>(&key);
+      auto v = m.lookup(key);
       if (!v) continue;
       for (auto x : *v) out[r][c] += x;
     }
@@ -653,9 +628,9 @@ ConnectTable Datapath::connects() const {
 
 std::array<uint64_t, DP_MAX_RAILS> Datapath::handovers() const {
   std::array<uint64_t, DP_MAX_RAILS> out{};
-  BpfMap m = skel_->handovers();
+  auto m = skel_->dp_handovers();
   for (uint32_t r = 0; r < DP_MAX_RAILS; ++r) {
-    auto v = m.lookup_percpu<uint64_t>(&r);
+    auto v = m.lookup(r);
     if (v)
       for (auto x : *v) out[r] += x;
   }
@@ -663,14 +638,16 @@ std::array<uint64_t, DP_MAX_RAILS> Datapath::handovers() const {
 }
 
 std::vector<FlowRow> Datapath::flows(size_t* total) const {
-  BpfMap flows = skel_->flows();
+  auto flows = skel_->dp_flows();
   std::vector<FlowRow> rows;
-  for (auto& [k, f] : entries_of<dp_flow_key, dp_flow>(flows)) rows.push_back({k, f});
+  for (auto& [k, f] : flows.entries()) rows.push_back({k, f});
   *total = rows.size();
   return rows;
 }
 
-const std::string& Datapath::mptcp_conversion_error() const { return skel_->mptcpify_error(); }
+const std::string& Datapath::mptcp_conversion_error() const {
+  return skel_->refused("dp_update_socket_protocol");
+}
 
 std::optional<size_t> Datapath::flow_class(const IpAddr& local, uint16_t lport,
                                            const IpAddr& remote, uint16_t rport) const {
@@ -689,7 +666,7 @@ uint64_t Datapath::flow_bytes(const IpAddr& local, uint16_t lport, const IpAddr&
 
 std::optional<dp_flow> Datapath::find_flow(const IpAddr& local, uint16_t lport,
                                            const IpAddr& remote, uint16_t rport) const {
-  BpfMap flows = skel_->flows();
+  auto flows = skel_->dp_flows();
   auto key_of = [](const IpAddr& s, uint16_t sp, const IpAddr& d, uint16_t dp) {
     dp_flow_key k{};  // IPv4 as v4-mapped IPv6, as the datapath keys it
     auto put = [](__u32* w, const IpAddr& a) {
@@ -709,13 +686,13 @@ std::optional<dp_flow> Datapath::find_flow(const IpAddr& local, uint16_t lport,
   };
   for (const auto& k : {key_of(local, lport, remote, rport), key_of(remote, rport, local, lport)}) {
     dp_flow f{};
-    if (flows.lookup(&k, &f)) return f;
+    if (flows.lookup(k, &f)) return f;
   }
   return std::nullopt;
 }
 
 std::optional<TcView> Datapath::tc(int ifindex) const {
-  BpfMap owned = skel_->owned();
+  auto owned = skel_->dp_owned();
   auto st = Tc::status(ifindex, &owned);
   if (!st) return std::nullopt;
   return TcView{st->egress_prog_id, st->ingress_prog_id, st->clsact_owned};
@@ -732,14 +709,17 @@ unsigned Datapath::ifindex_of(const std::string& ifname) const {
 
 Result<void> Datapath::cleanup(const Policy& p, const std::string& bpffs_root) {
   std::string dir = pin_dir(bpffs_root, p.node);
-  std::optional<BpfMap> owned;
+  std::optional<dp_owned_map> owned;
   Fd owned_fd(bpf_obj_get((std::filesystem::path(dir) / "dp_owned").c_str()));
   if (owned_fd.valid()) owned.emplace(owned_fd.get(), "dp_owned");
+  // the tc filters on each rail; every other program goes with its link's pin
   for (auto& ps : p.paths) {
     unsigned idx = if_nametoindex(ps.interface.c_str());
     if (!idx) continue;
     DP_TRY(Tc::detach(static_cast<int>(idx), ps.interface, owned ? &*owned : nullptr));
   }
+  for (const auto& spec : kPrograms)
+    if (!is_tc(spec)) DP_TRY(detach_pinned(dir, std::string(spec.pin)));
   auto routed = Routing::remove(p);
   if (!routed) return routed.error();
   spdlog::info("removed {} rules and routes of node {}", routed->removed, p.node);

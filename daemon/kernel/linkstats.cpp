@@ -7,21 +7,14 @@
 
 namespace dp {
 
-LinkStatsReader::LinkStatsReader() : sk_(nl_socket_alloc()) {
-  if (sk_ && nl_connect(sk_, NETLINK_ROUTE) != 0) {
-    nl_socket_free(sk_);
-    sk_ = nullptr;
-  }
-}
-
-LinkStatsReader::~LinkStatsReader() {
-  if (sk_) nl_socket_free(sk_);
-}
-
 Result<LinkStats> LinkStatsReader::read(int ifindex) {
-  if (!sk_) return DP_SYS_ERROR(ENOTCONN, "no rtnetlink socket for link statistics");
+  if (!sk_) {
+    auto sk = NlSocket::connect(NETLINK_ROUTE);
+    if (!sk) return sk.error();
+    sk_ = std::move(*sk);
+  }
   rtnl_link* link = nullptr;
-  int err = rtnl_link_get_kernel(sk_, ifindex, nullptr, &link);
+  int err = rtnl_link_get_kernel(sk_.get(), ifindex, nullptr, &link);
   if (err < 0)
     return make_error(0, fmt::format("reading the statistics of ifindex {} failed: {}", ifindex,
                                      nl_geterror(err)));

@@ -93,50 +93,45 @@ int on_event(nl_msg* msg, void* arg) {
 
 Result<std::unique_ptr<PathManager>> PathManager::open() {
   std::unique_ptr<PathManager> pm(new PathManager());
-  pm->cmd_ = nl_socket_alloc();
-  pm->events_ = nl_socket_alloc();
-  if (!pm->cmd_ || !pm->events_) return DP_ERROR("allocating netlink sockets failed");
-  int err = genl_connect(pm->cmd_);
-  if (err == 0) err = genl_connect(pm->events_);
-  if (err) return DP_ERROR("connecting to generic netlink failed: {}", nl_geterror(err));
-  pm->family_ = genl_ctrl_resolve(pm->cmd_, MPTCP_PM_NAME);
+  auto cmd = NlSocket::connect_genl(), events = NlSocket::connect_genl();
+  if (!cmd) return cmd.error();
+  if (!events) return events.error();
+  pm->cmd_ = std::move(*cmd);
+  pm->events_ = std::move(*events);
+  int err = 0;
+  pm->family_ = genl_ctrl_resolve(pm->cmd_.get(), MPTCP_PM_NAME);
   if (pm->family_ < 0)
     return DP_ERROR(
         "the kernel has no MPTCP path manager interface ({}: {}); multipath classes need "
         "CONFIG_MPTCP and Linux 5.19 or later",
         MPTCP_PM_NAME, nl_geterror(pm->family_));
-  int grp = genl_ctrl_resolve_grp(pm->cmd_, MPTCP_PM_NAME, MPTCP_PM_EV_GRP_NAME);
+  int grp = genl_ctrl_resolve_grp(pm->cmd_.get(), MPTCP_PM_NAME, MPTCP_PM_EV_GRP_NAME);
   if (grp < 0) return DP_ERROR("the MPTCP path manager has no events group: {}", nl_geterror(grp));
-  nl_socket_disable_seq_check(pm->events_);
-  if ((err = nl_socket_add_membership(pm->events_, grp)) != 0)
+  nl_socket_disable_seq_check(pm->events_.get());
+  if ((err = nl_socket_add_membership(pm->events_.get(), grp)) != 0)
     return DP_ERROR("joining the MPTCP events group failed (needs CAP_NET_ADMIN): {}",
                     nl_geterror(err));
-  if ((err = nl_socket_set_nonblocking(pm->events_)) != 0)
+  if ((err = nl_socket_set_nonblocking(pm->events_.get())) != 0)
     return DP_ERROR("making the MPTCP events socket non-blocking failed: {}", nl_geterror(err));
   // a burst of connections must not overflow the events socket
-  (void)nl_socket_set_buffer_size(pm->events_, 4 << 20, 0);
+  (void)nl_socket_set_buffer_size(pm->events_.get(), 4 << 20, 0);
   return pm;
 }
 
-PathManager::~PathManager() {
-  if (cmd_) nl_socket_free(cmd_);
-  if (events_) nl_socket_free(events_);
-}
-
-int PathManager::event_fd() const { return nl_socket_get_fd(events_); }
+int PathManager::event_fd() const { return events_.fd(); }
 
 Result<size_t> PathManager::read_events(const std::function<void(const Event&)>& on) {
   Reader r{&on};
   // the socket's own callbacks, which skip the sequence check (events are
   // not answers to requests), with ours for the messages
-  nl_cb* sock_cb = nl_socket_get_cb(events_);
+  nl_cb* sock_cb = nl_socket_get_cb(events_.get());
   nl_cb* cb = sock_cb ? nl_cb_clone(sock_cb) : nullptr;
   if (sock_cb) nl_cb_put(sock_cb);
   if (!cb) return DP_ERROR("allocating a netlink callback failed");
   nl_cb_set(cb, NL_CB_VALID, NL_CB_CUSTOM, on_event, &r);
   int err = 0;
   for (;;) {
-    err = nl_recvmsgs(events_, cb);
+    err = nl_recvmsgs(events_.get(), cb);
     if (err < 0) break;
   }
   nl_cb_put(cb);
@@ -159,7 +154,7 @@ Result<void> PathManager::command(uint8_t cmd, const std::function<Result<void>(
     nlmsg_free(m);
     return r.error();
   }
-  int err = nl_send_sync(cmd_, m);  // frees m
+  int err = nl_send_sync(cmd_.get(), m);  // frees m
   if (err < 0) return DP_ERROR("{} failed: {}", what, nl_geterror(err));
   return {};
 }

@@ -13,6 +13,8 @@
 #include <memory>
 #include <set>
 
+#include "dualpath/kernel/netlink.h"
+
 namespace dp {
 namespace {
 
@@ -20,16 +22,6 @@ constexpr uint32_t kRuleRange = 100;
 // Failover rules ("to <a failed path's route> lookup <survivor's table>") use
 // the upper half of the range; the fwmark rules the lower.
 constexpr uint32_t kFailoverRuleOffset = 50;
-
-struct NlSock {
-  nl_sock* sk = nullptr;
-  NlSock() : sk(nl_socket_alloc()) {}
-  ~NlSock() {
-    if (sk) nl_socket_free(sk);
-  }
-  NlSock(const NlSock&) = delete;
-  NlSock& operator=(const NlSock&) = delete;
-};
 
 template <class T, void (*F)(T*)>
 struct Deleter {
@@ -41,16 +33,6 @@ using CachePtr = std::unique_ptr<nl_cache, Deleter<nl_cache, nl_cache_free>>;
 using AddrPtr = std::unique_ptr<nl_addr, Deleter<nl_addr, nl_addr_put>>;
 using RulePtr = std::unique_ptr<rtnl_rule, Deleter<rtnl_rule, rtnl_rule_put>>;
 using RoutePtr = std::unique_ptr<rtnl_route, Deleter<rtnl_route, rtnl_route_put>>;
-
-Result<void> nl_err(int err, std::string what) {
-  if (err >= 0) return {};
-  return make_error(0, fmt::format("{}: {}", what, nl_geterror(err)));
-}
-
-Result<void> connect(NlSock& s) {
-  if (!s.sk) return DP_SYS_ERROR(ENOMEM, "allocating a netlink socket failed");
-  return nl_err(nl_connect(s.sk, NETLINK_ROUTE), "connecting to rtnetlink failed");
-}
 
 AddrPtr make_addr(const IpAddr& a, int prefixlen) {
   nl_addr* n = nl_addr_build(a.family, a.bytes.data(), a.family == AF_INET ? 4 : 16);
@@ -205,8 +187,9 @@ std::vector<WantedRule> wanted_rules(const Policy& p, const std::vector<bool>& f
 }  // namespace
 
 Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& failed) {
-  NlSock s;
-  DP_TRY(connect(s));
+  auto sock = NlSocket::connect(NETLINK_ROUTE);
+  if (!sock) return sock.error();
+  nl_sock* sk = sock->get();
   RoutingChange ch;
 
   // ---- rules
@@ -214,7 +197,7 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
   auto rules = wanted_rules(p, failed);
   for (auto& w : rules) want.insert(rule_key(w));
   nl_cache* raw = nullptr;
-  DP_TRY(nl_err(rtnl_rule_alloc_cache(s.sk, AF_UNSPEC, &raw), "listing ip rules failed"));
+  DP_TRY(nl_result(rtnl_rule_alloc_cache(sk, AF_UNSPEC, &raw), "listing ip rules failed"));
   CachePtr rc(raw);
   std::set<std::string> have;
   for (auto* o = nl_cache_get_first(rc.get()); o; o = nl_cache_get_next(o)) {
@@ -226,7 +209,7 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
       ++ch.unchanged;
       continue;
     }
-    DP_TRY(nl_err(rtnl_rule_delete(s.sk, r, 0), "removing stale rule \"" + k + "\" failed"));
+    DP_TRY(nl_result(rtnl_rule_delete(sk, r, 0), "removing stale rule \"" + k + "\" failed"));
     ++ch.removed;
   }
   for (auto& w : rules) {
@@ -246,8 +229,8 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
     rtnl_rule_set_table(r.get(), w.table);
     rtnl_rule_set_action(r.get(), FR_ACT_TO_TBL);
     rtnl_rule_set_protocol(r.get(), p.routing.route_protocol);
-    DP_TRY(nl_err(rtnl_rule_add(s.sk, r.get(), NLM_F_CREATE | NLM_F_EXCL),
-                  "adding \"" + k + "\" failed"));
+    DP_TRY(nl_result(rtnl_rule_add(sk, r.get(), NLM_F_CREATE | NLM_F_EXCL),
+                     "adding \"" + k + "\" failed"));
     ++ch.added;
   }
 
@@ -257,7 +240,7 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
   std::set<std::string> want_routes;
   for (auto& w : *routes) want_routes.insert(w.key);
   raw = nullptr;
-  DP_TRY(nl_err(rtnl_route_alloc_cache(s.sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
+  DP_TRY(nl_result(rtnl_route_alloc_cache(sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
   CachePtr cache(raw);
   std::set<std::string> have_routes;
   for (auto* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
@@ -269,7 +252,7 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
       ++ch.unchanged;
       continue;
     }
-    DP_TRY(nl_err(rtnl_route_delete(s.sk, r, 0), "removing stale \"" + k + "\" failed"));
+    DP_TRY(nl_result(rtnl_route_delete(sk, r, 0), "removing stale \"" + k + "\" failed"));
     ++ch.removed;
   }
   for (auto& w : *routes) {
@@ -294,38 +277,39 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
       rtnl_route_nh_set_gateway(nh, gw.get());
     }
     rtnl_route_add_nexthop(r.get(), nh);  // the route owns nh now
-    int err = rtnl_route_add(s.sk, r.get(), NLM_F_CREATE | NLM_F_EXCL);
+    int err = rtnl_route_add(sk, r.get(), NLM_F_CREATE | NLM_F_EXCL);
     if (err == -NLE_EXIST)
       return DP_ERROR(
           "adding \"{}\" failed: a route to {} that is not dualpath's already exists "
           "in table {}; remove it or choose another table",
           w.key, w.dst.str(), w.path->table);
-    DP_TRY(nl_err(err, "adding \"" + w.key + "\" failed"));
+    DP_TRY(nl_result(err, "adding \"" + w.key + "\" failed"));
     ++ch.added;
   }
   return ch;
 }
 
 Result<RoutingChange> Routing::remove(const Policy& p) {
-  NlSock s;
-  DP_TRY(connect(s));
+  auto sock = NlSocket::connect(NETLINK_ROUTE);
+  if (!sock) return sock.error();
+  nl_sock* sk = sock->get();
   RoutingChange ch;
   nl_cache* raw = nullptr;
-  DP_TRY(nl_err(rtnl_route_alloc_cache(s.sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
+  DP_TRY(nl_result(rtnl_route_alloc_cache(sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
   CachePtr cache(raw);
   for (auto* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
     auto* r = reinterpret_cast<rtnl_route*>(o);
     if (!route_is_ours(r, p)) continue;
-    DP_TRY(nl_err(rtnl_route_delete(s.sk, r, 0), "removing \"" + route_key(r) + "\" failed"));
+    DP_TRY(nl_result(rtnl_route_delete(sk, r, 0), "removing \"" + route_key(r) + "\" failed"));
     ++ch.removed;
   }
   raw = nullptr;
-  DP_TRY(nl_err(rtnl_rule_alloc_cache(s.sk, AF_UNSPEC, &raw), "listing ip rules failed"));
+  DP_TRY(nl_result(rtnl_rule_alloc_cache(sk, AF_UNSPEC, &raw), "listing ip rules failed"));
   CachePtr rc(raw);
   for (auto* o = nl_cache_get_first(rc.get()); o; o = nl_cache_get_next(o)) {
     auto* r = reinterpret_cast<rtnl_rule*>(o);
     if (!rule_is_ours(r, p)) continue;
-    DP_TRY(nl_err(rtnl_rule_delete(s.sk, r, 0), "removing \"" + rule_key(r) + "\" failed"));
+    DP_TRY(nl_result(rtnl_rule_delete(sk, r, 0), "removing \"" + rule_key(r) + "\" failed"));
     ++ch.removed;
   }
   return ch;
@@ -334,10 +318,11 @@ Result<RoutingChange> Routing::remove(const Policy& p) {
 Result<int> Routing::drop_unresolved_neighbours(const std::string& ifname) {
   unsigned idx = if_nametoindex(ifname.c_str());
   if (!idx) return 0;  // gone: nothing of it is queued
-  NlSock s;
-  DP_TRY(connect(s));
+  auto sock = NlSocket::connect(NETLINK_ROUTE);
+  if (!sock) return sock.error();
+  nl_sock* sk = sock->get();
   nl_cache* raw = nullptr;
-  DP_TRY(nl_err(rtnl_neigh_alloc_cache(s.sk, &raw), "reading the neighbour table failed"));
+  DP_TRY(nl_result(rtnl_neigh_alloc_cache(sk, &raw), "reading the neighbour table failed"));
   CachePtr cache(raw);
   std::vector<rtnl_neigh*> unresolved;
   for (nl_object* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
@@ -348,23 +333,24 @@ Result<int> Routing::drop_unresolved_neighbours(const std::string& ifname) {
   }
   int dropped = 0;
   for (auto* n : unresolved)
-    if (rtnl_neigh_delete(s.sk, n, 0) >= 0) ++dropped;  // gone meanwhile: resolved or failed
+    if (rtnl_neigh_delete(sk, n, 0) >= 0) ++dropped;  // gone meanwhile: resolved or failed
   return dropped;
 }
 
 Result<std::vector<RoutingObject>> Routing::owned(const Policy& p) {
-  NlSock s;
-  DP_TRY(connect(s));
+  auto sock = NlSocket::connect(NETLINK_ROUTE);
+  if (!sock) return sock.error();
+  nl_sock* sk = sock->get();
   std::vector<RoutingObject> out;
   nl_cache* raw = nullptr;
-  DP_TRY(nl_err(rtnl_rule_alloc_cache(s.sk, AF_UNSPEC, &raw), "listing ip rules failed"));
+  DP_TRY(nl_result(rtnl_rule_alloc_cache(sk, AF_UNSPEC, &raw), "listing ip rules failed"));
   CachePtr rc(raw);
   for (auto* o = nl_cache_get_first(rc.get()); o; o = nl_cache_get_next(o)) {
     auto* r = reinterpret_cast<rtnl_rule*>(o);
     if (rule_is_ours(r, p)) out.push_back({"rule", rule_key(r)});
   }
   raw = nullptr;
-  DP_TRY(nl_err(rtnl_route_alloc_cache(s.sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
+  DP_TRY(nl_result(rtnl_route_alloc_cache(sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
   CachePtr cache(raw);
   for (auto* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
     auto* r = reinterpret_cast<rtnl_route*>(o);

@@ -169,11 +169,14 @@ Result<void> LayoutUpgrade::finish(const std::string& pin_dir,
     if (bpf_obj_pin(m.m.fresh, m.m.pin.c_str()) != 0)
       return DP_SYS_ERROR(errno, "pinning the new {} at {} failed", m.m.name, m.m.pin);
   }
-  // maps an earlier build had and this one has not
+  // maps and programs an earlier build had and this one has not (a link's
+  // pin removed detaches its program)
   std::error_code ec;
   for (auto& e : std::filesystem::directory_iterator(pin_dir, ec)) {
     std::string name = e.path().filename().string();
-    if (name.rfind("dp_", 0) == 0 && std::find(keep.begin(), keep.end(), name) == keep.end()) {
+    bool ours =
+        name.rfind("dp_", 0) == 0 || name.rfind("prog_", 0) == 0 || name.rfind("link_", 0) == 0;
+    if (ours && std::find(keep.begin(), keep.end(), name) == keep.end()) {
       spdlog::info("upgrade: {} is not part of this build's datapath; its pin is removed", name);
       ::unlink(e.path().c_str());
     }

@@ -108,7 +108,7 @@ std::vector<uint8_t> build_packet(const PacketSpec& s) {
   return out;
 }
 
-FlowKeyBytes flow_key_of(const PacketSpec& s) {
+dp_flow_key flow_key_of(const PacketSpec& s) {
   dp_flow_key k{};
   if (s.family == 4) {
     k.saddr[2] = htonl(0xffff);
@@ -122,10 +122,7 @@ FlowKeyBytes flow_key_of(const PacketSpec& s) {
   k.sport = htons(s.sport);
   k.dport = htons(s.dport);
   k.proto = s.proto;
-  FlowKeyBytes out{};
-  static_assert(sizeof(k) == sizeof(out.bytes));
-  std::memcpy(out.bytes, &k, sizeof(k));
-  return out;
+  return k;
 }
 
 }  // namespace dptest

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "dualpath/abi.h"
+
 namespace dptest {
 
 struct PacketSpec {
@@ -29,9 +31,6 @@ std::vector<uint8_t> build_packet(const PacketSpec& s);
 uint16_t ipv4_header_sum(const uint8_t* hdr, size_t len);
 
 // Flow key of the packet as the datapath builds it (for dp_flows lookups).
-struct FlowKeyBytes {
-  uint8_t bytes[40];
-};
-FlowKeyBytes flow_key_of(const PacketSpec& s);
+dp_flow_key flow_key_of(const PacketSpec& s);
 
 }  // namespace dptest

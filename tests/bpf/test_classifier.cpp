@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "dp_bench.skel.h"
+#include "dp_tc.skel.h"
 #include "dualpath/core/encode.h"
 #include "dualpath/kernel/attach.h"
 #include "dualpath/kernel/cgroups.h"
@@ -53,7 +55,7 @@ class Classifier : public ::testing::Test {
     for (auto& [mark, cls] : enc.marks) {
       dp_mark_key k{0, mark};
       dp_mark_val v{cls, {}};
-      ASSERT_TRUE(skel_->marks().update(&k, &v));
+      ASSERT_TRUE(skel_->dp_marks().update(k, v));
     }
     set_config(0, DP_CLASS_NONE);
     set_rail(0, kLoIfindex, true, true, true);
@@ -67,33 +69,33 @@ class Classifier : public ::testing::Test {
   void write_ports(uint32_t gen, const dp::EncodedPolicy& enc) {
     for (uint32_t p = 0; p < DP_PORT_SPACE; ++p) {
       uint32_t key = gen * DP_PORT_SPACE + p;
-      ASSERT_TRUE(skel_->ports().update(&key, &enc.ports[p]));
+      ASSERT_TRUE(skel_->dp_ports().update(key, enc.ports[p]));
     }
   }
   void set_config(uint32_t gen, uint32_t default_class, uint64_t flowlet_gap_ns = 0,
                   uint32_t cgroup_gens = 0) {
     uint32_t zero = 0;
     dp_config c{gen, default_class, flowlet_gap_ns, 0};
-    ASSERT_TRUE(skel_->config().update(&zero, &c));
-    ASSERT_TRUE(skel_->cgroup_gens().update(&zero, &cgroup_gens));
+    ASSERT_TRUE(skel_->dp_config().update(zero, c));
+    ASSERT_TRUE(skel_->dp_cgroup_gens().update(zero, cgroup_gens));
   }
   void set_rail(uint32_t slot, uint32_t ifindex, bool enabled, bool gw4, bool gw6) {
     dp::PathSpec ps = policy_.paths[slot];
     if (!gw4) ps.gateway.reset();
     if (!gw6) ps.gateway6.reset();
     dp_rail r = dp::encode_rail(ps, ifindex, enabled);
-    ASSERT_TRUE(skel_->rails().update(&slot, &r));
+    ASSERT_TRUE(skel_->dp_rails().update(slot, r));
   }
   void set_shares(uint32_t cls, uint16_t rail0, uint16_t rail1) {
     dp_decision d{};
     d.share[0] = rail0;
     d.share[1] = rail1;
     d.version = ++version_;
-    ASSERT_TRUE(skel_->decisions().update(&cls, &d));
+    ASSERT_TRUE(skel_->dp_decisions().update(cls, d));
   }
   void set_decision(uint32_t cls, int rail) {
     dp_decision d = dp::decision_all_on(rail, false, ++version_);
-    ASSERT_TRUE(skel_->decisions().update(&cls, &d));
+    ASSERT_TRUE(skel_->dp_decisions().update(cls, d));
   }
 
   RunResult run(int prog_fd, const PacketSpec& s, uint32_t mark = 0) {
@@ -114,13 +116,13 @@ class Classifier : public ::testing::Test {
 
   dp_counters counters(uint32_t rail, uint32_t cls) {
     uint32_t key = rail * DP_MAX_CLASSES + cls;
-    auto v = skel_->counters().lookup_percpu<dp_counters>(&key);
+    auto v = skel_->dp_counters().lookup(key);
     EXPECT_TRUE(v);
     return v ? dp::sum_counters(*v) : dp_counters{};
   }
   uint64_t exception(uint32_t rail, int reason) {
     uint32_t key = rail * DP_EXC_MAX + static_cast<uint32_t>(reason);
-    auto v = skel_->exceptions().lookup_percpu<uint64_t>(&key);
+    auto v = skel_->dp_exceptions().lookup(key);
     uint64_t s = 0;
     if (v)
       for (auto x : *v) s += x;
@@ -264,7 +266,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ClassifierTable, ::testing::ValuesIn(kCases),
 TEST_F(Classifier, MarkBitsOutsideTheMaskAreOthersAndKept) {
   uint32_t zero = 0;
   dp_mark_bits bits{0xffff, 0x8000};
-  ASSERT_TRUE(skel_->mark_bits().update(&zero, &bits));
+  ASSERT_TRUE(skel_->dp_mark_bits().update(zero, bits));
   // logs' mark 0x54 under a foreign 0xabc00000: still logs, redirected to rail1
   auto r = egress(tcp4(40000, 40001), 0xabc00054);
   EXPECT_EQ(r.ret, TC_ACT_REDIRECT);
@@ -290,7 +292,7 @@ TEST_F(Classifier, FlowTableRemembersClassAndRail) {
   ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);
   auto key = dptest::flow_key_of(s);
   dp_flow f{};
-  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
+  ASSERT_TRUE(skel_->dp_flows().lookup(key, &f));
   EXPECT_EQ(f.cls, kParamSync);
   EXPECT_EQ(f.rail, 1);
   EXPECT_EQ(f.packets, 2u);
@@ -304,7 +306,7 @@ TEST_F(Classifier, DecisionChangeMovesAnExistingFlow) {
   EXPECT_EQ(egress(s).ret, DP_PASS) << "the flow follows its class to rail0";
   auto key = dptest::flow_key_of(s);
   dp_flow f{};
-  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
+  ASSERT_TRUE(skel_->dp_flows().lookup(key, &f));
   EXPECT_EQ(f.rail, 0);
   EXPECT_EQ(f.replacements, 1u);
   EXPECT_EQ(counters(0, kParamSync).flows_replaced, 1u);
@@ -343,14 +345,14 @@ TEST_F(Classifier, RailIfindexIsDirectBelowTheLimitAndHashedAbove) {
   ASSERT_TRUE(skel_->set_rail_ifindex(DP_IFINDEX_DIRECT + 5, 1));
   uint32_t direct = 0, idx = 7, big = DP_IFINDEX_DIRECT + 5;
   dp_ifindex_val hv{};
-  ASSERT_TRUE(skel_->rail_by_ifindex().lookup(&idx, &direct));
+  ASSERT_TRUE(skel_->dp_rail_by_ifindex().lookup(idx, &direct));
   EXPECT_EQ(direct, 2u) << "slot + 1";
-  EXPECT_TRUE(skel_->ifindex().lookup(&big, &hv));
+  EXPECT_TRUE(skel_->dp_ifindex().lookup(big, &hv));
   EXPECT_EQ(hv.rail, 1u);
   ASSERT_TRUE(skel_->set_rail_ifindex(7, std::nullopt));
-  ASSERT_TRUE(skel_->rail_by_ifindex().lookup(&idx, &direct));
+  ASSERT_TRUE(skel_->dp_rail_by_ifindex().lookup(idx, &direct));
   EXPECT_EQ(direct, 0u);
-  EXPECT_FALSE(skel_->ifindex().lookup(&idx, &hv));
+  EXPECT_FALSE(skel_->dp_ifindex().lookup(idx, &hv));
 }
 
 // ---------------------------------------------------------------- flowlets
@@ -395,7 +397,7 @@ TEST_F(Classifier, ANewFlowletAfterTheGapFollowsTheShares) {
   // deterministic per (flow, flowlet number): a second table gives the same answer
   auto key = dptest::flow_key_of(tcp4(sport(0), 52001));
   dp_flow f{};
-  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
+  ASSERT_TRUE(skel_->dp_flows().lookup(key, &f));
   EXPECT_EQ(f.flowlet, 2u);
 }
 
@@ -457,7 +459,7 @@ class Cells : public Classifier {
     cc.class_mask = mask;
     cc.ns_per_kib[0] = ns0;
     cc.ns_per_kib[1] = ns1;
-    ASSERT_TRUE(skel_->cells().update(&zero, &cc));
+    ASSERT_TRUE(skel_->dp_cells().update(zero, cc));
     set_shares(kParamSync, 5000, 5000);
   }
   void set_vq(uint64_t f0, uint64_t f1) {
@@ -465,12 +467,12 @@ class Cells : public Classifier {
     dp_vq vq{};
     vq.finish_ns[0] = f0;
     vq.finish_ns[1] = f1;
-    ASSERT_TRUE(skel_->vq().update(&zero, &vq));
+    ASSERT_TRUE(skel_->dp_vq().update(zero, vq));
   }
   dp_vq vq() {
     uint32_t zero = 0;
     dp_vq v{};
-    EXPECT_TRUE(skel_->vq().lookup(&zero, &v));
+    EXPECT_TRUE(skel_->dp_vq().lookup(zero, &v));
     return v;
   }
   uint64_t rail_bytes(uint32_t rail) {  // param-sync bytes that left by rail
@@ -533,7 +535,7 @@ TEST_F(Cells, InAnyOrderAFlowChangesRailOnlyAtACellBoundary) {
   int last = egress(s).ret;
   for (int i = 0; i < 300; ++i) {
     dp_flow before{};
-    ASSERT_TRUE(skel_->flows().lookup(key.bytes, &before));
+    ASSERT_TRUE(skel_->dp_flows().lookup(key, &before));
     size_t len = build_packet(s).size();
     int ret = egress(s).ret;
     if (ret != last) {
@@ -580,7 +582,7 @@ TEST_F(Cells, AFlowMovesOnceItsBytesHaveLeftTheRail) {
   set_vq(mono_ns() + 60'000'000'000ull, 0);
   EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "nothing of the flow is left to overtake";
   dp_flow f{};
-  ASSERT_TRUE(skel_->flows().lookup(dptest::flow_key_of(s).bytes, &f));
+  ASSERT_TRUE(skel_->dp_flows().lookup(dptest::flow_key_of(s), &f));
   EXPECT_EQ(f.tail_ns, vq().finish_ns[1]) << "its tail is on rail1 now";
 }
 
@@ -620,16 +622,16 @@ class Bursts : public Cells {
     dp_cell_cfg cc{};
     cc.flags = DP_CELL_F_BURSTS;
     cc.class_mask = 1u << kParamSync;
-    ASSERT_TRUE(skel_->cells().update(&zero, &cc));
+    ASSERT_TRUE(skel_->dp_cells().update(zero, cc));
     set_config(0, DP_CLASS_NONE, kGapNs);
   }
   void plan(const PacketSpec& s, uint32_t rail) {
     dp_plan p{rail, 1};
-    ASSERT_TRUE(skel_->plans().update(dptest::flow_key_of(s).bytes, &p));
+    ASSERT_TRUE(skel_->dp_plans().update(dptest::flow_key_of(s), p));
   }
   dp_flow flow(const PacketSpec& s) {
     dp_flow f{};
-    EXPECT_TRUE(skel_->flows().lookup(dptest::flow_key_of(s).bytes, &f));
+    EXPECT_TRUE(skel_->dp_flows().lookup(dptest::flow_key_of(s), &f));
     return f;
   }
   static void idle() { std::this_thread::sleep_for(std::chrono::milliseconds(150)); }
@@ -748,7 +750,7 @@ TEST_F(Classifier, IngressCountsReceivedBytesPerClass) {
 TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   uint32_t slot = kControl;
   dp_class_qos q{0x10010, 46, DP_QOS_F_PRIORITY | DP_QOS_F_DSCP, {}};
-  ASSERT_TRUE(skel_->class_qos().update(&slot, &q));
+  ASSERT_TRUE(skel_->dp_class_qos().update(slot, q));
   constexpr size_t kL3 = 14;
   for (int fam : {4, 6}) {
     PacketSpec s = tcp4(40000, 53001);
@@ -793,8 +795,24 @@ TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + static_cast<long>(pkt.size())), pkt);
 }
 
-TEST_F(Classifier, EmptyBaselineProgramLoads) {
-  EXPECT_EQ(run(skel_->empty_fd(), tcp4(1, 2)).ret, TC_ACT_OK);
+// dp-bench-classifier's object: its prelude runs whatever program it is given
+// (the cost it adds is the same for every case), and the product's object
+// holds no bench program (DpSkeleton::load checks it against kPrograms).
+TEST_F(Classifier, TheBenchObjectRunsTheProgramItIsGiven) {
+  dp_bench* b = dp_bench__open_and_load();
+  ASSERT_NE(b, nullptr);
+  int next = bpf_map__fd(b->maps.dp_bench_next),
+      prelude = bpf_program__fd(b->progs.dp_bench_prelude);
+  uint32_t slot = 0;
+  EXPECT_EQ(run(prelude, tcp4(1, 2)).ret, TC_ACT_SHOT);  // nothing to run
+  for (auto [prog, want] :
+       {std::pair{b->progs.dp_empty, TC_ACT_OK}, std::pair{b->progs.dp_reference, DP_PASS}}) {
+    int fd = bpf_program__fd(prog);
+    ASSERT_EQ(bpf_map_update_elem(next, &slot, &fd, BPF_ANY), 0);
+    EXPECT_EQ(run(prelude, tcp4(1, 2)).ret, want) << bpf_program__name(prog);
+  }
+  EXPECT_EQ(bpf_object__find_program_by_name(skel_->get()->obj, "dp_empty"), nullptr);
+  dp_bench__destroy(b);
 }
 
 }  // namespace
@@ -850,11 +868,11 @@ TEST_F(Classifier, SocketsOfACgroupSubtreeTakeItsClassAfterMarksAndPorts) {
   ASSERT_TRUE(outer) << outer.error().str();
   dp_cgroup_key k{*outer, 0, 0};
   dp_cgroup_val v{static_cast<uint8_t>(kCombine), {}};
-  ASSERT_TRUE(skel_->cgroups().update(&k, &v));
+  ASSERT_TRUE(skel_->dp_cgroups().update(k, v));
   auto rule_of = [&](const PacketSpec& s) {
     auto key = dptest::flow_key_of(s);
     dp_flow f{};
-    EXPECT_TRUE(skel_->flows().lookup(key.bytes, &f));
+    EXPECT_TRUE(skel_->dp_flows().lookup(key, &f));
     return std::pair<int, int>{f.cls, f.rule};
   };
 
@@ -883,7 +901,7 @@ TEST_F(Classifier, SocketsOfACgroupSubtreeTakeItsClassAfterMarksAndPorts) {
   ASSERT_TRUE(inner);
   dp_cgroup_key ck{*inner, 0, 0};
   dp_cgroup_val cached{};
-  ASSERT_TRUE(skel_->cgroup_cache().lookup(&ck, &cached));
+  ASSERT_TRUE(skel_->dp_cgroup_cache().lookup(ck, &cached));
   EXPECT_EQ(cached.cls, kCombine);
 
   // the other generation's cgroups are not this one's; after the flip with
@@ -903,14 +921,14 @@ TEST_F(Classifier, TheDeepestNamedCgroupWins) {
   ASSERT_TRUE(outer && inner);
   dp_cgroup_key ko{*outer, 0, 0}, ki{*inner, 0, 0};
   dp_cgroup_val vo{static_cast<uint8_t>(kCombine), {}}, vi{static_cast<uint8_t>(kLogs), {}};
-  ASSERT_TRUE(skel_->cgroups().update(&ko, &vo));
-  ASSERT_TRUE(skel_->cgroups().update(&ki, &vi));
+  ASSERT_TRUE(skel_->dp_cgroups().update(ko, vo));
+  ASSERT_TRUE(skel_->dp_cgroups().update(ki, vi));
   set_config(0, DP_CLASS_NONE, 0, 1u << 0);
   PacketSpec s = tcp4(40010, 40001);
   egress(s);
   auto key = dptest::flow_key_of(s);
   dp_flow f{};
-  ASSERT_TRUE(skel_->flows().lookup(key.bytes, &f));
+  ASSERT_TRUE(skel_->dp_flows().lookup(key, &f));
   EXPECT_EQ(f.cls, kLogs);
   EXPECT_EQ(f.rule, DP_RULE_CGROUP);
 }

@@ -60,25 +60,37 @@ check "probe --count is bounded: exit 2" 2 "--count" "$dpctl" probe 10.0.0.1 --c
 check "validate without a daemon: exit 3" 3 "cannot reach dualpathd" "$dpctl" -s $none validate
 check "diagnose without a daemon: exit 3" 3 "cannot reach dualpathd" "$dpctl" -s $none diagnose
 
-# bash completion against the command tree: every command, subcommand and
-# long option dpctl --help names is offered
-comp="$src/tools/completion/dpctl"
+# completion (dpctl __complete, which tools/completion/dpctl calls) and the
+# man page's synopsis against the command tree: every command, subcommand and
+# long option that dpctl --help names is offered at its level, and has a
+# synopsis line in dpctl(8) (*OBJECT COMMAND* ...) naming each option
+man="$src/docs/man/dpctl.8.scd"
 subcommands() { "$dpctl" "$@" --help 2>/dev/null | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF { print $1 }'; }
-objects=" $(sed -n 's/^ *local objects="\(.*\)"/\1/p' "$comp") "
-missing=""
+offered() { "$dpctl" __complete "$@" 2>/dev/null; }
+missing="" unsynopsised=""
 for c in $(subcommands); do
-  [[ $objects == *" $c "* ]] || missing+=" $c"
-  for sub in "" $(subcommands "$c"); do
+  offered "" | grep -qx -- "$c" || missing+=" $c"
+  subs=$(subcommands "$c")
+  for sub in ${subs:-""}; do
+    [[ -z $sub ]] || offered "$c" "" | grep -qx -- "$sub" || missing+=" $c $sub"
+    synopsis=$(grep -E "^\*$c${sub:+ $sub}[* ]" "$man")
+    [[ -n $synopsis ]] || unsynopsised+=" ($c${sub:+ $sub}: no synopsis line)"
     # shellcheck disable=SC2086
     for o in $("$dpctl" $c $sub --help 2>/dev/null | grep -o -- ' --[a-z][a-z-]*' | sort -u); do
       [[ $o == --help ]] && continue
-      grep -q -- "$o\b" "$comp" || missing+=" $c $sub $o"
+      # shellcheck disable=SC2086
+      offered $c $sub -- | grep -qx -- "$o" || missing+=" $c $sub $o"
+      [[ $synopsis == *"$o"* ]] || unsynopsised+=" ($c${sub:+ $sub} $o)"
     done
-    [[ -z $sub ]] || grep -qw -- "$sub" "$comp" || missing+=" $c $sub"
   done
 done
 check "completion offers the whole command tree" 0 "" test -z "$missing"
 [[ -z $missing ]] || echo "  not offered:$missing"
+check "dpctl(8) has a synopsis of every command and option" 0 "" test -z "$unsynopsised"
+[[ -z $unsynopsised ]] || echo "  not in dpctl(8):$unsynopsised"
+check "completion asks for files where a file is named" 0 "@file" "$dpctl" __complete policy check ""
+check "completion of a node reads the description on the line" 0 "decode-002" \
+  "$dpctl" __complete policy render "$src/policies/example-cluster.toml" --node ""
 
 # no permission: a socket only root may use, tried as nobody
 if [[ $(id -u) == 0 ]] && command -v python3 >/dev/null && id nobody >/dev/null 2>&1; then

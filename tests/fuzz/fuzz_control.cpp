@@ -19,9 +19,9 @@ dp::CommandTable table() {
   auto echo = [](const dp::json& args) { return dp::reply_ok(args); };
   for (const char* q :
        {"status", "path.list", "path.show", "class.list", "flow.list", "policy.show", "events"})
-    t.add({q, false, echo});
+    t.add({q, false, "", {}, echo});
   for (const char* m : {"path.drain", "path.undrain", "class.set", "class.unpin", "policy.reload"})
-    t.add({m, true, echo});
+    t.add({m, true, "", {}, echo});
   return t;
 }
 
@@ -33,10 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (line.size() > dp::kMaxRequestBytes) return 0;  // refused before this point
   dp::json reply;
   if (dp::json_depth(line) > dp::ControlServer::kMaxDepth) {
-    reply = dp::reply_error("bad_request", "too deep");
+    reply = dp::reply_error(dp::ErrorCode::BadRequest, "too deep");
   } else {
     dp::json req = dp::json::parse(line, nullptr, false);
-    reply = req.is_discarded() ? dp::reply_error("bad_request", "not JSON")
+    reply = req.is_discarded() ? dp::reply_error(dp::ErrorCode::BadRequest, "not JSON")
                                : t.dispatch(req, size % 2 == 0);
   }
   if (!reply.is_object() || !reply.contains("ok")) __builtin_trap();

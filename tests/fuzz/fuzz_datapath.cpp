@@ -57,18 +57,18 @@ World* setup() {
   w->enc = dp::encode_policy(w->policy, cslots, {0, 1});
   auto& s = *w->skel;
   for (uint32_t p = 0; p < DP_PORT_SPACE; ++p)
-    if (!s.ports().update(&p, &w->enc.ports[p])) std::abort();
+    if (!s.dp_ports().update(p, w->enc.ports[p])) std::abort();
   for (auto& [mark, cls] : w->enc.marks) {
     dp_mark_key k{0, mark};
     dp_mark_val v{cls, {}};
-    if (!s.marks().update(&k, &v)) std::abort();
+    if (!s.dp_marks().update(k, v)) std::abort();
   }
   uint32_t zero = 0, none = 0;
   dp_config c{0, DP_CLASS_NONE, 0, 0};
-  if (!s.config().update(&zero, &c) || !s.cgroup_gens().update(&zero, &none)) std::abort();
+  if (!s.dp_config().update(zero, c) || !s.dp_cgroup_gens().update(zero, none)) std::abort();
   for (uint32_t slot : {0u, 1u}) {
     dp_rail r = dp::encode_rail(w->policy.paths[slot], slot == 0 ? kLo : kRail1, true);
-    if (!s.rails().update(&slot, &r)) std::abort();
+    if (!s.dp_rails().update(slot, r)) std::abort();
   }
   if (!s.set_rail_ifindex(kLo, 0)) std::abort();
   uint32_t version = 0;
@@ -76,7 +76,7 @@ World* setup() {
     int rail = static_cast<int>(w->policy.path_index(w->policy.classes[cls].prefer));
     w->rail_of_class.push_back(rail);
     dp_decision d = dp::decision_all_on(rail, false, ++version);
-    if (!s.decisions().update(&cls, &d)) std::abort();
+    if (!s.dp_decisions().update(cls, d)) std::abort();
   }
   return w;
 }
@@ -159,11 +159,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (frame.size() < 14 || frame.size() > 9000) return 0;
   __sk_buff ctx_in{}, ctx_out{};
   ctx_in.mark = mark;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
-              .data_out = out.data(), .data_size_in = static_cast<uint32_t>(frame.size()),
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_out = out.data(),
+              .data_size_in = static_cast<uint32_t>(frame.size()),
               .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx_in,
-              .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in),
-              .ctx_size_out = sizeof(ctx_out), .repeat = 1);
+              .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
+              .repeat = 1);
   int fd = ingress ? w->skel->ingress_fd() : w->skel->egress_fd();
   if (bpf_prog_test_run_opts(fd, &opts) != 0) return 0;  // the kernel refused the frame itself
   int ret = static_cast<int>(opts.retval);

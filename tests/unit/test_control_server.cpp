@@ -34,11 +34,11 @@ TEST(ControlServer, JsonDepthIgnoresBracketsInStrings) {
 TEST(ControlServer, TheCommandTableOwnsPrivilegesAndErrors) {
   CommandTable t;
   int ran = 0;
-  t.add({"q", false, [&](const json&) {
+  t.add({"q", false, "", {}, [&](const json&) {
            ++ran;
            return reply_ok();
          }});
-  t.add({"m", true, [&](const json&) {
+  t.add({"m", true, "", {}, [&](const json&) {
            ++ran;
            return reply_ok();
          }});
@@ -48,6 +48,53 @@ TEST(ControlServer, TheCommandTableOwnsPrivilegesAndErrors) {
   EXPECT_EQ(t.dispatch(json{{"cmd", "x"}}, true)["error"]["code"], "unknown_command");
   EXPECT_EQ(t.dispatch(json{{"cmd", "q"}, {"args", 1}}, true)["error"]["code"], "bad_request");
   EXPECT_EQ(t.dispatch(json::array(), true)["error"]["code"], "bad_request");
+  EXPECT_EQ(ran, 2);
+}
+
+// Arguments are checked against the command's declaration before it runs: a
+// required one missing or of another type names what the command needs, an
+// optional one of the wrong type says what it must be.
+TEST(ControlServer, ArgumentsAreCheckedAgainstTheDeclaration) {
+  CommandTable t;
+  int ran = 0;
+  t.add({"class.set",
+         true,
+         "pin a class",
+         {
+             {"class", ArgType::String, true, "class name"},
+             {"path", ArgType::String, true, "path name"},
+         },
+         [&](const json&) {
+           ++ran;
+           return reply_ok();
+         }});
+  t.add({"flow.list",
+         false,
+         "flows",
+         {
+             {"top", ArgType::Positive, false, "how many"},
+             {"since", ArgType::Unsigned, false, "after", "an event number"},
+         },
+         [&](const json&) {
+           ++ran;
+           return reply_ok();
+         }});
+  auto err = [&](const json& req) { return t.dispatch(req, true)["error"]; };
+  json e = err({{"cmd", "class.set"}, {"args", {{"class", "logs"}}}});
+  EXPECT_EQ(e["code"], "bad_request");
+  EXPECT_EQ(e["message"], "class.set needs \"class\" and \"path\"");
+  EXPECT_EQ(err({{"cmd", "class.set"}, {"args", {{"class", "logs"}, {"path", 1}}}})["message"],
+            "class.set needs \"class\" and \"path\"");
+  EXPECT_EQ(err({{"cmd", "flow.list"}, {"args", {{"top", 0}}}})["message"],
+            "\"top\" must be a positive integer");
+  EXPECT_EQ(err({{"cmd", "flow.list"}, {"args", {{"since", "x"}}}})["message"],
+            "\"since\" must be an event number");
+  EXPECT_EQ(ran, 0);
+  EXPECT_EQ(
+      t.dispatch({{"cmd", "class.set"}, {"args", {{"class", "a"}, {"path", "b"}}}}, true)["ok"],
+      true);
+  EXPECT_EQ(t.dispatch({{"cmd", "flow.list"}, {"args", {{"top", 3u}, {"since", 0u}}}}, true)["ok"],
+            true);
   EXPECT_EQ(ran, 2);
 }
 
@@ -64,13 +111,14 @@ struct Server {
   std::thread thread;
 
   Server() {
-    table.add({"slow", false, [this](const json&) {
+    table.add({"slow", false, "", {}, [this](const json&) {
                  std::this_thread::sleep_for(5ms);
                  ++slow_done;
                  return reply_ok();
                }});
-    table.add({"big", false, [](const json&) { return reply_ok(std::string(1 << 20, 'b')); }});
-    table.add({"status", false, [](const json&) { return reply_ok({{"node", "t"}}); }});
+    table.add(
+        {"big", false, "", {}, [](const json&) { return reply_ok(std::string(1 << 20, 'b')); }});
+    table.add({"status", false, "", {}, [](const json&) { return reply_ok({{"node", "t"}}); }});
     auto s = ControlServer::listen(path, "");
     EXPECT_TRUE(s) << s.error().what();
     server = std::move(*s);

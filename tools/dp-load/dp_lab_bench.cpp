@@ -26,6 +26,7 @@
 
 #include "dualpath/core/units.h"
 #include "dualpath/kernel/linkstats.h"
+#include "dualpath/kernel/procfs.h"
 #include "load_core.h"
 
 namespace fs = std::filesystem;
@@ -89,18 +90,6 @@ const std::vector<Workload>& all_workloads() {
 double bits(const std::string& rate) {
   auto b = dp::parse_bandwidth(rate);
   return b ? static_cast<double>(*b) : 0;
-}
-
-// Busy and total jiffies of every CPU (/proc/stat's first line).
-std::pair<double, double> cpu_jiffies() {
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  double v[8] = {};
-  in >> cpu;
-  for (double& x : v) in >> x;
-  double total = 0;
-  for (double x : v) total += x;
-  return {total - v[3] - v[4], total};  // idle and iowait are not busy
 }
 
 std::string slurp(const std::string& p) {
@@ -326,7 +315,7 @@ json run_one(const Opts& o, const std::string& mode, int round,
   for (auto& a : o.load_args) cargs.push_back(a);
   for (auto& a : extra) cargs.push_back(a);
   int cout_fd = -1;
-  auto cpu0 = cpu_jiffies();
+  auto cpu0 = dp::cpu_times(true);
   auto t0 = Clock::now();
   pid_t client = spawn("dpl-a", cargs, base + ".log", &cout_fd);
   std::vector<Fault> fs;
@@ -339,11 +328,12 @@ json run_one(const Opts& o, const std::string& mode, int round,
     inject(o, f);
   }
   int crc = wait_exit(client, 600);
-  auto cpu1 = cpu_jiffies();
+  auto cpu1 = dp::cpu_times(true);
   close(cout_fd);
   // the whole machine's CPUs while the workload ran: a mode near 100% measures
   // the CPU, not the rails
-  r["cpu_busy"] = (cpu1.first - cpu0.first) / std::max(1.0, cpu1.second - cpu0.second);
+  auto busy = dp::cpu_busy(cpu0, cpu1);
+  r["cpu_busy"] = busy.empty() ? 0.0 : busy[0];
   sm.finish();
   clear_faults(o);
   int src = wait_exit(server, 40);

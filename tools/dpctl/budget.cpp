@@ -17,6 +17,13 @@ namespace dpctl {
 
 namespace {
 
+// What to add up: loads from FILE or the options, against a policy's rails.
+struct BudgetArgs {
+  std::string file, policy, klass, rate, kv;
+  double concurrency = 1, amplification = 1;
+  std::optional<double> headroom;
+};
+
 std::string pct(double v) { return fmt::format("{:.1f}%", 100 * v); }
 
 void print_budget(const json& b) {
@@ -66,8 +73,6 @@ void print_budget(const json& b) {
   }
   for (auto& n : b["notes"]) std::cout << "NOTE: " << str(n) << "\n";
 }
-
-}  // namespace
 
 int cmd_budget(const Globals& g, const BudgetArgs& a) {
   dp::BudgetPlan plan;
@@ -141,6 +146,32 @@ int cmd_budget(const Globals& g, const BudgetArgs& a) {
   if (g.json_out) return print_json(g, b), 0;
   print_budget(b);
   return 0;
+}
+
+}  // namespace
+
+void add_budget(CLI::App& app, const Globals& g, Action& action) {
+  auto a = std::make_shared<BudgetArgs>();
+  auto* bud = app.add_subcommand(
+      "budget",
+      "bandwidth a planned load needs on each rail, and the KV-cache size (against --policy "
+      "FILE, or the running daemon's policy)");
+  bud->add_option("FILE", a->file, "a budget TOML ([[load]] sections, [kv])");
+  bud->add_option("--policy", a->policy, "the node's policy (default: the running one)")
+      ->type_name(kFile);
+  bud->add_option("--class", a->klass, "the class of the load given by --rate")->type_name(kClass);
+  bud->add_option("--concurrency", a->concurrency, "requests at once")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  bud->add_option("--rate", a->rate, "per request: \"18MB/s\", \"2Gbit\"");
+  bud->add_option("--amplification", a->amplification, "sharding, replicas, protocol")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  bud->add_option("--headroom", a->headroom, "multiply every demand by this (default 1)")
+      ->check(CLI::Range(1.0, 1e6));
+  bud->add_option("--kv", a->kv,
+                  "KV cache: LAYERS,KV_HEADS,HEAD_DIM,BYTES_PER_ELEMENT,TOKENS[,SEQUENCES]");
+  bud->callback([&g, &action, a] { action = [&g, a] { return cmd_budget(g, *a); }; });
 }
 
 }  // namespace dpctl

@@ -23,12 +23,33 @@
 
 #include "dpctl.h"
 #include "dualpath/client/probe.h"
-#include "dualpath/client/sock_diag.h"
+#include "dualpath/core/diagnose.h"
 #include "dualpath/core/policy.h"
+#include "dualpath/kernel/procfs.h"
+#include "dualpath/kernel/sock_diag.h"
 
 namespace dpctl {
 
 namespace {
+
+struct ValidateArgs {
+  std::vector<std::string> peers;
+  uint16_t port = dp::kResponderPort;
+  double duration = 1;  // seconds per throughput test
+  int streams = 4;
+  double min_throughput = 0.5;  // of the path's capacity, multi-stream
+};
+struct ProbeArgs {
+  std::string peer, klass;
+  uint16_t port = dp::kResponderPort;
+  int count = 20;
+};
+struct DiagnoseArgs {
+  std::vector<std::string> peers;
+  std::string klass;
+  uint16_t port = dp::kResponderPort;
+  double seconds = 2;  // how long sockets and CPUs are watched
+};
 
 using std::chrono::milliseconds;
 namespace probe = dp::probe;
@@ -154,13 +175,6 @@ std::string triple(const probe::Percentiles& p, const char* unit, int digits) {
   if (!p.n) return "-";
   return fmt::format("{:.{}f}/{:.{}f}/{:.{}f} {}", p.p50, digits, p.p95, digits, p.p99, digits,
                      unit);
-}
-
-// A number inside an object that may be null (no samples yet): 0 then.
-double num(const json& j, const char* key) {
-  if (!j.is_object()) return 0;
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : 0;
 }
 
 struct Row {
@@ -463,48 +477,6 @@ int cmd_probe(const Globals& g, const ProbeArgs& a) {
 
 // ------------------------------------------------------------------ diagnose
 
-namespace {
-
-// Busy fraction per CPU over `seconds` (/proc/stat: everything but idle and iowait).
-std::vector<double> cpu_busy(double seconds) {
-  auto read = [] {
-    std::vector<std::pair<uint64_t, uint64_t>> out;  // busy, total
-    std::ifstream in("/proc/stat");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !std::isdigit(line[3])) continue;
-      std::istringstream ss(line.substr(line.find(' ')));
-      uint64_t v, total = 0, idle = 0;
-      for (int i = 0; ss >> v; ++i) {
-        total += v;
-        if (i == 3 || i == 4) idle += v;
-      }
-      out.push_back({total - idle, total});
-    }
-    return out;
-  };
-  auto a = read();
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  auto b = read();
-  std::vector<double> out;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    double t = static_cast<double>(b[i].second - a[i].second);
-    out.push_back(t > 0 ? static_cast<double>(b[i].first - a[i].first) / t : 0);
-  }
-  return out;
-}
-
-struct ClassSockets {
-  int sockets = 0;
-  uint64_t busy = 0, rwnd = 0, sndbuf = 0;  // microseconds over the window
-  uint64_t bytes = 0, retrans = 0;
-  uint64_t rqueue = 0;  // unread now
-  int rqueue_sockets = 0;
-  std::vector<std::string> peers;
-};
-
-}  // namespace
-
 int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   int rc = 0;
   auto pol = running_policy(g, &rc);
@@ -518,7 +490,9 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   // Sockets and CPUs over the window; the daemon's figures at its end.
   auto before = dp::tcp_sockets();
   if (!before) return fail(g, "reading the node's TCP sockets failed: " + before.error().what());
-  auto cpus = cpu_busy(a.seconds);
+  auto cpu_before = dp::cpu_times();
+  std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
+  auto cpus = dp::cpu_busy(cpu_before, dp::cpu_times());
   auto after = dp::tcp_sockets();
   if (!after) return fail(g, "reading the node's TCP sockets failed: " + after.error().what());
   auto paths = request(g, "path.list", json::object(), &rc);
@@ -526,71 +500,35 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   auto events = request(g, "events", {{"since", 0}}, &rc);
   if (!events) return rc;
 
-  // --- the rails
-  struct RailView {
-    std::string name;
-    bool bad = false, usable = true;
-    std::vector<std::string> evidence;
-  };
-  std::vector<RailView> rails;
-  for (const auto& p : *paths) {
-    RailView r{p["name"], false, true, {}};
-    const json& h = p["health"];
-    std::string state = h["state"];
-    r.usable = state == "up" || state == "ramping";
-    // down or suspect: a fault now; holddown, ramping or drained: not now
-    if (state == "down" || state == "suspect") r.bad = true;
-    if (state != "up")
-      r.evidence.push_back(fmt::format("health {} for {:.0f} s ({})", state,
-                                       h["seconds"].get<double>(), str(h["reason"])));
-    if (h["bfd"].is_object() && h["bfd"]["state"] != "up") {
-      r.bad = true;
-      r.evidence.push_back(fmt::format("BFD to {} {} (diag {})", str(h["bfd"]["peer"]),
-                                       str(h["bfd"]["state"]), str(h["bfd"]["diag"])));
-    }
-    const json& m = p["measure"];
-    if (m.is_object()) {
-      double loss = num(m["loss"], "ratio");
-      if (loss >= 0.01) {
-        r.bad = true;
-        r.evidence.push_back(fmt::format("TCP retransmitted {:.1f}% of segments over {:.0f} s",
-                                         loss * 100, num(m["loss"], "window_s")));
-      }
-      if (m["link"].is_object() && !m["link"].value("oper_up", true)) {
-        r.bad = true;
-        r.evidence.push_back("link down");
-      }
-      if (!r.bad)
-        r.evidence.push_back(
-            fmt::format("RTT p50/p95 {:.0f}/{:.0f} us, retransmitted {:.2f}%, utilisation {:.0f}%",
-                        num(m["rtt"], "p50_us"), num(m["rtt"], "p95_us"), loss * 100,
-                        num(m, "utilisation") * 100));
-    }
-    rails.push_back(r);
-  }
-  // Probes toward each peer, when asked: a rail that cannot reach one is bad.
+  // --- the rails, as the daemon sees them, and probes toward each peer
+  dp::DiagnoseInput in;
+  in.seconds = a.seconds;
+  in.cpu_busy = cpus;
+  in.events = (*events)["events"];
+  if (!a.peers.empty()) in.peer_hint = a.peers.front();
+  for (const auto& p : *paths) in.rails.push_back({str(p["name"]), p["health"], p["measure"], {}});
   json probes = json::array();
   for (const auto& addr : *peers) {
     Peer peer = discover(*pol, addr, a.port);
     for (const auto& pr : peer.rails) {
-      auto& r = rails[pr.path];
-      if (!r.usable) {  // its fwmark is routed over another rail now
-        r.evidence.push_back(fmt::format("not probed: failed over to another rail"));
+      auto& r = in.rails[pr.path];
+      dp::DiagnoseProbe dprobe{peer.addr, !dp::rail_usable(r.health), "", 0, 5, std::nullopt};
+      if (dprobe.skipped) {
+        r.probes.push_back(dprobe);
         continue;
       }
-      RailProbe p = probe_rail(pr, 5);
+      RailProbe p = probe_rail(pr, dprobe.sent);
       json pj = {{"peer", peer.addr}, {"path", r.name}, {"loss", loss_of(p)}};
+      dprobe.error = p.error;
+      dprobe.lost = p.connect.lost;
       if (!p.error.empty() || p.connect.lost) {
-        r.bad = true;
-        r.evidence.push_back(fmt::format("probe to {}: {} of 5 connects unanswered{}", peer.addr,
-                                         p.connect.lost,
-                                         p.error.empty() ? "" : " (" + p.error + ")"));
         pj["error"] = p.error;
       } else if (p.echo) {
         auto rp = probe::percentiles(p.echo->us);
-        r.evidence.push_back(fmt::format("probe to {}: RTT p50 {:.0f} us", peer.addr, rp.p50));
+        dprobe.rtt_p50_us = rp.p50;
         pj["rtt_us"] = probe::to_json(rp);
       }
+      r.probes.push_back(dprobe);
       probes.push_back(pj);
     }
   }
@@ -598,143 +536,46 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   // --- the node: TCP sockets by class, over the window
   std::map<uint64_t, const dp::TcpSocketInfo*> was;
   for (const auto& s : *before) was[s.cookie] = &s;
-  std::map<int, ClassSockets> by_class;
+  std::map<int, dp::DiagnoseClass> by_class;
   for (const auto& s : *after) {
     if (s.state != 1) continue;  // TCP_ESTABLISHED
     int k = pol->classify(dp::Proto::Tcp, s.sport, s.dport, s.mark);
     if (k < 0) continue;
     auto& c = by_class[k];
+    c.name = pol->classes[static_cast<size_t>(k)].name;
     ++c.sockets;
-    c.rqueue += s.rqueue;
-    if (s.rqueue >= 64 * 1024) ++c.rqueue_sockets;
+    c.unread += s.rqueue;
+    if (s.rqueue >= in.limits.unread) ++c.unread_sockets;
     auto it = was.find(s.cookie);
     if (it == was.end()) continue;
     const auto& b = *it->second;
-    c.busy += s.busy_us - b.busy_us;
-    c.rwnd += s.rwnd_limited_us - b.rwnd_limited_us;
-    c.sndbuf += s.sndbuf_limited_us - b.sndbuf_limited_us;
-    c.bytes += s.bytes_acked - b.bytes_acked;
+    c.busy_us += s.busy_us - b.busy_us;
+    c.rwnd_limited_us += s.rwnd_limited_us - b.rwnd_limited_us;
+    c.sndbuf_limited_us += s.sndbuf_limited_us - b.sndbuf_limited_us;
+    c.bytes_acked += s.bytes_acked - b.bytes_acked;
     c.retrans += s.total_retrans - b.total_retrans;
     if (s.rwnd_limited_us > b.rwnd_limited_us &&
-        std::find(c.peers.begin(), c.peers.end(), s.dst.str()) == c.peers.end())
-      c.peers.push_back(s.dst.str());
+        std::find(c.rwnd_peers.begin(), c.rwnd_peers.end(), s.dst.str()) == c.rwnd_peers.end())
+      c.rwnd_peers.push_back(s.dst.str());
   }
-  double busiest = cpus.empty() ? 0 : *std::max_element(cpus.begin(), cpus.end());
-  double mean = 0;
-  for (double c : cpus) mean += c / static_cast<double>(cpus.size());
+  for (const auto& [k, c] : by_class)
+    if (a.klass.empty() || c.name == a.klass) in.classes.push_back(c);
 
-  // --- the decision chain of article 000
-  json conclusion;
-  std::vector<std::string> evidence, next;
-  size_t bad =
-      static_cast<size_t>(std::count_if(rails.begin(), rails.end(), [](auto& r) { return r.bad; }));
-  std::string peer_hint = a.peers.empty() ? "PEER" : a.peers.front();
-  if (bad == rails.size() && bad > 0) {
-    conclusion = {{"kind", "upstream"},
-                  {"summary",
-                   "every rail is bad: look at what they share (the peer nodes, a "
-                   "common switch or spine, this node's NICs and driver), not at one "
-                   "path"}};
-    for (const auto& r : rails)
-      for (const auto& e : r.evidence) evidence.push_back(r.name + ": " + e);
-    next = {fmt::format("dpctl validate --peer {} (and toward another node: one peer or all?)",
-                        peer_hint),
-            "dpctl events (when did each rail go)",
-            "ip -s link; ethtool -S <rail> (errors, drops)"};
-  } else if (bad > 0) {
-    std::string names, good;
-    for (const auto& r : rails) {
-      (r.bad ? names : good) +=
-          fmt::format("{}{}", ((r.bad ? names : good).empty() ? "" : ", "), r.name);
-      for (const auto& e : r.evidence) evidence.push_back(r.name + ": " + e);
-    }
-    // What the scheduler did about it: the newest events naming a bad rail.
-    std::vector<std::string> did;
-    const json& ev = (*events)["events"];
-    for (auto it = ev.rbegin(); it != ev.rend() && did.size() < 3; ++it) {
-      std::string path = (*it)["path"].is_string() ? (*it)["path"].get<std::string>() : "";
-      bool names_bad = false;
-      for (const auto& r : rails) names_bad = names_bad || (r.bad && path == r.name);
-      if (names_bad)
-        did.push_back(fmt::format("{} {} {}: {}", str((*it)["time"]), str((*it)["kind"]), path,
-                                  str((*it)["reason"])));
-    }
-    for (const auto& d : did) evidence.push_back("dualpath: " + d);
-    conclusion = {{"kind", "path"},
-                  {"path", names},
-                  {"summary", fmt::format("the path of {} is at fault and {} is fine: the NIC, "
-                                          "cable, switch port or fabric of {}",
-                                          names, good, names)},
-                  {"scheduler", did}};
-    next = {fmt::format("dpctl probe {}", peer_hint),
-            fmt::format("dpctl path show {}", rails[0].bad ? rails[0].name : names), "dpctl events",
-            fmt::format("ethtool -S {} ; ip -s link show {}", names, names)};
-  } else {
-    for (const auto& r : rails)
-      for (const auto& e : r.evidence) evidence.push_back(r.name + ": " + e);
-    std::vector<std::string> inside;
-    if (busiest >= 0.9)
-      inside.push_back(fmt::format("CPU: busiest {:.0f}%, mean {:.0f}% over {:.0f} s",
-                                   busiest * 100, mean * 100, a.seconds));
-    for (const auto& [k, c] : by_class) {
-      const auto& name = pol->classes[static_cast<size_t>(k)].name;
-      if (!a.klass.empty() && name != a.klass) continue;
-      double rwnd = c.busy ? static_cast<double>(c.rwnd) / static_cast<double>(c.busy) : 0;
-      double sndbuf = c.busy ? static_cast<double>(c.sndbuf) / static_cast<double>(c.busy) : 0;
-      if (c.busy && rwnd >= 0.5)
-        inside.push_back(fmt::format(
-            "class {}: its {} connection{} to {} waited for the receiver's window {:.0f}% of "
-            "their sending time: the receiving application (or its CPU) does not read fast enough",
-            name, c.sockets, c.sockets == 1 ? "" : "s", fmt::join(c.peers, ", "), rwnd * 100));
-      if (c.busy && sndbuf >= 0.5)
-        inside.push_back(
-            fmt::format("class {}: send-buffer-limited {:.0f}% of its sending time: "
-                        "the sending application writes too little at a time",
-                        name, sndbuf * 100));
-      if (c.rqueue_sockets)
-        inside.push_back(
-            fmt::format("class {}: {} bytes received and not read by the application "
-                        "on {} socket{} of this node",
-                        name, c.rqueue, c.rqueue_sockets, c.rqueue_sockets == 1 ? "" : "s"));
-      if (c.retrans && c.bytes)
-        inside.push_back(
-            fmt::format("class {}: {} segments retransmitted while the rails are "
-                        "clean: queueing on the host (tc -s qdisc)",
-                        name, c.retrans));
-    }
-    if (!inside.empty()) {
-      conclusion = {{"kind", "node"},
-                    {"summary",
-                     "the rails are fine; the bottleneck is inside a node (CPU, "
-                     "host queueing or the application)"}};
-      evidence.insert(evidence.begin(), inside.begin(), inside.end());
-      next = {"ss -tnip (Recv-Q, Send-Q, rwnd_limited per connection)",
-              "mpstat -P ALL 1 / top (CPU and softirq of the receiving and sending processes)",
-              "tc -s qdisc show (drops and backlog on the rails)"};
-    } else {
-      conclusion = {{"kind", "none"},
-                    {"summary",
-                     "no fault found: the rails are healthy and no class's connections "
-                     "waited on either end"}};
-      evidence.push_back(
-          fmt::format("CPU: busiest {:.0f}%, mean {:.0f}%", busiest * 100, mean * 100));
-      next = {fmt::format("dpctl probe {} --count 200 (tail latency)", peer_hint),
-              "dpctl budget (is the planned load above what the rails carry?)"};
-    }
-  }
-  conclusion["evidence"] = evidence;
-  conclusion["next"] = next;
-
+  // --- the decision chain (core/diagnose.h)
+  dp::Diagnosis d = dp::diagnose(in);
+  json conclusion = dp::conclusion_json(d);
   if (g.json_out) {
     json classes = json::object();
     for (const auto& [k, c] : by_class)
-      classes[pol->classes[static_cast<size_t>(k)].name] = {
-          {"sockets", c.sockets},      {"busy_us", c.busy},
-          {"rwnd_limited_us", c.rwnd}, {"sndbuf_limited_us", c.sndbuf},
-          {"bytes_acked", c.bytes},    {"retrans", c.retrans},
-          {"rqueue", c.rqueue}};
+      classes[c.name] = {{"sockets", c.sockets},
+                         {"busy_us", c.busy_us},
+                         {"rwnd_limited_us", c.rwnd_limited_us},
+                         {"sndbuf_limited_us", c.sndbuf_limited_us},
+                         {"bytes_acked", c.bytes_acked},
+                         {"retrans", c.retrans},
+                         {"rqueue", c.unread}};
     json rj = json::array();
-    for (const auto& r : rails)
+    for (const auto& r : d.rails)
       rj.push_back({{"path", r.name}, {"bad", r.bad}, {"evidence", r.evidence}});
     print_json(g, {{"conclusion", conclusion},
                    {"rails", rj},
@@ -744,13 +585,57 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
                    {"seconds", a.seconds}});
     return 0;
   }
-  std::cout << "conclusion: " << str(conclusion["kind"]) << ": " << str(conclusion["summary"])
-            << "\n"
+  std::cout << "conclusion: " << d.kind << ": " << d.summary << "\n"
             << "evidence:\n";
-  for (const auto& e : evidence) std::cout << "  - " << e << "\n";
+  for (const auto& e : d.evidence) std::cout << "  - " << e << "\n";
   std::cout << "next:\n";
-  for (const auto& n : next) std::cout << "  $ " << n << "\n";
+  for (const auto& n : d.next) std::cout << "  $ " << n << "\n";
   return 0;
+}
+
+void add_diagnostics(CLI::App& app, const Globals& g, Action& action) {
+  auto val = std::make_shared<ValidateArgs>();
+  auto* valc = app.add_subcommand(
+      "validate", "check this node before it takes traffic: go/no-go (exit 0 go, 1 no-go)");
+  valc->add_option("--peer", val->peers, "a node running dualpathd to measure toward (repeat)");
+  valc->add_option("--port", val->port, "the peers' responder port ([responder] port)")
+      ->capture_default_str();
+  valc->add_option("--duration", val->duration, "seconds per throughput test")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 30.0));
+  valc->add_option("--streams", val->streams, "connections of the multi-stream tests")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  valc->add_option("--min-throughput", val->min_throughput,
+                   "no-go below this fraction of a path's capacity (multi-stream)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  valc->callback([&g, &action, val] { action = [&g, val] { return cmd_validate(g, *val); }; });
+
+  auto prb = std::make_shared<ProbeArgs>();
+  auto* prbc = app.add_subcommand(
+      "probe", "TCP connect time, RTT percentiles and loss to PEER over each rail");
+  prbc->add_option("PEER", prb->peer, "a node running dualpathd")->required();
+  prbc->add_option("--class", prb->klass, "also show which rails this class uses now")
+      ->type_name(kClass);
+  prbc->add_option("--count", prb->count, "connects and round trips per rail")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  prbc->add_option("--port", prb->port, "the peer's responder port")->capture_default_str();
+  prbc->callback([&g, &action, prb] { action = [&g, prb] { return cmd_probe(g, *prb); }; });
+
+  auto dia = std::make_shared<DiagnoseArgs>();
+  auto* diac = app.add_subcommand(
+      "diagnose",
+      "the path, a common upstream, or inside the node? (live figures, optional probes)");
+  diac->add_option("--peer", dia->peers, "also probe this node over each rail (repeat)");
+  diac->add_option("--class", dia->klass, "look only at this class's connections")
+      ->type_name(kClass);
+  diac->add_option("--seconds", dia->seconds, "how long to watch sockets and CPUs")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 60.0));
+  diac->add_option("--port", dia->port, "the peers' responder port")->capture_default_str();
+  diac->callback([&g, &action, dia] { action = [&g, dia] { return cmd_diagnose(g, *dia); }; });
 }
 
 }  // namespace dpctl

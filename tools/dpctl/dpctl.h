@@ -1,11 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // What dpctl's command files share: the global options, JSON or text output,
 // errors, and requests to dualpathd.
+//
+// Each object is one file that declares its commands once, with CLI11: the
+// words, options, help and what runs (add_status, add_path, ...). main.cpp
+// holds only the table of objects; the help at every level, unambiguous
+// prefixes and bash completion (dpctl __complete) all walk that one tree.
 #pragma once
 
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "dualpath/client/control_socket.h"
 
@@ -37,45 +47,27 @@ inline constexpr int kExitUnreachable =
 // (*rc: kExitRefused for an error reply, kExitUnreachable when there was none).
 std::optional<json> request(const Globals& g, const std::string& cmd, json args, int* rc);
 
-// policy.cpp: policy files, with or without a daemon
-int cmd_policy_check(const Globals& g, const std::string& file);
-int cmd_policy_reload(const Globals& g);
-int cmd_policy_show(const Globals& g);
-int cmd_policy_diff(const Globals& g, const std::vector<std::string>& files);
-int cmd_policy_apply(const Globals& g, const std::string& file);
-int cmd_policy_rollback(const Globals& g);
-int cmd_policy_render(const Globals& g, const std::string& file, const std::string& node,
-                      const std::string& dir);
+// What a parsed command runs; set by the command's callback.
+using Action = std::function<int()>;
 
-// budget.cpp: bandwidth arithmetic of a planned load (no daemon needed)
-struct BudgetArgs {
-  std::string file, policy, klass, rate, kv;
-  double concurrency = 1, amplification = 1;
-  std::optional<double> headroom;
-};
-int cmd_budget(const Globals& g, const BudgetArgs& a);
+// The objects: each adds its commands to `app` (main.cpp's table).
+void add_status(CLI::App& app, const Globals& g, Action& action);
+void add_path(CLI::App& app, const Globals& g, Action& action);
+void add_class(CLI::App& app, const Globals& g, Action& action);
+void add_flow(CLI::App& app, const Globals& g, Action& action);
+void add_events(CLI::App& app, const Globals& g, Action& action);
+void add_run(CLI::App& app, const Globals& g, Action& action);  // run and env
+void add_policy(CLI::App& app, const Globals& g, Action& action);
+void add_budget(CLI::App& app, const Globals& g, Action& action);
+void add_diagnostics(CLI::App& app, const Globals& g, Action& action);  // validate, probe, diagnose
 
-// diagnose.cpp: validate, probe and diagnose (dpctl(8), "Diagnostics")
-struct ValidateArgs {
-  std::vector<std::string> peers;
-  uint16_t port = 7862;
-  double duration = 1;  // seconds per throughput test
-  int streams = 4;
-  double min_throughput = 0.5;  // of the path's capacity, multi-stream
-};
-int cmd_validate(const Globals& g, const ValidateArgs& a);
-struct ProbeArgs {
-  std::string peer, klass;
-  uint16_t port = 7862;
-  int count = 20;
-};
-int cmd_probe(const Globals& g, const ProbeArgs& a);
-struct DiagnoseArgs {
-  std::vector<std::string> peers;
-  std::string klass;
-  uint16_t port = 7862;
-  double seconds = 2;  // how long sockets and CPUs are watched
-};
-int cmd_diagnose(const Globals& g, const DiagnoseArgs& a);
+// Type names that tell completion what a value is (dpctl __complete): a
+// class or path of the running policy, a node of the description on the
+// line, a file or a directory.
+inline constexpr const char* kClass = "CLASS";
+inline constexpr const char* kPath = "PATH";
+inline constexpr const char* kNode = "NODE";
+inline constexpr const char* kFile = "FILE";
+inline constexpr const char* kDir = "DIR";
 
 }  // namespace dpctl

@@ -24,6 +24,7 @@
 #include "dualpath/core/cluster.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/policy_diff.h"
+#include "dualpath/kernel/procfs.h"
 
 namespace dpctl {
 
@@ -244,8 +245,6 @@ int check_cluster(const Globals& g, const std::string& bytes, const std::string&
   }
   return 0;
 }
-
-}  // namespace
 
 int cmd_policy_check(const Globals& g, const std::string& file) {
   // "-": the policy on standard input (errors name it <stdin>)
@@ -518,6 +517,53 @@ int cmd_policy_rollback(const Globals& g) {
                                "dpctl policy apply",
                                prev, std::strerror(errno)));
   return install(g, *bytes, prev, "rolling back to");
+}
+
+}  // namespace
+
+void add_policy(CLI::App& app, const Globals& g, Action& action) {
+  struct Opts {
+    std::string file, node, dir;
+    std::vector<std::string> diff_files;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* pol = app.add_subcommand("policy", "policy files")->require_subcommand(1);
+  auto* check = pol->add_subcommand(
+      "check", "validate a policy file, or every node of a cluster description, offline");
+  check->add_option("FILE", o->file, "policy or cluster file, or - for standard input")->required();
+  check->callback([&g, &action, o] { action = [&g, o] { return cmd_policy_check(g, o->file); }; });
+  pol->add_subcommand("reload", "make the daemon re-read its policy file (like SIGHUP)")
+      ->callback([&g, &action] { action = [&g] { return cmd_policy_reload(g); }; });
+  pol->add_subcommand("show", "the running policy's text, and whether the file on disk differs")
+      ->callback([&g, &action] { action = [&g] { return cmd_policy_show(g); }; });
+  auto* diff = pol->add_subcommand(
+      "diff",
+      "what FILE changes against the running policy, or NEW against OLD offline "
+      "(exit 0 none, 1 some, 2 trouble)");
+  diff->add_option("[OLD] FILE", o->diff_files, "policy file(s)")->required()->expected(1, 2);
+  diff->callback(
+      [&g, &action, o] { action = [&g, o] { return cmd_policy_diff(g, o->diff_files); }; });
+  auto* apply = pol->add_subcommand(
+      "apply", "check FILE, show its changes, install it as the daemon's policy and reload");
+  apply->add_option("FILE", o->file, "policy file")->required();
+  apply->callback([&g, &action, o] { action = [&g, o] { return cmd_policy_apply(g, o->file); }; });
+  pol->add_subcommand("rollback", "apply the policy the last apply replaced (POLICY.prev)")
+      ->callback([&g, &action] { action = [&g] { return cmd_policy_rollback(g); }; });
+  auto* render = pol->add_subcommand(
+      "render",
+      "a node's policy from a cluster description (dualpath-cluster(5)), or every node's");
+  render->add_option("CLUSTER", o->file, "cluster description, or - for standard input")
+      ->required()
+      ->type_name(kFile);
+  auto* rn = render->add_option("--node", o->node, "print this node's policy")->type_name(kNode);
+  auto* ra = render->add_option("--all", o->dir, "write every node's policy as DIR/NODE.toml")
+                 ->type_name(kDir);
+  rn->excludes(ra);
+  render->callback([&g, &action, o] {
+    if (o->node.empty() && o->dir.empty())
+      throw CLI::ValidationError("render", "give --node NAME or --all DIR");
+    action = [&g, o] { return cmd_policy_render(g, o->file, o->node, o->dir); };
+  });
 }
 
 }  // namespace dpctl

@@ -104,7 +104,6 @@ class Session {
   bool poll_active() const { return poll_; }
   Micros tx_interval() const;     // before jitter
   Micros detection_time() const;  // 0 until the remote's timers are known
-  Time last_rx() const { return last_rx_; }
   uint64_t rx_packets() const { return rx_; }
   uint64_t tx_packets() const { return tx_; }
   const Config& config() const { return cfg_; }
@@ -132,7 +131,6 @@ class Session {
   bool send_final_ = false;
   Time next_tx_;
   std::optional<Time> detect_deadline_;
-  Time last_rx_{};
   uint64_t rx_ = 0, tx_ = 0;
   uint32_t rng_;
   std::vector<Transition> transitions_;

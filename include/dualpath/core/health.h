@@ -65,7 +65,6 @@ class RailHealth {
   // no rail has a weight, so that a returning rail is used at once.
   bool alive() const { return link_ok(); }
   bool bfd_in_use() const { return bfd_up_once_; }
-  int ramp_step() const { return step_; }
   uint64_t failures() const { return failures_; }
   std::vector<HealthEvent> take_events();
 

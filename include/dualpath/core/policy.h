@@ -189,9 +189,10 @@ struct MetricsSettings {
 // The probe responder (dpctl validate and probe from a peer node): TCP
 // listeners on each rail's source addresses, one port per rail (port + the
 // rail's index), that answer only addresses the policy routes to.
+inline constexpr uint16_t kResponderPort = 7862;  // [responder] port's default
 struct ResponderSettings {
   bool enable = true;
-  uint16_t port = 7862;
+  uint16_t port = kResponderPort;
   int max_sessions = 4;                                              // concurrent; more are refused
   std::chrono::nanoseconds max_duration = std::chrono::seconds(10);  // per session
   // Who may connect; empty: the paths' routes, networks, gateways and BFD peers.
@@ -298,8 +299,7 @@ struct EphemeralPorts {
 };
 // Parses the two sysctls' text ("32768\t60999", "50000-50999,53000").
 EphemeralPorts parse_ephemeral_ports(const std::string& range, const std::string& reserved);
-// Reads them from /proc/sys (lo = hi = 0 when they cannot be read).
-EphemeralPorts read_ephemeral_ports();
+// (kernel/procfs.h read_ephemeral_ports reads them from /proc/sys.)
 // Warnings, not errors: class port ranges that source ports can match
 // inside the ephemeral range and not reserved (any connection that draws
 // such a source port is classified by accident), each with the sysctl that

@@ -31,23 +31,20 @@ struct TcStatus {
 
 class Tc {
  public:
-  // Attaches (or atomically replaces) our filters. Creates clsact if absent and
-  // records that it did in dp_owned. Refuses if a filter that is not ours sits
-  // at our handle and priority.
-  static Result<void> attach(int ifindex, const std::string& ifname, int egress_fd, int ingress_fd,
-                             const BpfMap& owned);
+  // Attaches (or atomically replaces) our filter on egress or ingress.
+  // Creates clsact if absent and records that it did in dp_owned. Refuses if
+  // a filter that is not ours sits at our handle and priority.
+  static Result<void> attach(int ifindex, const std::string& ifname, bool egress, int prog_fd,
+                             const dp_owned_map& owned);
   // Removes our filters; removes clsact only if we created it and it is empty.
-  static Result<void> detach(int ifindex, const std::string& ifname, const BpfMap* owned);
-  static Result<TcStatus> status(int ifindex, const BpfMap* owned);
+  static Result<void> detach(int ifindex, const std::string& ifname, const dp_owned_map* owned);
+  static Result<TcStatus> status(int ifindex, const dp_owned_map* owned);
 };
 
-// The sockops program's attachment to a cgroup v2 directory, as a bpf_link
-// pinned at <pin_dir>/link_sockops: it outlives the daemon like the tc
-// filters, a restarted daemon adopts it (updating the program in place), and
-// removing the pin detaches it.
-Result<void> attach_sockops(bpf_program* prog, const std::string& cgroup,
-                            const std::string& pin_dir);
-// Any cgroup program the same way, pinned at <pin_dir>/link_<what>.
+// A cgroup program (sockops, sock_addr) attached to a cgroup v2 directory as
+// a bpf_link pinned at <pin_dir>/link_<what>: it outlives the daemon like the
+// tc filters, a restarted daemon adopts it (updating the program in place),
+// and removing the pin detaches it.
 Result<void> attach_cgroup(bpf_program* prog, const std::string& cgroup, const std::string& pin_dir,
                            const std::string& what);
 // Attaches an sk_lookup program to this process's network namespace, its
@@ -69,6 +66,6 @@ Result<uint64_t> netns_cookie();
 // bpffs helpers
 Result<void> ensure_bpffs(const std::string& dir);  // mounts bpffs on /sys/fs/bpf if missing
 Result<void> remove_pin_dir(const std::string& dir);
-bool is_our_prog(uint32_t prog_id);  // name is dp_egress/dp_ingress
+bool is_our_prog(uint32_t prog_id);  // a tc program of kPrograms, by name
 
 }  // namespace dp

@@ -146,10 +146,8 @@ class Datapath {
   uint32_t found_layout() const { return found_layout_; }
   // What an upgrade from another layout carried over (empty: none happened).
   const std::vector<std::string>& upgrade_report() const { return upgrade_report_; }
-  bool upgrade_pending() const { return upgrade_ != nullptr; }
   const std::string& pin_dir() const { return pin_dir_; }
   uint32_t generation() const { return gen_; }
-  const std::string& sockops_cgroup() const { return sockops_cgroup_; }
 
  private:
   Datapath() = default;

@@ -4,22 +4,17 @@
 
 #include "dualpath/core/measure.h"
 #include "dualpath/core/result.h"
-
-struct nl_sock;  // libnl
+#include "dualpath/kernel/netlink.h"
 
 namespace dp {
 
 // Reads one interface's statistics over rtnetlink (libnl-route-3).
 class LinkStatsReader {
  public:
-  LinkStatsReader();
-  ~LinkStatsReader();
-  LinkStatsReader(const LinkStatsReader&) = delete;
-  LinkStatsReader& operator=(const LinkStatsReader&) = delete;
   Result<LinkStats> read(int ifindex);
 
  private:
-  ::nl_sock* sk_ = nullptr;
+  NlSocket sk_;  // connected at the first read
 };
 
 }  // namespace dp

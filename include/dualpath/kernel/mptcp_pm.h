@@ -17,8 +17,8 @@
 #include "dualpath/core/multipath.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/result.h"
+#include "dualpath/kernel/netlink.h"
 
-struct nl_sock;
 struct nl_msg;
 
 namespace dp::mptcp {
@@ -52,7 +52,6 @@ class PathManager {
   // Both sockets in this network namespace: commands, and events (joined to
   // the mptcp_pm_events group, non-blocking). Needs CAP_NET_ADMIN.
   static Result<std::unique_ptr<PathManager>> open();
-  ~PathManager();
   PathManager(const PathManager&) = delete;
   PathManager& operator=(const PathManager&) = delete;
 
@@ -72,8 +71,7 @@ class PathManager {
   PathManager() = default;
   Result<void> command(uint8_t cmd, const std::function<Result<void>(nl_msg*)>& fill,
                        const std::string& what);
-  nl_sock* cmd_ = nullptr;
-  nl_sock* events_ = nullptr;
+  NlSocket cmd_, events_;
   int family_ = 0;
 };
 

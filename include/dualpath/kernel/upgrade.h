@@ -16,8 +16,8 @@
 //      per-CPU counters get the old map's increments since the copy, hash
 //      entries created since are copied and those deleted since are deleted.
 //      Then each new map is pinned where the old one was, and pins of maps
-//      this build no longer has are removed. The old maps go with the last
-//      reference to them (the old programs).
+//      and programs this build no longer has (kernel/programs.h) are removed. The old maps go with
+//      the last reference to them (the old programs).
 #pragma once
 
 #include <bpf/bpf.h>
@@ -41,8 +41,9 @@ class LayoutUpgrade {
  public:
   // Copies each old map into its fresh one (step 1).
   static Result<LayoutUpgrade> begin(std::vector<StaleMap> maps);
-  // Steps 3: after the programs were swapped. `keep`: the names of every
-  // pinned file this build owns in pin_dir; other dp_* map pins are removed.
+  // Step 3: after the programs were swapped. `keep`: the names of every
+  // pinned file this build owns in pin_dir; other dp_* (map), prog_* and
+  // link_* (program) pins are removed.
   Result<void> finish(const std::string& pin_dir, const std::vector<std::string>& keep);
 
   // One line per map: what was copied, for the log and `dpctl status`.

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dualpath/client/sock_diag.h"
+#include "dualpath/kernel/sock_diag.h"
 
 namespace dp {
 

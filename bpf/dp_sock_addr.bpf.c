@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* cgroup sock_addr programs on the policy's cgroup: connect-time placement
+ * in the separate topology (lib/connect.h). connect and sendmsg place a
+ * socket on its class's rail; getpeername, recvmsg and getsockname give the
+ * application back the addresses it used; sock_release forgets them. */
+#include "lib/connect.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+SEC("cgroup/connect4")
+int dp_connect4(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/connect6")
+int dp_connect6(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/sendmsg4")
+int dp_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/sendmsg6")
+int dp_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return dp_connect(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/getpeername4")
+int dp_getpeername4(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/getpeername6")
+int dp_getpeername6(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/recvmsg4")
+int dp_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/recvmsg6")
+int dp_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/getsockname4")
+int dp_getsockname4(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET);
+}
+
+SEC("cgroup/getsockname6")
+int dp_getsockname6(struct bpf_sock_addr *ctx)
+{
+	return dp_restore(ctx, DP_AF_INET6);
+}
+
+SEC("cgroup/sock_release")
+int dp_sock_release(struct bpf_sock *sk)
+{
+	return dp_sock_forget(sk);
+}

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* sockops, attached to a cgroup v2 directory (bpf/dp_sockops.bpf.c): per-rail
+ * and per-class TCP RTT, retransmits, RTOs and segments sent, and per-flow RTT
+ * and retransmits in dp_flows; the class's minimum RTO; listeners noted for
+ * the sk_lookup handover (lib/listen.h). Callbacks are enabled only for
+ * sockets whose flow is classified and only in the daemon's network namespace
+ * (a cgroup spans namespaces). */
+#ifndef DP_BPF_SOCKOPS_H
+#define DP_BPF_SOCKOPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "ctx.h"
+#include "listen.h"
+#include "maps.h"
+#include "steer.h"
+
+#define DP_SOL_TCP 6 /* SOL_TCP (IPPROTO_TCP) */
+
+static __always_inline int dp_sock_key(const struct bpf_sock_ops *skops, struct dp_flow_key *k)
+{
+	__u32 family, v, lport, rport;
+
+	DP_CTX_LOAD(family, skops->family);
+	if (family == DP_AF_INET) {
+		k->saddr[2] = bpf_htonl(0xffff);
+		k->daddr[2] = bpf_htonl(0xffff);
+		DP_CTX_LOAD(v, skops->local_ip4);
+		k->saddr[3] = v;
+		DP_CTX_LOAD(v, skops->remote_ip4);
+		k->daddr[3] = v;
+	} else if (family == DP_AF_INET6) { /* v4-mapped peers match the IPv4 form */
+		DP_CTX_LOAD_IP6(k->saddr, skops->local_ip6);
+		DP_CTX_LOAD_IP6(k->daddr, skops->remote_ip6);
+	} else {
+		return -1;
+	}
+	DP_CTX_LOAD(lport, skops->local_port);	/* host order */
+	DP_CTX_LOAD(rport, skops->remote_port); /* network order, in the high half */
+	k->sport = bpf_htons((__u16)lport);
+	k->dport = bpf_htons((__u16)bpf_ntohl(rport));
+	k->proto = IPPROTO_TCP;
+	return 0;
+}
+
+/* floor(log2(v)), 0 for 0 (BPF has no count-leading-zeros instruction) */
+static __always_inline __u32 dp_log2(__u32 v)
+{
+	__u32 r = 0;
+
+	if (v >= 1u << 16) {
+		v >>= 16;
+		r += 16;
+	}
+	if (v >= 1u << 8) {
+		v >>= 8;
+		r += 8;
+	}
+	if (v >= 1u << 4) {
+		v >>= 4;
+		r += 4;
+	}
+	if (v >= 1u << 2) {
+		v >>= 2;
+		r += 2;
+	}
+	if (v >= 1u << 1)
+		r += 1;
+	return r;
+}
+
+static __always_inline struct dp_tcp_stats *dp_tcp_of(const struct dp_flow *f)
+{
+	__u32 key;
+
+	if (f->rail >= DP_MAX_RAILS || f->cls >= DP_MAX_CLASSES)
+		return 0;
+	key = f->rail * DP_MAX_CLASSES + f->cls;
+	return bpf_map_lookup_elem(&dp_tcp, &key);
+}
+
+static __always_inline void dp_tcp_segs(struct bpf_sock_ops *skops, struct dp_flow *f,
+					struct dp_tcp_stats *t)
+{
+	__u32 out = skops->data_segs_out;
+
+	if (out > f->data_segs_out)
+		t->segs_out += out - f->data_segs_out;
+	f->data_segs_out = out;
+}
+
+static __always_inline int dp_sockops_run(struct bpf_sock_ops *skops)
+{
+	struct dp_flow_key key = {};
+	struct dp_tcp_stats *t;
+	struct dp_config *cfg;
+	struct dp_flow *f;
+	__u32 zero = 0, op = skops->op;
+
+	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB &&
+	    op != BPF_SOCK_OPS_RTT_CB && op != BPF_SOCK_OPS_RETRANS_CB &&
+	    op != BPF_SOCK_OPS_RTO_CB && op != BPF_SOCK_OPS_STATE_CB &&
+	    op != BPF_SOCK_OPS_TCP_LISTEN_CB)
+		return 1;
+	cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	if (!cfg || (cfg->netns_cookie && bpf_get_netns_cookie(skops) != cfg->netns_cookie))
+		return 1;
+	if (dp_sock_key(skops, &key))
+		return 1;
+	if (op == BPF_SOCK_OPS_TCP_LISTEN_CB) {
+		dp_listen_note(skops, &key);
+		return 1;
+	}
+	if (op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		dp_handover_accepted(skops, &key);
+	f = bpf_map_lookup_elem(&dp_flows, &key);
+
+	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		struct dp_pkt pkt = {.key = key};
+		struct dp_class_tcp *ct;
+		__u32 cls;
+
+		/* the handshake went out through a rail, so a classified flow is
+		 * in the table; if not, classify it by its ports */
+		cls = f ? f->cls : dp_classify(&pkt, 0, cfg);
+		if (cls >= DP_MAX_CLASSES)
+			return 1;
+		bpf_sock_ops_cb_flags_set(
+			skops, BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG |
+				       BPF_SOCK_OPS_RTO_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG);
+		if (f)
+			f->data_segs_out = skops->data_segs_out;
+		/* the class's minimum RTO: a rail's RTT is far below the kernel's
+		 * 200 ms, and after a failover the backoff must not outlast the
+		 * move (a refusal leaves the kernel's) */
+		ct = bpf_map_lookup_elem(&dp_class_tcp, &cls);
+		if (ct && ct->rto_min_us) {
+			int v = (int)ct->rto_min_us;
+
+			bpf_setsockopt(skops, DP_SOL_TCP, TCP_BPF_RTO_MIN, &v, sizeof(v));
+		}
+		return 1;
+	}
+	if (!f)
+		return 1;
+	t = dp_tcp_of(f);
+	if (!t)
+		return 1;
+	switch (op) {
+	case BPF_SOCK_OPS_RTT_CB: {
+		__u32 srtt = skops->srtt_us >> 3;
+		__u32 b = dp_log2(srtt);
+
+		if (b < DP_RTT_BUCKETS)
+			t->rtt_hist[b] += 1;
+		t->rtt_samples += 1;
+		t->srtt_us_sum += srtt;
+		f->srtt_us = srtt;
+		dp_tcp_segs(skops, f, t);
+		break;
+	}
+	case BPF_SOCK_OPS_RETRANS_CB: {
+		__u32 segs = skops->args[1] ? skops->args[1] : 1;
+
+		t->retrans_segs += segs;
+		f->retrans_segs += segs;
+		break;
+	}
+	case BPF_SOCK_OPS_RTO_CB:
+		t->rto_events += 1;
+		f->rto_events += 1;
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		dp_tcp_segs(skops, f, t);
+		break;
+	}
+	return 1;
+}
+
+#endif /* DP_BPF_SOCKOPS_H */

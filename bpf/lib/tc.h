@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The tc hooks, attached with clsact on every rail (bpf/dp_tc.bpf.c):
+ *   egress  - classify, place the flow on a rail (lib/place.h), stamp the
+ *             class's QoS, redirect when the decided rail is not the one the
+ *             route chose;
+ *   ingress - per-rail, per-class receive accounting.
+ * Both are fail-open: a packet they cannot handle passes untouched and is
+ * counted by reason in dp_exceptions.
+ *
+ * "Pass" is TC_ACT_UNSPEC, not TC_ACT_OK: the daemon attaches these programs
+ * ahead of other filters (priority 1), and TC_ACT_UNSPEC lets the filters
+ * after them (Cilium's, an operator's) still see the packet, where TC_ACT_OK
+ * would end the chain. */
+#ifndef DP_BPF_TC_H
+#define DP_BPF_TC_H
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+#include "maps.h"
+#include "place.h"
+#include "steer.h"
+
+#define DP_PASS TC_ACT_UNSPEC
+
+static __always_inline void dp_count_tx(__u32 rail, __u8 cls, __u32 len)
+{
+	struct dp_counters *c = dp_counters_of(rail, cls);
+
+	if (c) {
+		c->tx_bytes += len;
+		c->tx_packets += 1;
+	}
+}
+
+/* The packet's departure time when it is one on the monotonic clock (TCP
+ * stamps every packet it sends with it), else 0. A receive timestamp (the
+ * real-time clock) is never taken for it. */
+static __always_inline __u64 dp_mono_tstamp(const struct __sk_buff *skb)
+{
+	if (skb->tstamp_type != BPF_SKB_TSTAMP_DELIVERY_MONO)
+		return 0;
+	return skb->tstamp;
+}
+
+/* Stamps the class's skb->priority and DSCP. Called last: after it, packet
+ * pointers are invalid (bpf_skb_store_bytes). */
+static __always_inline void dp_apply_qos(struct __sk_buff *skb, const struct dp_pkt *pkt, __u8 cls)
+{
+	__u32 idx = cls;
+	struct dp_class_qos *q = bpf_map_lookup_elem(&dp_class_qos, &idx);
+	__u8 hdr[2];
+
+	if (!q || !q->flags)
+		return;
+	if (q->flags & DP_QOS_F_PRIORITY)
+		skb->priority = q->priority;
+	if (!(q->flags & DP_QOS_F_DSCP) || bpf_skb_load_bytes(skb, pkt->l3_off, hdr, 2))
+		return;
+	if (pkt->family == DP_AF_INET) {
+		/* version/IHL and TOS form the header's first 16-bit word */
+		__u8 tos = (__u8)((q->dscp << 2) | (hdr[1] & 3));
+		__u16 old_word, new_word;
+
+		if (tos == hdr[1])
+			return;
+		__builtin_memcpy(&old_word, hdr, 2);
+		hdr[1] = tos;
+		__builtin_memcpy(&new_word, hdr, 2);
+		bpf_l3_csum_replace(skb, pkt->l3_off + DP_IPV4_CSUM_OFF, old_word, new_word, 2);
+		bpf_skb_store_bytes(skb, pkt->l3_off + 1, &tos, 1, 0);
+	} else {
+		/* version(4) | traffic class(8) | flow label(20); DSCP = TC >> 2 */
+		__u8 tc = (__u8)((q->dscp << 2) | (((hdr[1] >> 4) & 0x0f) & 3));
+		__u8 b0 = (__u8)((hdr[0] & 0xf0) | (tc >> 4));
+		__u8 b1 = (__u8)((hdr[1] & 0x0f) | ((tc & 0x0f) << 4));
+
+		if (b0 == hdr[0] && b1 == hdr[1])
+			return;
+		hdr[0] = b0;
+		hdr[1] = b1;
+		bpf_skb_store_bytes(skb, pkt->l3_off, hdr, 2, 0);
+	}
+}
+
+/* tc egress: classify, place the flow on a rail, redirect when the decided
+ * rail is not the one the route chose. */
+static __always_inline int dp_tc_egress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u32 rail_here = dp_rail_of_ifindex(skb->ifindex);
+	struct bpf_redir_neigh nh = {};
+	struct dp_pkt pkt = {};
+	struct dp_config *cfg;
+	struct dp_counters *c;
+	struct dp_rail *rail;
+	__u32 zero = 0, target, mark = skb->mark, mark_mask, redirect_bit;
+	long ret;
+	int exc;
+	__u8 cls, rule = DP_RULE_NONE;
+
+	if (rail_here == DP_RAIL_NONE) {
+		dp_count_exception(DP_MAX_RAILS, DP_EXC_UNKNOWN_IFINDEX);
+		return DP_PASS;
+	}
+	exc = dp_parse(data, data_end, &pkt);
+	if (exc >= 0) {
+		dp_count_exception(rail_here, exc);
+		dp_count_tx(rail_here, DP_CLASS_NONE, skb->len);
+		return DP_PASS;
+	}
+	cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	if (!cfg)
+		return DP_PASS;
+	dp_mark_cfg(&mark_mask, &redirect_bit);
+	cls = dp_classify_rule(&pkt, mark & mark_mask & ~redirect_bit, cfg, &rule, skb,
+			       DP_CGROUP_SKB);
+
+	if (mark & redirect_bit) {
+		/* steered here by another rail's hook: count it, never re-steer */
+		skb->mark = mark & ~redirect_bit;
+		dp_count_tx(rail_here, cls, skb->len);
+		return DP_PASS;
+	}
+	if (cls >= DP_MAX_CLASSES) {
+		dp_count_tx(rail_here, DP_CLASS_NONE, skb->len);
+		return DP_PASS;
+	}
+
+	target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
+			      cfg->flowlet_gap_ns, dp_mono_tstamp(skb), skb);
+	dp_apply_qos(skb, &pkt, cls);
+	if (target == rail_here || target >= DP_MAX_RAILS) {
+		dp_count_tx(rail_here, cls, skb->len);
+		return DP_PASS;
+	}
+
+	rail = bpf_map_lookup_elem(&dp_rails, &target);
+	if (!rail || !(rail->flags & DP_RAIL_F_ENABLED) || !rail->ifindex) {
+		dp_count_exception(rail_here, DP_EXC_TARGET_UNAVAILABLE);
+		dp_count_tx(rail_here, cls, skb->len);
+		return DP_PASS;
+	}
+	if (pkt.family == DP_AF_INET && (rail->flags & DP_RAIL_F_GW4)) {
+		nh.nh_family = DP_AF_INET;
+		nh.ipv4_nh = rail->gw4;
+	} else if (pkt.family == DP_AF_INET6 && (rail->flags & DP_RAIL_F_GW6)) {
+		nh.nh_family = DP_AF_INET6;
+		__builtin_memcpy(nh.ipv6_nh, rail->gw6, sizeof(nh.ipv6_nh));
+	} else {
+		dp_count_exception(rail_here, DP_EXC_NO_GATEWAY);
+		dp_count_tx(rail_here, cls, skb->len);
+		return DP_PASS;
+	}
+
+	skb->mark = mark | redirect_bit;
+	ret = bpf_redirect_neigh(rail->ifindex, &nh, sizeof(nh), 0);
+	if (ret != TC_ACT_REDIRECT) {
+		skb->mark = mark;
+		dp_count_exception(rail_here, DP_EXC_REDIRECT_FAILED);
+		dp_count_tx(rail_here, cls, skb->len);
+		return DP_PASS;
+	}
+	c = dp_counters_of(rail_here, cls);
+	if (c) {
+		c->redirect_packets += 1;
+		c->redirect_bytes += skb->len;
+	}
+	return TC_ACT_REDIRECT;
+}
+
+/* tc ingress: per-rail, per-class receive accounting. */
+static __always_inline int dp_tc_ingress(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u32 rail_here = dp_rail_of_ifindex(skb->ifindex);
+	struct dp_pkt pkt = {};
+	struct dp_counters *c;
+	struct dp_config *cfg;
+	__u32 zero = 0;
+	__u8 cls = DP_CLASS_NONE;
+	int exc;
+
+	if (rail_here == DP_RAIL_NONE)
+		return DP_PASS;
+	exc = dp_parse(data, data_end, &pkt);
+	cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	if (exc < 0 && cfg)
+		cls = dp_classify(&pkt, 0, cfg);
+	c = dp_counters_of(rail_here, cls);
+	if (c) {
+		c->rx_bytes += skb->len;
+		c->rx_packets += 1;
+	}
+	return DP_PASS;
+}
+
+#endif /* DP_BPF_TC_H */

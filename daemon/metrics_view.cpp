@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "metrics_view.h"
+
+#include "dualpath/version.h"
+
+namespace dp {
+
+MetricsView metrics_view(const Node& n) {
+  const Policy& pol = n.policy();
+  const NodeState& st = n.state();
+  const Datapath& dpath = n.datapath();
+  MetricsView v;
+  v.version = kVersion;
+  v.node = pol.node;
+  v.policy_file = pol.file;
+  v.policy_hash = pol.hash;
+  v.cluster = pol.cluster;
+  v.group = pol.group;
+  v.group_hash = pol.group_hash;
+  v.reloads_applied = st.reloads_applied;
+  v.reloads_refused = st.reloads_refused;
+  v.last_reload_ok = st.last_reload_ok;
+  const auto& counters = n.measurements().counters();
+  const auto& tcp = n.measurements().tcp();
+  for (size_t i = 0; i < pol.paths.size(); ++i) {
+    auto slot = dpath.rail_slot(i);
+    MetricsView::Path p;
+    p.name = pol.paths[i].name;
+    p.capacity_bps = pol.paths[i].capacity_bps;
+    p.measure = n.measurements().measure(i);
+    p.exceptions = n.measurements().exceptions()[slot];
+    const auto& h = n.controller().health(i);
+    p.health = to_string(h.state());
+    p.weight = h.weight();
+    p.failures = h.failures();
+    if (auto b = n.rails().bfd(i)) p.bfd = bfd::to_string(b->session->state());
+    v.paths.push_back(std::move(p));
+    for (size_t c = 0; c <= pol.classes.size(); ++c) {
+      bool unclassified = c == pol.classes.size();
+      auto cslot = unclassified ? DP_CLASS_UNCLASSIFIED : dpath.class_slot(c);
+      v.classes.push_back({pol.paths[i].name, unclassified ? "unclassified" : pol.classes[c].name,
+                           counters[slot][cslot], tcp[slot][cslot]});
+    }
+  }
+  for (auto& [key, count] : n.events().switches())
+    v.switches.push_back({key.first, key.second, count});
+  if (pol.topology == Topology::Separate) {
+    auto conns = dpath.connects();
+    for (size_t c = 0; c < pol.classes.size(); ++c) {
+      auto cslot = dpath.class_slot(c);
+      for (size_t i = 0; i < pol.paths.size(); ++i)
+        v.connections.push_back(
+            {pol.paths[i].name, pol.classes[c].name, conns[dpath.rail_slot(i)][cslot]});
+      v.connections.push_back({"", pol.classes[c].name, conns[DP_CONNECT_UNMAPPED][cslot]});
+    }
+    auto handed = dpath.handovers();
+    for (size_t i = 0; i < pol.paths.size(); ++i)
+      v.handovers.push_back({pol.paths[i].name, "", handed[dpath.rail_slot(i)]});
+  }
+  v.connections_reset = st.connections_reset;
+  if (n.multipath().running()) {
+    auto per = n.multipath().subflows_per_path();
+    for (size_t c = 0; c < pol.classes.size() && c < per.size(); ++c) {
+      if (!pol.classes[c].multipath) continue;
+      for (size_t i = 0; i < pol.paths.size(); ++i)
+        v.subflows.push_back({pol.paths[i].name, pol.classes[c].name, per[c][i]});
+    }
+    const auto& k = n.multipath().counters();
+    v.multipath = MetricsView::Multipath{k.created, k.removed, k.role_changes, k.failed,
+                                         Multipath::kernel_fallbacks()};
+  }
+  v.all_paths_down = n.controller().all_down();
+  return v;
+}
+
+}  // namespace dp

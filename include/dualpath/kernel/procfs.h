@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the node's /proc says, read in one place: CPU time (/proc/stat) and
+// the ephemeral port range (net.ipv4.ip_local_port_range and
+// ip_local_reserved_ports). The parsing is pure (core/policy.h
+// parse_ephemeral_ports, cpu_busy here) and tested without a /proc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dualpath/core/policy.h"
+
+namespace dp {
+
+// One CPU's jiffies (the whole machine's for /proc/stat's "cpu" line).
+struct CpuTime {
+  uint64_t busy = 0;  // everything but idle and iowait
+  uint64_t total = 0;
+};
+
+// Each CPU's time from /proc/stat's text ("cpu0 ..." lines); `all` takes
+// the first line (the machine's sum) alone.
+std::vector<CpuTime> parse_cpu_times(const std::string& proc_stat, bool all = false);
+// The node's CPUs now (or the machine's sum).
+std::vector<CpuTime> cpu_times(bool all = false);
+// The busy fraction of each CPU between two readings.
+std::vector<double> cpu_busy(const std::vector<CpuTime>& before, const std::vector<CpuTime>& after);
+
+// The node's ephemeral port range and reserved ports now.
+EphemeralPorts read_ephemeral_ports();
+
+}  // namespace dp
