@@ -46,7 +46,7 @@ void warn_ephemeral_overlap(const Policy& p) {
 }  // namespace
 
 Daemon::Daemon(DaemonOptions opts)
-    : opts_(std::move(opts)), rails_(loop_, controller_, [this] { settle(); }) {}
+    : opts_(std::move(opts)), monitor_(loop_, controller_, [this] { settle(); }) {}
 
 Daemon::~Daemon() = default;
 
@@ -111,20 +111,20 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     return a.error();
   }
 
-  // 3. Rails, names and decisions, then the flip that makes it all live.
+  // 3. PathMonitor, names and decisions, then the flip that makes it all live.
   auto pins = datapath_->commit(next, *staged);
   if (!pins) return pins.error();
 
   // 4. The daemon's side: measurement, the controller, the rails' health.
   measurements_.reset(next);
   std::vector<bool> carrier;
-  for (auto& ps : next.paths) carrier.push_back(Rails::carrier_of(ps.interface));
+  for (auto& ps : next.paths) carrier.push_back(PathMonitor::carrier_of(ps.interface));
   std::vector<Controller::Pin> cpins;
   for (auto& pin : *pins) cpins.push_back({pin.klass, pin.path});
   controller_.set_policy(next, carrier, around, cpins, SchedClock::now());
   policy_ = next;
   have_policy_ = true;
-  rails_.setup(next, datapath_->rail_ifindexes());
+  monitor_.setup(next, datapath_->rail_ifindexes());
   if (auto r = multipath_.set_policy(next, *datapath_); !r)
     spdlog::error("multipath classes: {}; their connections keep one subflow", r.error().what());
   settle();
@@ -307,7 +307,7 @@ void Daemon::place_bursts() {
   plans_written_ = true;
 }
 
-// Rails whose delays differ need a longer flowlet gap, or a re-placed
+// PathMonitor whose delays differ need a longer flowlet gap, or a re-placed
 // flowlet overtakes the one before it (dp-bench-reorder --background).
 void Daemon::adapt_flowlet_gap() {
   const auto& k = policy_.scheduler;
@@ -499,15 +499,15 @@ int Daemon::run() {
   tick_timer_ = *timer;
   arm_tick();
   control_->serve(loop_, commands_);
-  if (auto r = rails_.open_link_events(); !r)
+  if (auto r = monitor_.open_link_events(); !r)
     spdlog::error("{}: carrier changes are seen only at the next tick", r.error().what());
   tick();
   sd_notify(0, "READY=1");
   spdlog::info("serving {} (tick {})", opts_.socket_path, format_duration(policy_.scheduler.tick));
   loop_.run();
   sd_notify(0, "STOPPING=1");
-  rails_.send_admin_down();  // RFC 5882 3.2: the peers do not take this for a failure
-  control_->close();         // unlinks the socket if it is still ours
+  monitor_.send_admin_down();  // RFC 5882 3.2: the peers do not take this for a failure
+  control_->close();           // unlinks the socket if it is still ours
   return 0;
 }
 

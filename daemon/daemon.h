@@ -11,7 +11,7 @@
 //   Datapath       skeleton, pins, slots; the one writer of decisions
 //   Measurements   counters, link statistics, RDMA, per-path estimators
 //   Controller     scheduler, pins, health, evidence: tick(inputs) -> plan
-//   Rails          BFD sessions and link events, into the controller
+//   PathMonitor          BFD sessions and link events, into the controller
 //   Multipath      multipath classes: MPTCP subflows per rail, their roles
 //   EventLog       dpctl events; MetricsExporter /metrics
 #pragma once
@@ -32,7 +32,7 @@
 #include "event_loop.h"
 #include "measurements.h"
 #include "multipath.h"
-#include "rails.h"
+#include "path_monitor.h"
 #include "responder.h"
 
 namespace dp {
@@ -84,7 +84,7 @@ class Daemon : private Node {
   Controller& controller() override { return controller_; }
   const Controller& controller() const override { return controller_; }
   const Measurements& measurements() const override { return measurements_; }
-  const Rails& rails() const override { return rails_; }
+  const PathMonitor& monitor() const override { return monitor_; }
   const EventLog& events() const override { return events_; }
   const Multipath& multipath() const override { return multipath_; }
   json responder_status() const override { return responder_.status(); }
@@ -106,7 +106,7 @@ class Daemon : private Node {
   std::unique_ptr<Datapath> datapath_;
   Measurements measurements_;
   Controller controller_;
-  Rails rails_;
+  PathMonitor monitor_;
   EventLog events_;
   Responder responder_;         // dpctl validate/probe from other nodes
   Multipath multipath_{loop_};  // multipath classes' MPTCP subflows

@@ -124,7 +124,7 @@ TickInput Measurements::tick_input(const Policy& p, const Datapath& dp) const {
   TickInput in;
   in.now = SchedClock::now();
   for (size_t i = 0; i < p.paths.size(); ++i) {
-    TickInput::Rail r;
+    TickInput::Path r;
     if (i < measures_.size()) {
       r.utilisation = measures_[i].utilisation();
       r.tick_utilisation = measures_[i].tick_utilisation();

@@ -33,7 +33,7 @@ MetricsView metrics_view(const Node& n) {
     p.health = to_string(h.state());
     p.weight = h.weight();
     p.failures = h.failures();
-    if (auto b = n.rails().bfd(i)) p.bfd = bfd::to_string(b->session->state());
+    if (auto b = n.monitor().bfd(i)) p.bfd = bfd::to_string(b->session->state());
     v.paths.push_back(std::move(p));
     for (size_t c = 0; c <= pol.classes.size(); ++c) {
       bool unclassified = c == pol.classes.size();

@@ -18,7 +18,7 @@ std::vector<Command> all_commands(Node& n) {
 }
 
 json health_json(const Node& n, size_t path) {
-  auto bfd = n.rails().bfd(path);
+  auto bfd = n.monitor().bfd(path);
   return render_health(n.controller().health(path), bfd ? &*bfd : nullptr, SchedClock::now());
 }
 

@@ -27,7 +27,7 @@
 #include "dualpath/kernel/node_checks.h"
 #include "measurements.h"
 #include "multipath.h"
-#include "rails.h"
+#include "path_monitor.h"
 
 namespace dp {
 
@@ -51,7 +51,7 @@ class Node {
   virtual Controller& controller() = 0;
   virtual const Controller& controller() const = 0;
   virtual const Measurements& measurements() const = 0;
-  virtual const Rails& rails() const = 0;
+  virtual const PathMonitor& monitor() const = 0;
   virtual const EventLog& events() const = 0;
   virtual const Multipath& multipath() const = 0;
   virtual json responder_status() const = 0;

@@ -66,7 +66,7 @@ json node_check(const Node& n) {
     const auto& ps = pol.paths[i];
     int mtu = interface_mtu(ps.interface);
     mtus[ps.name] = mtu;
-    bool carrier = Rails::carrier_of(ps.interface);
+    bool carrier = PathMonitor::carrier_of(ps.interface);
     add(ps.name, "link", carrier,
         mtu == 0 ? fmt::format("{} does not exist", ps.interface)
         : carrier

@@ -74,22 +74,22 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
     op_pinned_.at(pin.klass) = true;  // an operator's pin survives the reload or restart
     if (pin.path) sched_.classes.at(pin.klass).shares = all_on(P, *pin.path);
   }
-  std::vector<Rail> old;
-  old.swap(rails_);
+  std::vector<Path> old;
+  old.swap(paths_);
   for (size_t i = 0; i < P; ++i) {
     std::string key = rail_key(next, i);
-    auto it = std::find_if(old.begin(), old.end(), [&](const Rail& r) { return r.key == key; });
+    auto it = std::find_if(old.begin(), old.end(), [&](const Path& r) { return r.key == key; });
     if (it != old.end()) {
-      rails_.push_back(std::move(*it));
+      paths_.push_back(std::move(*it));
       old.erase(it);
-      rails_.back().health.set_settings(next.health);
+      paths_.back().health.set_settings(next.health);
     } else {
-      Rail r{RailHealth(next.health, now), key, true, {}, {}, false, {}};
+      Path r{PathHealth(next.health, now), key, true, {}, {}, false, {}};
       r.health.carrier(i < carrier.size() ? carrier[i] : true, now);
       (void)r.health.take_events();
-      rails_.push_back(std::move(r));
+      paths_.push_back(std::move(r));
     }
-    Rail& r = rails_.back();
+    Path& r = paths_.back();
     r.present = true;
     r.former.assign(C, 0);
     r.routed_around = i < route_around.size() && route_around[i];
@@ -109,26 +109,26 @@ std::vector<bool> Controller::routed_around_for(const Policy& next) const {
   std::vector<bool> out(next.paths.size(), false);
   for (size_t i = 0; i < next.paths.size(); ++i) {
     int was = policy_.path_index(next.paths[i].name);
-    if (was >= 0 && static_cast<size_t>(was) < rails_.size())
-      out[i] = rails_[static_cast<size_t>(was)].routed_around;
+    if (was >= 0 && static_cast<size_t>(was) < paths_.size())
+      out[i] = paths_[static_cast<size_t>(was)].routed_around;
   }
   return out;
 }
 
 void Controller::carrier(size_t path, bool up, Time now) {
-  if (path < rails_.size()) rails_[path].health.carrier(up, now);
+  if (path < paths_.size()) paths_[path].health.carrier(up, now);
 }
 
 void Controller::bfd(size_t path, bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now) {
-  if (path < rails_.size()) rails_[path].health.bfd(s, diag, peer_admin_down, now);
+  if (path < paths_.size()) paths_[path].health.bfd(s, diag, peer_admin_down, now);
 }
 
 void Controller::vanished(size_t path) {
-  if (path < rails_.size()) rails_[path].present = false;
+  if (path < paths_.size()) paths_[path].present = false;
 }
 
 Plan Controller::tick(const TickInput& in) {
-  for (auto& r : rails_) r.health.tick(in.now);
+  for (auto& r : paths_) r.health.tick(in.now);
   for (size_t c = 0; c < class_path_rate_.size() && c < in.class_path_tx_bytes.size(); ++c)
     for (size_t p = 0; p < class_path_rate_[c].size() && p < in.class_path_tx_bytes[c].size(); ++p)
       class_path_rate_[c][p].update(in.class_path_tx_bytes[c][p], in.now);
@@ -156,21 +156,21 @@ Plan Controller::settle(Time now) {
 // A burst of retransmits or RTOs on one rail's flows while the others' are
 // clean: suspect the rail before BFD can tell.
 void Controller::check_evidence(const TickInput& in) {
-  const size_t R = rails_.size();
+  const size_t R = paths_.size();
   if (in.rails.size() != R) return;
   std::vector<uint64_t> rto(R), retrans(R), segs(R), acks(R);
   std::vector<double> dt(R, 0);
   for (size_t i = 0; i < R; ++i) {
     const TcpCounters& now = in.rails[i].tcp;
-    auto& prev = rails_[i].tcp_prev;
+    auto& prev = paths_[i].tcp_prev;
     rto[i] = now.rto_events - std::min(prev.rto_events, now.rto_events);
     retrans[i] = now.retrans_segs - std::min(prev.retrans_segs, now.retrans_segs);
     segs[i] = now.segs_out - std::min(prev.segs_out, now.segs_out);
     acks[i] = now.rtt_samples - std::min(prev.rtt_samples, now.rtt_samples);
-    if (rails_[i].tcp_at != Time{} && in.now > rails_[i].tcp_at)
-      dt[i] = std::chrono::duration<double>(in.now - rails_[i].tcp_at).count();
+    if (paths_[i].tcp_at != Time{} && in.now > paths_[i].tcp_at)
+      dt[i] = std::chrono::duration<double>(in.now - paths_[i].tcp_at).count();
     prev = now;
-    rails_[i].tcp_at = in.now;
+    paths_[i].tcp_at = in.now;
   }
   // per class, per rail: bytes that arrived in the tick
   const size_t C = std::min(rx_prev_.size(), in.class_path_rx_bytes.size());
@@ -209,7 +209,7 @@ void Controller::check_evidence(const TickInput& in) {
   // Congestion, not failure: busy, and delivering about as it did when clean.
   auto congested = [&](size_t i) {
     if (in.rails[i].utilisation < kBusy || acks[i] == 0) return false;
-    return ack_rate(i) >= kStillDelivering * rails_[i].clean_ack_rate;
+    return ack_rate(i) >= kStillDelivering * paths_[i].clean_ack_rate;
   };
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
                                                                      policy_.health.multiplier);
@@ -217,7 +217,7 @@ void Controller::check_evidence(const TickInput& in) {
   for (size_t i = 0; i < R; ++i) was_bad[i] = bad(i);
   for (size_t i = 0; i < R; ++i) {
     std::string why;
-    if (was_bad[i] && in.now >= rails_[i].settle_until && !congested(i)) {
+    if (was_bad[i] && in.now >= paths_[i].settle_until && !congested(i)) {
       // (a rail that just took over a failed rail's flows retransmits what
       // the failed rail lost: no evidence against it until that has settled)
       why = fmt::format("{} RTO{} and {} of {} segments retransmitted in {}, {} acknowledged",
@@ -238,12 +238,12 @@ void Controller::check_evidence(const TickInput& in) {
     for (size_t j = 0; j < R; ++j) {
       if (j == i) continue;
       if (was_bad[j]) others_clean = false;
-      if (rails_[j].health.state() == RailState::Up && rails_[j].present) other_up = true;
+      if (paths_[j].health.state() == RailState::Up && paths_[j].present) other_up = true;
     }
     if (!others_clean || !other_up) continue;
-    auto st = rails_[i].health.state();
+    auto st = paths_[i].health.state();
     if (st != RailState::Up && st != RailState::Ramping) continue;
-    rails_[i].health.evidence("data-path evidence: " + why, detect, in.now);
+    paths_[i].health.evidence("data-path evidence: " + why, detect, in.now);
   }
   // The rate a rail's flows are acknowledged at when nothing is wrong: what a
   // busy rail's deliveries are judged against.
@@ -254,7 +254,7 @@ void Controller::check_evidence(const TickInput& in) {
       rx_rate_[c][i] +=
           kRxRateWeight * (static_cast<double>(rx_now[c][i]) / dt[i] - rx_rate_[c][i]);
     if (was_bad[i]) continue;
-    double& usual = rails_[i].clean_ack_rate;
+    double& usual = paths_[i].clean_ack_rate;
     usual = usual == 0 ? ack_rate(i) : usual + kAckRateWeight * (ack_rate(i) - usual);
   }
 }
@@ -316,11 +316,11 @@ void Controller::run_scheduler(const TickInput& in, Plan& plan) {
   if (!policy_.scheduler.adaptive) return;  // static: the policy's rails, never moved
   SchedulerInput si;
   si.now = in.now;
-  for (size_t i = 0; i < rails_.size() && i < in.rails.size(); ++i) {
+  for (size_t i = 0; i < paths_.size() && i < in.rails.size(); ++i) {
     RailInput r;
     // a rail that is failed, held down, ramping or drained is not the
     // scheduler's to use: health gives it its traffic back (effective())
-    r.healthy = rails_[i].present && rails_[i].health.weight() == 1;
+    r.healthy = paths_[i].present && paths_[i].health.weight() == 1;
     // on peaks of per-tick figures, or on the smoothed ones (peak_window 0)
     bool peaks = policy_.scheduler.peak_window.count() > 0;
     r.utilisation = peaks ? in.rails[i].tick_utilisation : in.rails[i].utilisation;
@@ -345,9 +345,9 @@ void Controller::run_scheduler(const TickInput& in, Plan& plan) {
 }
 
 void Controller::health_events(Plan& plan) {
-  const size_t R = rails_.size(), C = policy_.classes.size();
+  const size_t R = paths_.size(), C = policy_.classes.size();
   for (size_t i = 0; i < R; ++i) {
-    for (auto& ev : rails_[i].health.take_events()) {
+    for (auto& ev : paths_[i].health.take_events()) {
       const auto& name = policy_.paths[i].name;
       auto level = ev.to == RailState::Down ? spdlog::level::warn : spdlog::level::info;
       spdlog::log(level, "path {}: {} -> {}: {}", name, to_string(ev.from), to_string(ev.to),
@@ -355,7 +355,7 @@ void Controller::health_events(Plan& plan) {
       bool was_carrying = ev.from == RailState::Up || ev.from == RailState::Suspect;
       bool now_zero =
           ev.to == RailState::Down || ev.to == RailState::Holddown || ev.to == RailState::Drained;
-      auto& former = rails_[i].former;
+      auto& former = paths_[i].former;
       if (was_carrying && now_zero)
         for (size_t c = 0; c < C && c < sched_.classes.size(); ++c)
           former[c] = i < sched_.classes[c].shares.size()
@@ -378,7 +378,7 @@ void Controller::health_events(Plan& plan) {
         auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(
                                  policy_.health.interval * policy_.health.multiplier);
         for (size_t j = 0; j < R; ++j)
-          if (j != i) rails_[j].settle_until = std::max(rails_[j].settle_until, settle);
+          if (j != i) paths_[j].settle_until = std::max(paths_[j].settle_until, settle);
       }
       SchedulerEvent e;
       e.t = ev.t;
@@ -401,17 +401,17 @@ uint32_t Controller::flags(size_t klass) const {
 // hold; only what differs from what it holds is written.
 void Controller::effective(Plan& plan) const {
   const size_t R = policy_.paths.size(), C = policy_.classes.size();
-  if (rails_.size() != R || sched_.classes.size() != C) return;
-  std::vector<RailView> views(R);
+  if (paths_.size() != R || sched_.classes.size() != C) return;
+  std::vector<HealthView> views(R);
   for (size_t r = 0; r < R; ++r) {
-    const auto& h = rails_[r].health;
-    bool gone = !rails_[r].present;
+    const auto& h = paths_[r].health;
+    bool gone = !paths_[r].present;
     views[r] = {gone ? 0 : h.weight(), h.latency_ok(), h.alive() && !gone,
                 static_cast<double>(policy_.paths[r].capacity_bps)};
   }
   for (size_t c = 0; c < C; ++c) {
     std::vector<double> former(R);
-    for (size_t r = 0; r < R; ++r) former[r] = rails_[r].former[c];
+    for (size_t r = 0; r < R; ++r) former[r] = paths_[r].former[c];
     // "latency_sensitive" here means "leaves a suspect rail"
     auto healthy = apply_health(sched_.classes[c].shares, former, views,
                                 policy_.classes[c].kind == ClassKind::LatencySensitive ||
@@ -438,18 +438,18 @@ void Controller::effective(Plan& plan) const {
 
 // Routing goes around every rail without a weight, while some rail has one.
 void Controller::routing(Plan& plan, Time now) {
-  const size_t R = rails_.size();
+  const size_t R = paths_.size();
   std::vector<bool> failed(R, false);
   bool any_up = false;
   for (size_t i = 0; i < R; ++i) {
-    failed[i] = rails_[i].health.weight() == 0;
+    failed[i] = paths_[i].health.weight() == 0;
     any_up = any_up || !failed[i];
   }
   bool any_alive =
-      std::any_of(rails_.begin(), rails_.end(), [](auto& r) { return r.health.alive(); });
+      std::any_of(paths_.begin(), paths_.end(), [](auto& r) { return r.health.alive(); });
   if (!any_up && any_alive) {
     // no rail has a weight but some forward (a hold-down with no alternative)
-    for (size_t i = 0; i < R; ++i) failed[i] = !rails_[i].health.alive();
+    for (size_t i = 0; i < R; ++i) failed[i] = !paths_[i].health.alive();
     any_up = true;
   }
   if (!any_up) {
@@ -469,7 +469,7 @@ void Controller::routing(Plan& plan, Time now) {
   }
   all_down_ = false;
   std::vector<bool> routed(R);
-  for (size_t i = 0; i < R; ++i) routed[i] = rails_[i].routed_around;
+  for (size_t i = 0; i < R; ++i) routed[i] = paths_[i].routed_around;
   if (failed != routed) plan.route_around = failed;
 }
 
@@ -492,16 +492,16 @@ void Controller::unpinned(size_t klass) {
 }
 
 Result<void> Controller::drain(size_t path, bool on, Time now) {
-  if (path >= rails_.size()) return DP_ERROR("no path {}", path);
+  if (path >= paths_.size()) return DP_ERROR("no path {}", path);
   if (on) {
     size_t carrying = 0;
-    for (size_t r = 0; r < rails_.size(); ++r)
-      carrying += r != path && rails_[r].health.weight() > 0;
+    for (size_t r = 0; r < paths_.size(); ++r)
+      carrying += r != path && paths_[r].health.weight() > 0;
     if (!carrying)
       return DP_ERROR("{} is the only path carrying traffic; draining it would leave none",
                       policy_.paths[path].name);
   }
-  rails_[path].health.drain(on, now);
+  paths_[path].health.drain(on, now);
   return {};
 }
 
@@ -553,15 +553,15 @@ Shares Controller::by_bytes(size_t klass, const Shares& shares) const {
 }
 
 void Controller::routed(const std::vector<bool>& around) {
-  for (size_t i = 0; i < rails_.size() && i < around.size(); ++i)
-    rails_[i].routed_around = around[i];
+  for (size_t i = 0; i < paths_.size() && i < around.size(); ++i)
+    paths_[i].routed_around = around[i];
 }
 
-// Rails that carry traffic: those with a weight, or, when none has one, those
+// PathMonitor that carry traffic: those with a weight, or, when none has one, those
 // that forward at all (a hold-down with no alternative; apply_health).
 size_t Controller::paths_carrying() const {
   size_t weighted = 0, alive = 0;
-  for (const auto& r : rails_) {
+  for (const auto& r : paths_) {
     weighted += r.present && r.health.weight() > 0;
     alive += r.present && r.health.alive();
   }

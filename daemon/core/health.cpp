@@ -29,17 +29,17 @@ const char* to_string(RailState s) {
   return "?";
 }
 
-RailHealth::RailHealth(const HealthSettings& s, Time now) : s_(s), since_(now), step_since_(now) {
+PathHealth::PathHealth(const HealthSettings& s, Time now) : s_(s), since_(now), step_since_(now) {
   if (s_.ramp.empty()) s_.ramp = {100};
 }
 
-void RailHealth::set_settings(const HealthSettings& s) {
+void PathHealth::set_settings(const HealthSettings& s) {
   s_ = s;
   if (s_.ramp.empty()) s_.ramp = {100};
   step_ = std::min(step_, static_cast<int>(s_.ramp.size()) - 1);
 }
 
-double RailHealth::weight() const {
+double PathHealth::weight() const {
   switch (state_) {
     case RailState::Up:
     case RailState::Suspect:
@@ -53,7 +53,7 @@ double RailHealth::weight() const {
   }
 }
 
-void RailHealth::go(RailState to, std::string reason, Time now) {
+void PathHealth::go(RailState to, std::string reason, Time now) {
   if (to == state_ && reason == reason_) return;
   if (to == RailState::Down || (to == RailState::Holddown && state_ != RailState::Down))
     ++failures_;
@@ -69,7 +69,7 @@ void RailHealth::go(RailState to, std::string reason, Time now) {
 }
 
 // Carrier or BFD changed: fail at once, or start the way back.
-void RailHealth::evaluate(Time now, const std::string& why) {
+void PathHealth::evaluate(Time now, const std::string& why) {
   if (!link_ok()) {
     if (state_ != RailState::Down) go(RailState::Down, why, now);
     return;
@@ -85,13 +85,13 @@ void RailHealth::evaluate(Time now, const std::string& why) {
   }
 }
 
-void RailHealth::carrier(bool up, Time now) {
+void PathHealth::carrier(bool up, Time now) {
   if (up == carrier_) return;
   carrier_ = up;
   evaluate(now, up ? "carrier up" : "carrier lost");
 }
 
-void RailHealth::bfd(bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now) {
+void PathHealth::bfd(bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now) {
   bool failed = bfd_failed_;
   std::string why;
   if (s == bfd::State::Up) {
@@ -111,7 +111,7 @@ void RailHealth::bfd(bfd::State s, bfd::Diag diag, bool peer_admin_down, Time no
   evaluate(now, why);
 }
 
-void RailHealth::evidence(const std::string& why, std::chrono::nanoseconds confirm_within,
+void PathHealth::evidence(const std::string& why, std::chrono::nanoseconds confirm_within,
                           Time now) {
   while (!suspicions_.empty() && now - suspicions_.front() > kSuspicionWindow)
     suspicions_.pop_front();
@@ -133,7 +133,7 @@ void RailHealth::evidence(const std::string& why, std::chrono::nanoseconds confi
   suspect_until_ = now + confirm_within;
 }
 
-void RailHealth::drain(bool on, Time now) {
+void PathHealth::drain(bool on, Time now) {
   if (on == drained_) return;
   drained_ = on;
   if (on) {
@@ -143,7 +143,7 @@ void RailHealth::drain(bool on, Time now) {
   }
 }
 
-void RailHealth::tick(Time now) {
+void PathHealth::tick(Time now) {
   if (state_ == RailState::Suspect && suspect_until_ && now >= *suspect_until_) {
     go(RailState::Up, "suspicion not confirmed by BFD: restored", now);
   } else if (state_ == RailState::Holddown && now - since_ >= s_.holddown) {
@@ -162,7 +162,7 @@ void RailHealth::tick(Time now) {
   }
 }
 
-std::vector<HealthEvent> RailHealth::take_events() {
+std::vector<HealthEvent> PathHealth::take_events() {
   std::vector<HealthEvent> out;
   out.swap(events_);
   return out;
@@ -187,7 +187,7 @@ Shares to_shares(const std::vector<double>& w) {
 }  // namespace
 
 std::optional<Shares> apply_health(const Shares& sched, const std::vector<double>& former,
-                                   const std::vector<RailView>& rails, bool latency_sensitive) {
+                                   const std::vector<HealthView>& rails, bool latency_sensitive) {
   const size_t R = rails.size();
   auto usable = [&](size_t r) {
     return rails[r].weight > 0 && (rails[r].latency_ok || !latency_sensitive);
@@ -198,7 +198,7 @@ std::optional<Shares> apply_health(const Shares& sched, const std::vector<double
   if (!any) {
     // No rail may carry traffic by the rules: what forwards at all carries it
     // as if it were up (a rail in hold-down with no alternative).
-    std::vector<RailView> alive = rails;
+    std::vector<HealthView> alive = rails;
     bool some = false;
     for (auto& v : alive) {
       v.weight = v.alive ? 1 : 0;

@@ -276,7 +276,7 @@ json render_flows(const std::vector<FlowRow>& rows, size_t total,
   return {{"flows", out}, {"total", total}};
 }
 
-json render_health(const RailHealth& h, const BfdView* bfd, SchedClock::time_point now) {
+json render_health(const PathHealth& h, const BfdView* bfd, SchedClock::time_point now) {
   auto ago = std::chrono::duration<double>(now - h.since()).count();
   auto wall = std::chrono::system_clock::now() -
               std::chrono::duration_cast<std::chrono::system_clock::duration>(now - h.since());

@@ -20,9 +20,9 @@ HealthSettings fast() {
   return s;
 }
 
-TEST(RailHealth, CarrierLossFailsAtOnceAndFailbackWaitsForTheHolddownThenRamps) {
+TEST(PathHealth, CarrierLossFailsAtOnceAndFailbackWaitsForTheHolddownThenRamps) {
   T t{};
-  RailHealth h(fast(), t);
+  PathHealth h(fast(), t);
   EXPECT_EQ(h.weight(), 1);
   h.carrier(false, t + 1s);
   EXPECT_EQ(h.state(), RailState::Down);
@@ -45,9 +45,9 @@ TEST(RailHealth, CarrierLossFailsAtOnceAndFailbackWaitsForTheHolddownThenRamps) 
   EXPECT_EQ(h.failures(), 1u);
 }
 
-TEST(RailHealth, AFlappingRailNeverGetsTrafficInsideItsHolddown) {
+TEST(PathHealth, AFlappingRailNeverGetsTrafficInsideItsHolddown) {
   T t{};
-  RailHealth h(fast(), t);
+  PathHealth h(fast(), t);
   for (int s = 1; s < 60; ++s) {  // down/up every second for a minute
     h.carrier(s % 2 == 0, t + std::chrono::seconds(s));
     h.tick(t + std::chrono::seconds(s));
@@ -60,9 +60,9 @@ TEST(RailHealth, AFlappingRailNeverGetsTrafficInsideItsHolddown) {
   EXPECT_GT(h.weight(), 0);
 }
 
-TEST(RailHealth, AFailureDuringTheRampAbortsIt) {
+TEST(PathHealth, AFailureDuringTheRampAbortsIt) {
   T t{};
-  RailHealth h(fast(), t);
+  PathHealth h(fast(), t);
   h.carrier(false, t);
   h.carrier(true, t);
   h.tick(t + 10s);
@@ -74,9 +74,9 @@ TEST(RailHealth, AFailureDuringTheRampAbortsIt) {
   EXPECT_EQ(h.state(), RailState::Holddown) << "the hold-down restarted";
 }
 
-TEST(RailHealth, BfdDownCountsOnlyAfterTheSessionWasUp) {
+TEST(PathHealth, BfdDownCountsOnlyAfterTheSessionWasUp) {
   T t{};
-  RailHealth h(fast(), t);
+  PathHealth h(fast(), t);
   h.bfd(bfd::State::Down, bfd::Diag::None, false, t);
   EXPECT_EQ(h.state(), RailState::Up) << "a session that never came up is no evidence";
   h.bfd(bfd::State::Up, bfd::Diag::None, false, t + 1s);
@@ -87,18 +87,18 @@ TEST(RailHealth, BfdDownCountsOnlyAfterTheSessionWasUp) {
   EXPECT_EQ(h.state(), RailState::Holddown);
 }
 
-TEST(RailHealth, PeerAdminDownIsNotAFailure) {
+TEST(PathHealth, PeerAdminDownIsNotAFailure) {
   T t{};
-  RailHealth h(fast(), t);
+  PathHealth h(fast(), t);
   h.bfd(bfd::State::Up, bfd::Diag::None, false, t);
   h.bfd(bfd::State::Down, bfd::Diag::NeighborDown, true, t + 1s);
   EXPECT_EQ(h.state(), RailState::Up);
   EXPECT_FALSE(h.bfd_in_use());
 }
 
-TEST(RailHealth, SuspicionIsConfirmedByBfdOrRestoredAndRepeatedSuspicionFails) {
+TEST(PathHealth, SuspicionIsConfirmedByBfdOrRestoredAndRepeatedSuspicionFails) {
   T t{};
-  RailHealth h(fast(), t);
+  PathHealth h(fast(), t);
   h.bfd(bfd::State::Up, bfd::Diag::None, false, t);
   h.evidence("12 RTOs on rail0", 1500ms, t + 1s);
   EXPECT_EQ(h.state(), RailState::Suspect);
@@ -113,7 +113,7 @@ TEST(RailHealth, SuspicionIsConfirmedByBfdOrRestoredAndRepeatedSuspicionFails) {
   h.bfd(bfd::State::Down, bfd::Diag::TimeExpired, false, t + 4s);
   EXPECT_EQ(h.state(), RailState::Down) << "confirmed";
 
-  RailHealth g(fast(), t);
+  PathHealth g(fast(), t);
   g.evidence("loss", 1500ms, t + 1s);
   g.tick(t + 3s);
   g.evidence("loss", 1500ms, t + 4s);
@@ -122,9 +122,9 @@ TEST(RailHealth, SuspicionIsConfirmedByBfdOrRestoredAndRepeatedSuspicionFails) {
   EXPECT_EQ(g.state(), RailState::Holddown) << kSuspicionsToFail << " suspicions in a minute";
 }
 
-TEST(RailHealth, DrainAndUndrainRampWithoutHolddown) {
+TEST(PathHealth, DrainAndUndrainRampWithoutHolddown) {
   T t{};
-  RailHealth h(fast(), t);
+  PathHealth h(fast(), t);
   h.drain(true, t);
   EXPECT_EQ(h.state(), RailState::Drained);
   EXPECT_EQ(h.weight(), 0);
@@ -137,8 +137,8 @@ TEST(RailHealth, DrainAndUndrainRampWithoutHolddown) {
   EXPECT_DOUBLE_EQ(h.weight(), 0.10);
 }
 
-std::vector<RailView> views(std::vector<double> w) {
-  std::vector<RailView> v;
+std::vector<HealthView> views(std::vector<double> w) {
+  std::vector<HealthView> v;
   for (double x : w) v.push_back({x, true, true, 1e9});
   return v;
 }

@@ -397,242 +397,336 @@ int connect_to(const ClientOpts& o, Kind k, uint16_t index, Counters& c) {
   return fd;
 }
 
-struct StepTracker {
-  std::mutex mu;
-  std::condition_variable cv;
-  struct Open {
-    Clock::time_point start;
-    uint32_t combines = 0;  // combine messages received
-    uint64_t bytes = 0;     // dispatch and combine bytes the step moves
-  };
-  std::map<uint64_t, Open> open;
-  uint64_t bytes_done = 0;  // of completed steps
-  Histogram step_ns;
-  uint64_t started = 0, completed = 0;
-  double longest_stall_s = 0;
-  Clock::time_point last_completion = Clock::now();
+// What every workload of a client run shares: its options, its counters, and
+// when it began and must end.
+struct Run {
+  const ClientOpts& o;
+  Counters& c;
+  Clock::time_point t0, end;
+  bool over() const { return Clock::now() >= end || g_stop; }
 };
 
-int run_client(const ClientOpts& o) {
-  Counters c;
-  StepTracker st;
-  Histogram rpc_ns;
-  std::mutex rpc_mu;
-  uint64_t rpc_ok = 0, logs_bytes = 0, sync_transfers = 0;
-  std::vector<int> dfd, cfd;
-  if (o.moe) {
-    for (uint16_t i = 0; i < o.dispatch; ++i) dfd.push_back(connect_to(o, Kind::Dispatch, i, c));
-    for (uint16_t i = 0; i < o.combine; ++i) cfd.push_back(connect_to(o, Kind::Combine, i, c));
-    for (int fd : dfd)
-      if (fd < 0) return 2;
-    for (int fd : cfd)
-      if (fd < 0) return 2;
-  }
-  const auto t0 = Clock::now();
-  const auto end =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
-  std::atomic<bool> moe_done{false};
-  std::vector<std::thread> threads;
+// One kind of the client's traffic (--workload): it makes its connections,
+// starts its threads, runs until the run's end, stops, and says what it did.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  // Its connections; false when one cannot be made (the run fails).
+  virtual bool connect(Run&) { return true; }
+  virtual void start(Run& r, std::vector<std::thread>& threads) = 0;
+  // The foreground part, if any (the MoE step driver); returns when done.
+  virtual void drive(Run&) {}
+  // After drive(): ends what start() began, before the threads are joined.
+  virtual void stop() {}
+  // After the threads are joined.
+  virtual void joined() {}
+  virtual void report(json& out, double elapsed) const = 0;
+  // Errors of its own beyond the shared counters (steps that never finished).
+  virtual uint64_t failures() const { return 0; }
+};
 
-  // utilisation is sampled by the caller (dp-lab bench); here: per-step times
-  std::vector<std::deque<std::pair<uint64_t, uint32_t>>> dq(dfd.size());  // step, bytes
-  std::vector<std::unique_ptr<std::mutex>> dmu;
-  std::vector<std::unique_ptr<std::condition_variable>> dcv;
-  for (size_t i = 0; i < dfd.size(); ++i) {
-    dmu.push_back(std::make_unique<std::mutex>());
-    dcv.push_back(std::make_unique<std::condition_variable>());
-  }
-  if (o.moe) {
-    for (size_t i = 0; i < dfd.size(); ++i)  // dispatch writers
-      threads.emplace_back([&, i] {
-        std::vector<uint8_t> buf;
-        for (;;) {
-          std::pair<uint64_t, uint32_t> job;
-          {
-            std::unique_lock<std::mutex> lk(*dmu[i]);
-            dcv[i]->wait(lk, [&] { return !dq[i].empty() || moe_done; });
-            if (dq[i].empty()) break;
-            job = dq[i].front();
-            dq[i].pop_front();
-          }
-          if (!send_msg(dfd[i], o.seed, conn_id(Kind::Dispatch, static_cast<uint16_t>(i)),
-                        job.first, job.second, buf, c)) {
-            ++c.connection_errors;
-            break;
-          }
-        }
-      });
-    for (size_t i = 0; i < cfd.size(); ++i)  // combine readers
-      threads.emplace_back([&, i] {
-        std::vector<uint8_t> buf;
-        bool eof = false;
-        for (;;) {
-          auto m = recv_msg(cfd[i], o.seed, buf, c, &eof);
-          if (!m) {
-            if (!eof) ++c.connection_errors;
-            break;
-          }
-          std::lock_guard<std::mutex> lk(st.mu);
-          auto it = st.open.find(m->step);
-          if (it == st.open.end()) continue;
-          if (++it->second.combines == o.combine) {
-            auto now = Clock::now();
-            st.step_ns.record(static_cast<uint64_t>(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(now - it->second.start)
-                    .count()));
-            st.bytes_done += it->second.bytes;
-            st.longest_stall_s =
-                std::max(st.longest_stall_s,
-                         std::chrono::duration<double>(now - st.last_completion).count());
-            st.last_completion = now;
-            st.open.erase(it);
-            ++st.completed;
-            st.cv.notify_all();
-          }
-        }
-      });
-  }
-  auto start_step = [&](uint64_t step) {
-    auto now = Clock::now();
-    auto phase = static_cast<uint64_t>(std::chrono::duration<double>(now - t0).count() /
-                                       std::max(o.skew_shift_s, 1e-3));
-    auto sizes = skewed_sizes(uint64_t{o.burst} * dfd.size(), dfd.size(), o.skew, phase);
-    uint64_t bytes = 0;
-    for (auto v : sizes) bytes += v;
-    for (size_t j = 0; j < cfd.size(); ++j) bytes += sizes[j % sizes.size()];
-    {
-      std::lock_guard<std::mutex> lk(st.mu);
-      st.open[step] = {now, 0, bytes};
-      ++st.started;
-    }
-    for (size_t i = 0; i < dfd.size(); ++i) {
-      std::lock_guard<std::mutex> lk(*dmu[i]);
-      dq[i].push_back({step, sizes[i]});
-      dcv[i]->notify_one();
-    }
-  };
-
-  if (o.rpc)
-    threads.emplace_back([&] {
-      Counters& cc = c;
-      int fd = connect_to(o, Kind::Rpc, 0, cc);
-      if (fd < 0) return;
-      std::vector<uint8_t> buf;
-      auto period = std::chrono::duration<double>(1.0 / std::max(1.0, o.rpc_rate));
-      auto next = Clock::now();
-      for (uint64_t i = 0; Clock::now() < end && !g_stop; ++i) {
-        std::this_thread::sleep_until(next);
-        auto s = Clock::now();
-        bool eof = false;
-        if (!send_msg(fd, o.seed, conn_id(Kind::Rpc, 0), i, o.rpc_size, buf, cc) ||
-            !recv_msg(fd, o.seed, buf, cc, &eof)) {
-          ++cc.connection_errors;
-          break;
-        }
-        auto rtt = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s).count();
-        {
-          std::lock_guard<std::mutex> lk(rpc_mu);
-          rpc_ns.record(static_cast<uint64_t>(rtt));
-          ++rpc_ok;
-        }
-        next += std::chrono::duration_cast<Clock::duration>(period);
-        if (next < Clock::now()) next = Clock::now();  // late: no catch-up burst
-      }
-      ::close(fd);
-    });
-  if (o.stream) {
-    threads.emplace_back([&] {  // logs: constant rate in 64 KiB messages
-      int fd = connect_to(o, Kind::Logs, 0, c);
-      if (fd < 0) return;
-      std::vector<uint8_t> buf;
-      const uint32_t chunk = 64 << 10;
-      for (uint64_t i = 0; Clock::now() < end && !g_stop; ++i) {
-        auto due = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                            static_cast<double>(i) * chunk * 8 / std::max(1.0, o.logs_bps)));
-        std::this_thread::sleep_until(due);
-        if (!send_msg(fd, o.seed, conn_id(Kind::Logs, 0), i, chunk, buf, c)) {
-          ++c.connection_errors;
-          break;
-        }
-        logs_bytes += chunk;
-      }
-      ::close(fd);
-    });
-    threads.emplace_back([&] {  // param-sync: a large transfer periodically
-      int fd = connect_to(o, Kind::Sync, 0, c);
-      if (fd < 0) return;
-      std::vector<uint8_t> buf;
-      for (uint64_t i = 0; Clock::now() < end && !g_stop; ++i) {
-        double at = static_cast<double>(i) * o.sync_every_s;
-        std::this_thread::sleep_until(
-            t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
-        if (Clock::now() >= end) break;
-        // in phases: transfers only in the "on" part of each on+off period
-        if (o.sync_off_s > 0 && std::fmod(at, o.sync_on_s + o.sync_off_s) >= o.sync_on_s) continue;
-        if (!send_msg(fd, o.seed, conn_id(Kind::Sync, 0), i, o.sync_size, buf, c)) {
-          ++c.connection_errors;
-          break;
-        }
-        ++sync_transfers;
-      }
-      ::close(fd);
-    });
+// moe: D dispatch connections (client -> server) and C combine connections
+// (server -> client); a step is a burst on every dispatch connection and the
+// server's answer on every combine connection.
+class Moe : public Workload {
+ public:
+  bool connect(Run& r) override {
+    for (uint16_t i = 0; i < r.o.dispatch; ++i)
+      dfd_.push_back(connect_to(r.o, Kind::Dispatch, i, r.c));
+    for (uint16_t i = 0; i < r.o.combine; ++i)
+      cfd_.push_back(connect_to(r.o, Kind::Combine, i, r.c));
+    for (int fd : dfd_)
+      if (fd < 0) return false;
+    for (int fd : cfd_)
+      if (fd < 0) return false;
+    for (size_t i = 0; i < dfd_.size(); ++i) queues_.push_back(std::make_unique<Queue>());
+    return true;
   }
 
-  // the step driver
-  if (o.moe) {
+  void start(Run& r, std::vector<std::thread>& threads) override {
+    for (size_t i = 0; i < dfd_.size(); ++i)  // dispatch writers
+      threads.emplace_back([this, &r, i] { write_dispatch(r, i); });
+    for (size_t i = 0; i < cfd_.size(); ++i)  // combine readers
+      threads.emplace_back([this, &r, i] { read_combine(r, i); });
+  }
+
+  // The step driver: open loop at --rate, or closed loop with
+  // --concurrency steps in flight (and --gap between them).
+  void drive(Run& r) override {
+    const ClientOpts& o = r.o;
     uint64_t step = 0;
     if (o.rate > 0) {
       auto period = std::chrono::duration<double>(1.0 / o.rate);
-      for (auto next = Clock::now(); next < end && !g_stop;
+      for (auto next = Clock::now(); next < r.end && !g_stop;
            next += std::chrono::duration_cast<Clock::duration>(period)) {
         std::this_thread::sleep_until(next);
-        std::unique_lock<std::mutex> lk(st.mu);
-        if (st.open.size() >= 256) continue;  // shed load rather than grow without bound
+        std::unique_lock<std::mutex> lk(mu_);
+        if (open_.size() >= 256) continue;  // shed load rather than grow without bound
         lk.unlock();
-        start_step(step++);
+        start_step(r, step++);
       }
     } else {
-      while (Clock::now() < end && !g_stop) {
+      while (!r.over()) {
         {
-          std::unique_lock<std::mutex> lk(st.mu);
-          st.cv.wait_until(lk, end, [&] {
-            return st.open.size() < static_cast<size_t>(std::max(1, o.concurrency));
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait_until(lk, r.end, [&] {
+            return open_.size() < static_cast<size_t>(std::max(1, o.concurrency));
           });
-          if (Clock::now() >= end) break;
+          if (Clock::now() >= r.end) break;
         }
-        start_step(step++);
+        start_step(r, step++);
         if (o.gap_s > 0 && o.concurrency <= 1) {
-          std::unique_lock<std::mutex> lk(st.mu);
-          st.cv.wait_until(lk, end, [&] { return st.open.empty(); });
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait_until(lk, r.end, [&] { return open_.empty(); });
           lk.unlock();
           std::this_thread::sleep_for(std::chrono::duration<double>(o.gap_s));
         }
       }
     }
     // the steps in flight finish (or stall: they then count as failed)
-    std::unique_lock<std::mutex> lk(st.mu);
-    st.cv.wait_for(lk, std::chrono::seconds(20), [&] { return st.open.empty(); });
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait_for(lk, std::chrono::seconds(20), [&] { return open_.empty(); });
   }
-  if (!o.moe) std::this_thread::sleep_until(end);  // the other workloads run to the end
-  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  moe_done = true;
-  for (auto& cv : dcv) cv->notify_all();
-  for (int fd : dfd) ::shutdown(fd, SHUT_RDWR);
-  for (int fd : cfd) ::shutdown(fd, SHUT_RDWR);
-  for (auto& t : threads) t.join();
-  for (int fd : dfd) ::close(fd);
-  for (int fd : cfd) ::close(fd);
 
-  uint64_t failed;
-  {
-    std::lock_guard<std::mutex> lk(st.mu);
-    failed = st.open.size();
-    st.longest_stall_s = std::max(
-        st.longest_stall_s,
-        failed ? std::chrono::duration<double>(Clock::now() - st.last_completion).count() : 0.0);
+  void stop() override {
+    done_ = true;
+    for (auto& q : queues_) q->cv.notify_all();
+    for (int fd : dfd_) ::shutdown(fd, SHUT_RDWR);
+    for (int fd : cfd_) ::shutdown(fd, SHUT_RDWR);
   }
-  double moe_bytes = static_cast<double>(st.bytes_done);
+
+  // steps still open now never finished; the stall lasts until now
+  void joined() override {
+    failed_ = open_.size();
+    if (failed_)
+      longest_stall_s_ = std::max(
+          longest_stall_s_, std::chrono::duration<double>(Clock::now() - last_completion_).count());
+  }
+
+  ~Moe() override {
+    for (int fd : dfd_)
+      if (fd >= 0) ::close(fd);
+    for (int fd : cfd_)
+      if (fd >= 0) ::close(fd);
+  }
+
+  void report(json& out, double elapsed) const override {
+    out["steps"] = {{"started", started_},
+                    {"completed", completed_},
+                    {"failed", failed_},
+                    {"longest_stall_s", longest_stall_s_},
+                    {"time_ms", step_ns_.summary(1e6)}};
+    out["goodput_bps"] = static_cast<double>(bytes_done_) * 8 / std::max(elapsed, 1e-9);
+  }
+  uint64_t failures() const override { return failed_; }
+
+ private:
+  struct Queue {  // a dispatch connection's steps to send: step, bytes
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<uint64_t, uint32_t>> jobs;
+  };
+  struct Open {
+    Clock::time_point start;
+    uint32_t combines = 0;  // combine messages received
+    uint64_t bytes = 0;     // dispatch and combine bytes the step moves
+  };
+
+  void write_dispatch(Run& r, size_t i) {
+    std::vector<uint8_t> buf;
+    Queue& q = *queues_[i];
+    for (;;) {
+      std::pair<uint64_t, uint32_t> job;
+      {
+        std::unique_lock<std::mutex> lk(q.mu);
+        q.cv.wait(lk, [&] { return !q.jobs.empty() || done_; });
+        if (q.jobs.empty()) break;
+        job = q.jobs.front();
+        q.jobs.pop_front();
+      }
+      if (!send_msg(dfd_[i], r.o.seed, conn_id(Kind::Dispatch, static_cast<uint16_t>(i)), job.first,
+                    job.second, buf, r.c)) {
+        ++r.c.connection_errors;
+        break;
+      }
+    }
+  }
+
+  void read_combine(Run& r, size_t i) {
+    std::vector<uint8_t> buf;
+    bool eof = false;
+    for (;;) {
+      auto m = recv_msg(cfd_[i], r.o.seed, buf, r.c, &eof);
+      if (!m) {
+        if (!eof) ++r.c.connection_errors;
+        break;
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = open_.find(m->step);
+      if (it == open_.end()) continue;
+      if (++it->second.combines == r.o.combine) {
+        auto now = Clock::now();
+        step_ns_.record(static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - it->second.start).count()));
+        bytes_done_ += it->second.bytes;
+        longest_stall_s_ = std::max(longest_stall_s_,
+                                    std::chrono::duration<double>(now - last_completion_).count());
+        last_completion_ = now;
+        open_.erase(it);
+        ++completed_;
+        cv_.notify_all();
+      }
+    }
+  }
+
+  void start_step(Run& r, uint64_t step) {
+    auto now = Clock::now();
+    auto phase = static_cast<uint64_t>(std::chrono::duration<double>(now - r.t0).count() /
+                                       std::max(r.o.skew_shift_s, 1e-3));
+    auto sizes = skewed_sizes(uint64_t{r.o.burst} * dfd_.size(), dfd_.size(), r.o.skew, phase);
+    uint64_t bytes = 0;
+    for (auto v : sizes) bytes += v;
+    for (size_t j = 0; j < cfd_.size(); ++j) bytes += sizes[j % sizes.size()];
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      open_[step] = {now, 0, bytes};
+      ++started_;
+    }
+    for (size_t i = 0; i < dfd_.size(); ++i) {
+      std::lock_guard<std::mutex> lk(queues_[i]->mu);
+      queues_[i]->jobs.push_back({step, sizes[i]});
+      queues_[i]->cv.notify_one();
+    }
+  }
+
+  std::vector<int> dfd_, cfd_;
+  std::vector<std::unique_ptr<Queue>> queues_;
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Open> open_;
+  uint64_t bytes_done_ = 0;  // of completed steps
+  Histogram step_ns_;
+  uint64_t started_ = 0, completed_ = 0, failed_ = 0;
+  double longest_stall_s_ = 0;
+  Clock::time_point last_completion_ = Clock::now();
+};
+
+// rpc: small requests on the control port at a fixed rate, each answered.
+class Rpc : public Workload {
+ public:
+  void start(Run& r, std::vector<std::thread>& threads) override {
+    threads.emplace_back([this, &r] {
+      int fd = connect_to(r.o, Kind::Rpc, 0, r.c);
+      if (fd < 0) return;
+      std::vector<uint8_t> buf;
+      auto period = std::chrono::duration<double>(1.0 / std::max(1.0, r.o.rpc_rate));
+      auto next = Clock::now();
+      for (uint64_t i = 0; !r.over(); ++i) {
+        std::this_thread::sleep_until(next);
+        auto s = Clock::now();
+        bool eof = false;
+        if (!send_msg(fd, r.o.seed, conn_id(Kind::Rpc, 0), i, r.o.rpc_size, buf, r.c) ||
+            !recv_msg(fd, r.o.seed, buf, r.c, &eof)) {
+          ++r.c.connection_errors;
+          break;
+        }
+        rtt_ns_.record(static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s).count()));
+        ++ok_;
+        next += std::chrono::duration_cast<Clock::duration>(period);
+        if (next < Clock::now()) next = Clock::now();  // late: no catch-up burst
+      }
+      ::close(fd);
+    });
+  }
+  void report(json& out, double) const override {
+    out["rpc"] = {{"completed", ok_}, {"rtt_us", rtt_ns_.summary(1e3)}};
+  }
+
+ private:
+  Histogram rtt_ns_;  // written by its one thread, read after the join
+  uint64_t ok_ = 0;
+};
+
+// stream: logs at a constant rate, and a param-sync transfer of --sync-size
+// every --sync-every (in on/off phases with --sync-on/--sync-off).
+class Stream : public Workload {
+ public:
+  void start(Run& r, std::vector<std::thread>& threads) override {
+    threads.emplace_back([this, &r] {  // logs: constant rate in 64 KiB messages
+      int fd = connect_to(r.o, Kind::Logs, 0, r.c);
+      if (fd < 0) return;
+      std::vector<uint8_t> buf;
+      const uint32_t chunk = 64 << 10;
+      for (uint64_t i = 0; !r.over(); ++i) {
+        auto due = r.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                              static_cast<double>(i) * chunk * 8 / std::max(1.0, r.o.logs_bps)));
+        std::this_thread::sleep_until(due);
+        if (!send_msg(fd, r.o.seed, conn_id(Kind::Logs, 0), i, chunk, buf, r.c)) {
+          ++r.c.connection_errors;
+          break;
+        }
+        logs_bytes_ += chunk;
+      }
+      ::close(fd);
+    });
+    threads.emplace_back([this, &r] {  // param-sync: a large transfer periodically
+      int fd = connect_to(r.o, Kind::Sync, 0, r.c);
+      if (fd < 0) return;
+      std::vector<uint8_t> buf;
+      for (uint64_t i = 0; !r.over(); ++i) {
+        double at = static_cast<double>(i) * r.o.sync_every_s;
+        std::this_thread::sleep_until(
+            r.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
+        if (Clock::now() >= r.end) break;
+        // in phases: transfers only in the "on" part of each on+off period
+        if (r.o.sync_off_s > 0 && std::fmod(at, r.o.sync_on_s + r.o.sync_off_s) >= r.o.sync_on_s)
+          continue;
+        if (!send_msg(fd, r.o.seed, conn_id(Kind::Sync, 0), i, r.o.sync_size, buf, r.c)) {
+          ++r.c.connection_errors;
+          break;
+        }
+        ++sync_transfers_;
+      }
+      ::close(fd);
+    });
+  }
+  void report(json& out, double) const override {
+    out["stream"] = {{"logs_bytes", logs_bytes_.load()},
+                     {"sync_transfers", sync_transfers_.load()}};
+  }
+
+ private:
+  std::atomic<uint64_t> logs_bytes_{0}, sync_transfers_{0};
+};
+
+int run_client(const ClientOpts& o) {
+  Counters c;
+  std::vector<std::unique_ptr<Workload>> work;
+  Moe* moe = nullptr;
+  if (o.moe) moe = static_cast<Moe*>(work.emplace_back(std::make_unique<Moe>()).get());
+  if (o.rpc) work.push_back(std::make_unique<Rpc>());
+  if (o.stream) work.push_back(std::make_unique<Stream>());
+  Run r{o, c, {}, {}};
+  for (auto& w : work)
+    if (!w->connect(r)) return 2;
+  r.t0 = Clock::now();
+  r.end = r.t0 +
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+  std::vector<std::thread> threads;
+  for (auto& w : work) w->start(r, threads);
+  if (moe)
+    moe->drive(r);
+  else
+    std::this_thread::sleep_until(r.end);  // the other workloads run to the end
+  const double elapsed = std::chrono::duration<double>(Clock::now() - r.t0).count();
+  for (auto& w : work) w->stop();
+  for (auto& t : threads) t.join();
+  for (auto& w : work) w->joined();
+
+  uint64_t failed = 0;
+  for (auto& w : work) failed += w->failures();
   json out = {
       {"role", "client"},
       {"version", dp::kVersion},
@@ -655,31 +749,33 @@ int run_client(const ClientOpts& o) {
         {"rate", o.rate},
         {"rpc_rate", o.rpc_rate}}},
       {"steps",
-       {{"started", st.started},
-        {"completed", st.completed},
-        {"failed", failed},
-        {"longest_stall_s", st.longest_stall_s},
-        {"time_ms", st.step_ns.summary(1e6)}}},
-      {"rpc", {{"completed", rpc_ok}, {"rtt_us", rpc_ns.summary(1e3)}}},
-      {"stream", {{"logs_bytes", logs_bytes}, {"sync_transfers", sync_transfers}}},
-      {"goodput_bps", moe_bytes * 8 / std::max(elapsed, 1e-9)},
-      {"counters", c.to_json()},
-      {"errors", c.checksum_errors.load() + c.connection_errors.load() + failed},
+       {{"started", 0},
+        {"completed", 0},
+        {"failed", 0},
+        {"longest_stall_s", 0.0},
+        {"time_ms", Histogram().summary(1e6)}}},
+      {"rpc", {{"completed", 0}, {"rtt_us", Histogram().summary(1e3)}}},
+      {"stream", {{"logs_bytes", 0}, {"sync_transfers", 0}}},
+      {"goodput_bps", 0.0},
   };
+  for (auto& w : work) w->report(out, elapsed);
+  out["counters"] = c.to_json();
+  out["errors"] = c.checksum_errors.load() + c.connection_errors.load() + failed;
   if (!o.json_file.empty()) std::ofstream(o.json_file) << out.dump(1) << "\n";
   if (!o.quiet) {
     const json& s = out["steps"]["time_ms"];
-    const json& r = out["rpc"]["rtt_us"];
+    const json& rt = out["rpc"]["rtt_us"];
     std::printf("dp-load: %.1f s, %llu steps (%llu failed), goodput %s\n", elapsed,
-                static_cast<unsigned long long>(st.completed),
+                static_cast<unsigned long long>(out["steps"]["completed"].get<uint64_t>()),
                 static_cast<unsigned long long>(failed),
                 dp::format_bandwidth(out["goodput_bps"].get<double>()).c_str());
     std::printf("  step time ms   p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f\n",
                 s["p50"].get<double>(), s["p90"].get<double>(), s["p99"].get<double>(),
                 s["max"].get<double>());
     std::printf("  rpc rtt us     p50 %8.0f  p90 %8.0f  p99 %8.0f  max %8.0f  (%llu)\n",
-                r["p50"].get<double>(), r["p90"].get<double>(), r["p99"].get<double>(),
-                r["max"].get<double>(), static_cast<unsigned long long>(rpc_ok));
+                rt["p50"].get<double>(), rt["p90"].get<double>(), rt["p99"].get<double>(),
+                rt["max"].get<double>(),
+                static_cast<unsigned long long>(out["rpc"]["completed"].get<uint64_t>()));
     std::printf("  errors         %llu checksum, %llu connection, %llu steps unfinished\n",
                 static_cast<unsigned long long>(c.checksum_errors.load()),
                 static_cast<unsigned long long>(c.connection_errors.load()),

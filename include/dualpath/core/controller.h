@@ -33,13 +33,13 @@ std::string rail_key(const Policy& p, size_t path);
 // What the daemon measured in one tick, per policy path and class.
 struct TickInput {
   SchedClock::time_point now;
-  struct Rail {
+  struct Path {
     double utilisation = 0;               // smoothed (EWMA)
     double tick_utilisation = 0;          // of the newest tick alone
     std::optional<double> ls_rtt_p50_us;  // latency-sensitive classes, >= 10 samples
     TcpCounters tcp;                      // cumulative, over every class
   };
-  std::vector<Rail> rails;               // per policy path
+  std::vector<Path> rails;               // per policy path
   std::vector<uint64_t> class_tx_bytes;  // per policy class, cumulative over every rail
   // per policy class, per policy path, cumulative (the separate topology's
   // placement by bytes)
@@ -131,8 +131,8 @@ class Controller {
 
   // Views.
   const Policy& policy() const { return policy_; }
-  const RailHealth& health(size_t path) const { return rails_.at(path).health; }
-  bool present(size_t path) const { return rails_.at(path).present; }
+  const PathHealth& health(size_t path) const { return paths_.at(path).health; }
+  bool present(size_t path) const { return paths_.at(path).present; }
   bool all_down() const { return all_down_; }
   bool operator_pinned(size_t klass) const { return op_pinned_.at(klass); }
   const SchedulerState& scheduler() const { return sched_; }
@@ -143,8 +143,8 @@ class Controller {
   size_t paths_carrying() const;
 
  private:
-  struct Rail {
-    RailHealth health;
+  struct Path {
+    PathHealth health;
     std::string key;
     bool present = true;
     TcpCounters tcp_prev;        // for data-path evidence
@@ -164,7 +164,7 @@ class Controller {
   uint32_t flags(size_t klass) const;
 
   Policy policy_;
-  std::vector<Rail> rails_;             // per policy path
+  std::vector<Path> paths_;             // per policy path
   SchedulerState sched_;                // per policy class
   std::vector<bool> op_pinned_;         // per policy class: pinned with dpctl class set
   std::vector<RateEstimator> demand_;   // per policy class: transmit rate over all rails

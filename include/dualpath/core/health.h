@@ -35,10 +35,10 @@ struct HealthEvent {
   std::string reason;
 };
 
-class RailHealth {
+class PathHealth {
  public:
   using Time = SchedClock::time_point;
-  RailHealth(const HealthSettings& s, Time now);
+  PathHealth(const HealthSettings& s, Time now);
 
   // Inputs. Each may change the state at once.
   void carrier(bool up, Time now);
@@ -94,10 +94,10 @@ class RailHealth {
 constexpr int kSuspicionsToFail = 3;
 constexpr std::chrono::seconds kSuspicionWindow{60};
 
-struct RailView {
-  double weight = 1;        // RailHealth::weight()
-  bool latency_ok = true;   // RailHealth::latency_ok()
-  bool alive = true;        // RailHealth::alive()
+struct HealthView {
+  double weight = 1;        // PathHealth::weight()
+  bool latency_ok = true;   // PathHealth::latency_ok()
+  bool alive = true;        // PathHealth::alive()
   double capacity_bps = 0;  // to split a class that has nowhere else to go
 };
 
@@ -107,7 +107,7 @@ struct RailView {
 // scheduler's shares. When no rail has a weight, alive rails are used; when
 // none is alive, nullopt: keep the last decisions.
 std::optional<Shares> apply_health(const Shares& sched, const std::vector<double>& former,
-                                   const std::vector<RailView>& rails, bool latency_sensitive);
+                                   const std::vector<HealthView>& rails, bool latency_sensitive);
 
 // A class's shares with `rail` given back its former fraction, the other
 // rails scaled to the rest in their proportions (failback complete).

@@ -87,7 +87,7 @@ std::string format_shares(const Policy& p, const Shares& s);
 // The flowlet gap the datapath should use: the policy's, or the difference
 // between the rails' median RTTs when that is longer (a flowlet re-placed onto
 // a faster rail must not overtake the one before it on a slower rail), at most
-// kMaxFlowletGap. Rails without an RTT do not count; a policy gap of 0 (no
+// kMaxFlowletGap. PathMonitor without an RTT do not count; a policy gap of 0 (no
 // flowlets) stays 0.
 constexpr std::chrono::nanoseconds kMaxFlowletGap = std::chrono::milliseconds(8);
 std::chrono::nanoseconds effective_flowlet_gap(

@@ -90,6 +90,6 @@ struct BfdView {
   uint64_t discarded = 0;
 };
 // A path's "health" object; bfd is null when the path has no session.
-json render_health(const RailHealth& h, const BfdView* bfd, SchedClock::time_point now);
+json render_health(const PathHealth& h, const BfdView* bfd, SchedClock::time_point now);
 
 }  // namespace dp

@@ -63,7 +63,7 @@ class Datapath {
   Result<Staged> stage(const Policy& next, bool running);
   // dualpath's tc filters on every rail of `next`, and sockops on its cgroup.
   Result<void> attach(const Policy& next, const Staged& s);
-  // Rails, names, QoS and each class's starting decision, then the flip;
+  // PathMonitor, names, QoS and each class's starting decision, then the flip;
   // then what the new policy no longer names. Returns the operators' pins
   // that survive (dpctl class set outlives a reload or a restart).
   struct OperatorPin {

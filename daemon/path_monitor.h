@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the rails themselves say: a BFD session per rail (RFC 5880/5881, its
-// sockets and timers) and the carrier from rtnetlink link events. Rails feeds
+// sockets and timers) and the carrier from rtnetlink link events. PathMonitor feeds
 // both into the Controller's rail health and calls `changed` after each, so
 // the daemon settles the consequences at once.
 #pragma once
@@ -24,12 +24,12 @@ struct nl_sock;  // libnl
 
 namespace dp {
 
-class Rails {
+class PathMonitor {
  public:
-  Rails(EventLoop& loop, Controller& controller, std::function<void()> changed);
-  ~Rails();
-  Rails(const Rails&) = delete;
-  Rails& operator=(const Rails&) = delete;
+  PathMonitor(EventLoop& loop, Controller& controller, std::function<void()> changed);
+  ~PathMonitor();
+  PathMonitor(const PathMonitor&) = delete;
+  PathMonitor& operator=(const PathMonitor&) = delete;
 
   // One BFD session per path of `next` that has a peer; a path whose key
   // (rail_key) is unchanged keeps its session. Paths no longer named send

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "rails.h"
+#include "path_monitor.h"
 
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -42,19 +42,19 @@ bfd::Config bfd_config(const HealthSettings& h) {
 
 }  // namespace
 
-Rails::Rails(EventLoop& loop, Controller& controller, std::function<void()> changed)
+PathMonitor::PathMonitor(EventLoop& loop, Controller& controller, std::function<void()> changed)
     : loop_(loop), controller_(controller), changed_(std::move(changed)) {
   loop_.add_deadline([this] { return next_wakeup(); });
   loop_.after_wake([this] { service(); });
 }
 
-Rails::~Rails() {
+PathMonitor::~PathMonitor() {
   for (auto& s : sessions_)
     if (s.io) loop_.unwatch(s.io->rx_fd());
   if (link_events_) loop_.unwatch(link_events_.fd());
 }
 
-bool Rails::carrier_of(const std::string& ifname) {
+bool PathMonitor::carrier_of(const std::string& ifname) {
   int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return true;
   ifreq ifr{};
@@ -65,7 +65,7 @@ bool Rails::carrier_of(const std::string& ifname) {
   return up;
 }
 
-void Rails::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
+void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
   auto now = SchedClock::now();
   std::vector<Session> old;
   old.swap(sessions_);
@@ -112,14 +112,14 @@ void Rails::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
   ifindex_ = ifindex;
 }
 
-Result<void> Rails::open_link_events() {
+Result<void> PathMonitor::open_link_events() {
   auto events = NlSocket::subscribe(RTNLGRP_LINK);
   if (!events) return DP_ERROR("link events: {}", events.error().what());
   link_events_ = std::move(*events);
   nl_socket_modify_cb(
       link_events_.get(), NL_CB_VALID, NL_CB_CUSTOM,
       [](nl_msg* msg, void* arg) -> int {
-        auto* self = static_cast<Rails*>(arg);
+        auto* self = static_cast<PathMonitor*>(arg);
         nlmsghdr* h = nlmsg_hdr(msg);
         if (h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) return NL_OK;
         auto* ifi = static_cast<ifinfomsg*>(nlmsg_data(h));
@@ -140,7 +140,7 @@ Result<void> Rails::open_link_events() {
   return {};
 }
 
-void Rails::on_readable(size_t i) {
+void PathMonitor::on_readable(size_t i) {
   if (i >= sessions_.size()) return;
   Session& s = sessions_[i];
   if (!s.io || !s.bfd) return;
@@ -163,7 +163,7 @@ void Rails::on_readable(size_t i) {
   changed_();
 }
 
-void Rails::transitions(size_t i) {
+void PathMonitor::transitions(size_t i) {
   Session& s = sessions_[i];
   for (auto& t : s.bfd->take_transitions()) {
     spdlog::info("path {}: BFD {} -> {}{}", names_[i], bfd::to_string(t.from), bfd::to_string(t.to),
@@ -172,7 +172,7 @@ void Rails::transitions(size_t i) {
   }
 }
 
-void Rails::service() {
+void PathMonitor::service() {
   auto now = SchedClock::now();
   bool any = false;
   for (size_t i = 0; i < sessions_.size(); ++i) {
@@ -188,14 +188,14 @@ void Rails::service() {
   if (any) changed_();
 }
 
-std::optional<SchedClock::time_point> Rails::next_wakeup() const {
+std::optional<SchedClock::time_point> PathMonitor::next_wakeup() const {
   std::optional<SchedClock::time_point> next;
   for (const auto& s : sessions_)
     if (s.bfd && (!next || s.bfd->next_wakeup() < *next)) next = s.bfd->next_wakeup();
   return next;
 }
 
-void Rails::send_admin_down() {
+void PathMonitor::send_admin_down() {
   auto now = SchedClock::now();
   for (auto& s : sessions_) {
     if (!s.bfd || !s.io) continue;
@@ -204,7 +204,7 @@ void Rails::send_admin_down() {
   }
 }
 
-std::optional<BfdView> Rails::bfd(size_t path) const {
+std::optional<BfdView> PathMonitor::bfd(size_t path) const {
   if (path >= sessions_.size() || !sessions_[path].bfd) return std::nullopt;
   const auto& s = sessions_[path];
   return BfdView{s.io ? s.io->peer().str() : "", &*s.bfd, s.discarded};

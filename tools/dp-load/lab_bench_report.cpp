@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+// dp-lab bench's report (lab_bench.h): medians over rounds per mode, the
+// table, the goals of the dualpath modes against the others of the same run,
+// and the step floors.
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "dualpath/core/units.h"
+#include "lab_bench.h"
+
+namespace bench {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+json get(const json& j, std::initializer_list<const char*> path) {
+  const json* p = &j;
+  for (const char* k : path) {
+    if (!p->is_object() || !p->contains(k)) return nullptr;
+    p = &(*p)[k];
+  }
+  return *p;
+}
+
+double num(const json& j, std::initializer_list<const char*> path) {
+  json v = get(j, path);
+  return v.is_number() ? v.get<double>() : NAN;
+}
+
+// Median over rounds of each figure, per mode.
+json summarise(const std::vector<json>& runs, const std::string& mode) {
+  std::map<std::string, std::vector<double>> f;
+  for (auto& r : runs) {
+    if (r["mode"] != mode || !r.value("complete", false)) continue;
+    const json& c = r["client"];
+    f["goodput_bps"].push_back(num(c, {"goodput_bps"}));
+    f["step_p50_ms"].push_back(num(c, {"steps", "time_ms", "p50"}));
+    f["step_p99_ms"].push_back(num(c, {"steps", "time_ms", "p99"}));
+    f["rpc_p50_us"].push_back(num(c, {"rpc", "rtt_us", "p50"}));
+    f["rpc_p99_us"].push_back(num(c, {"rpc", "rtt_us", "p99"}));
+    f["steps_failed"].push_back(num(c, {"steps", "failed"}));
+    f["longest_stall_s"].push_back(num(c, {"steps", "longest_stall_s"}));
+    f["errors"].push_back(num(c, {"errors"}) + num(r, {"server", "counters", "checksum_errors"}) +
+                          num(r, {"server", "counters", "connection_errors"}));
+    f["util_rail0_mean"].push_back(num(r, {"utilisation", "rail0", "mean"}));
+    f["util_rail0_peak"].push_back(num(r, {"utilisation", "rail0", "peak"}));
+    f["util_rail1_mean"].push_back(num(r, {"utilisation", "rail1", "mean"}));
+    f["util_rail1_peak"].push_back(num(r, {"utilisation", "rail1", "peak"}));
+    f["util_both_mean"].push_back(num(r, {"utilisation", "both", "mean"}));
+    f["retrans_segs"].push_back(num(r, {"tcp", "retrans_segs"}));
+    f["dsack_segs"].push_back(num(r, {"tcp", "dsack_segs"}));
+    f["qdisc_drops"].push_back(num(r, {"tcp", "qdisc_drops"}));
+    f["reorder"].push_back(num(r, {"tcp", "reorder"}));
+    f["ofo_queue"].push_back(num(r, {"tcp", "ofo_queue"}));
+    f["timeouts"].push_back(num(r, {"tcp", "timeouts"}));
+    f["cpu_busy"].push_back(num(r, {"cpu_busy"}));
+    f["resets"].push_back(num(r, {"tcp", "resets"}));
+  }
+  json s = {{"mode", mode}, {"runs", f["goodput_bps"].size()}};
+  for (auto& [k, v] : f) s[k] = median(v);
+  return s;
+}
+
+void print_table(const std::vector<json>& sums, bool faults) {
+  const json* single = nullptr;
+  for (auto& s : sums)
+    if (s["mode"] == "single") single = &s;
+  std::printf(
+      "\n%-9s %4s %10s %6s %6s %6s %6s %6s %9s %9s %9s %9s %7s %7s %7s %7s %7s %5s %6s %8s %8s",
+      "mode", "runs", "goodput", "r0 avg", "r0 pk", "r1 avg", "r1 pk", "both", "step p50",
+      "step p99", "rpc p50", "rpc p99", "retx", "spur", "qdrop", "reord", "ofo", "cpu", "errors",
+      "gput/1", "p99/1");
+  if (faults) std::printf(" %6s %8s %6s", "failed", "stall s", "resets");
+  std::printf("\n");
+  for (auto& s : sums) {
+    auto v = [&](const char* k) {
+      return s.contains(k) && s[k].is_number() ? s[k].get<double>() : NAN;
+    };
+    double gr = single ? v("goodput_bps") / (*single)["goodput_bps"].get<double>() : NAN;
+    double pr = single ? v("step_p99_ms") / (*single)["step_p99_ms"].get<double>() : NAN;
+    std::printf(
+        "%-9s %4d %10s %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %7.1fms %7.1fms %7.0fus %7.0fus "
+        "%7.0f %7.0f %7.0f %7.0f %7.0f %4.0f%% %6.0f %7.2fx %7.2fx",
+        s["mode"].get<std::string>().c_str(), s["runs"].get<int>(),
+        dp::format_bandwidth(v("goodput_bps")).c_str(), 100 * v("util_rail0_mean"),
+        100 * v("util_rail0_peak"), 100 * v("util_rail1_mean"), 100 * v("util_rail1_peak"),
+        100 * v("util_both_mean"), v("step_p50_ms"), v("step_p99_ms"), v("rpc_p50_us"),
+        v("rpc_p99_us"), v("retrans_segs"), v("dsack_segs"), v("qdisc_drops"), v("reorder"),
+        v("ofo_queue"), 100 * v("cpu_busy"), v("errors"), gr, pr);
+    if (faults)
+      std::printf(" %6.0f %8.2f %6.0f", v("steps_failed"), v("longest_stall_s"), v("resets"));
+    std::printf("\n");
+  }
+  std::printf(
+      "(medians over rounds; utilisation from the link counters every 100 ms, both "
+      "directions;\n retx: TCP segments retransmitted, spur: of them, what the receivers "
+      "reported as duplicates\n (DSACK: not lost), qdrop: packets the rails' qdiscs dropped, "
+      "reord: reorderings the senders detected "
+      "(SACK and\n timestamps), ofo: segments the receivers queued out of order, cpu: both "
+      "cores busy;\n gput/1 and p99/1 against single)\n");
+}
+
+// The goals of issue 12 for dualpath against the other modes of the same run;
+// each line says what was measured and whether the goal was met.
+json print_goals(const std::vector<json>& sums, const Opts& o, const std::string& mine) {
+  std::map<std::string, const json*> m;
+  for (auto& s : sums) m[s["mode"].get<std::string>()] = &s;
+  json out = json::array();
+  if (!m.count(mine)) return out;
+  auto v = [&](const std::string& mode, const char* k) -> double {
+    if (!m.count(mode)) return NAN;
+    const json& s = *m[mode];
+    return s.contains(k) && s[k].is_number() ? s[k].get<double>() : NAN;
+  };
+  auto line = [&](const std::string& what, double got, double limit, bool higher_is_better,
+                  const std::string& detail) {
+    bool met = std::isfinite(got) && std::isfinite(limit) &&
+               (higher_is_better ? got >= limit : got <= limit);
+    std::string verdict = !std::isfinite(limit) ? "not measured" : met ? "met" : "NOT MET";
+    std::printf("  %-52s %-12s %s\n", what.c_str(), verdict.c_str(), detail.c_str());
+    out.push_back({{"goal", what}, {"value", got}, {"limit", limit}, {"met", met}});
+  };
+  const double dp_g = v(mine, "goodput_bps"), single_g = v("single", "goodput_bps");
+  // What the workload can use of both rails: what it carried on one rail
+  // alone, scaled by the rails' combined capacity.
+  const double usable = single_g * (o.cap0 + o.cap1) / o.cap0;
+  const double best_peer = std::fmax(v("ecmp", "goodput_bps"), v("mptcp", "goodput_bps"));
+  const double best_p99 = std::fmin(v("ecmp", "step_p99_ms"), v("mptcp", "step_p99_ms"));
+  auto bw = [](double b) { return dp::format_bandwidth(b); };
+  std::printf("\ngoals (%s against the other modes of this run):\n", mine.c_str());
+  line("goodput >= 90% of what the workload can use", dp_g / usable, 0.9, true,
+       fmt::format("{} of {} ({:.0f}%; usable = single's {} x (rail0 + rail1) / rail0)", bw(dp_g),
+                   bw(usable), 100 * dp_g / usable, bw(single_g)));
+  line("goodput >= the best of ECMP and MPTCP", dp_g, best_peer, true,
+       fmt::format("{} against {}", bw(dp_g), bw(best_peer)));
+  double p99 = v(mine, "step_p99_ms");
+  line("step p99 <= 0.6x single's", p99, 0.6 * v("single", "step_p99_ms"), false,
+       fmt::format("{:.1f} ms against {:.1f} ms ({:.2f}x)", p99, v("single", "step_p99_ms"),
+                   p99 / v("single", "step_p99_ms")));
+  line("step p99 <= 0.85x static's", p99, 0.85 * v("static", "step_p99_ms"), false,
+       fmt::format("{:.1f} ms against {:.1f} ms ({:.2f}x)", p99, v("static", "step_p99_ms"),
+                   p99 / v("static", "step_p99_ms")));
+  line("step p99 <= the best peer's", p99, best_p99, false,
+       fmt::format("{:.1f} ms against {:.1f} ms", p99, best_p99));
+  double rx = v(mine, "retrans_segs"), rs = v("static", "retrans_segs");
+  double dx = v(mine, "dsack_segs"), ds = v("static", "dsack_segs");
+  line("retransmits <= 1.5x static's", rx, 1.5 * rs, false,
+       fmt::format("{:.0f} against {:.0f} ({:.2f}x); spurious (DSACKed) {:.0f} against {:.0f}", rx,
+                   rs, rx / std::fmax(rs, 1), dx, ds));
+  double rpc = v(mine, "rpc_p99_us"), rpc_s = v("static", "rpc_p99_us");
+  line("control RPC p99 <= static's", rpc, rpc_s, false,
+       fmt::format("{:.0f} us against {:.0f} us", rpc, rpc_s));
+  return out;
+}
+
+// What the rails allow a step, from the workload's own round of bursts: a
+// step moves its dispatch round, then its combine round (the same sizes back),
+// and spends the rest of its time elsewhere (the server, the scheduler of the
+// machine): that rest is single's step p50 less its two rounds on rail0.
+// Against these floors the step goals can be read: a goal below the floor
+// of whole bursts cannot be met by placing whole bursts. Estimates: the
+// rounds leave out other traffic, and the rest is single's.
+json print_floors(const std::vector<json>& runs, const std::vector<json>& sums, const Opts& o) {
+  json w;
+  for (auto& r : runs)
+    if (r.value("complete", false)) {
+      w = r["client"]["workload"];
+      break;
+    }
+  double single_p50 = NAN, static_p50 = NAN, static_p99 = NAN;
+  for (auto& s : sums) {
+    auto v = [&](const char* k) {
+      return s.contains(k) && s[k].is_number() ? s[k].get<double>() : NAN;
+    };
+    if (s["mode"] == "single") single_p50 = v("step_p50_ms");
+    if (s["mode"] == "static") static_p50 = v("step_p50_ms"), static_p99 = v("step_p99_ms");
+  }
+  if (!w.is_object() || !std::isfinite(single_p50)) return nullptr;
+  const auto n = w.value("dispatch", 0);
+  const double skew = w.value("skew", 0.0);
+  const uint64_t burst = w.value("burst", uint64_t{0});
+  auto sizes =
+      dpload::skewed_sizes(burst * static_cast<uint64_t>(n), static_cast<size_t>(n), skew, 0);
+  auto f = dpload::round_floor(sizes, o.cap0, o.cap1);
+  const double rest = single_p50 - 2e3 * f.one_rail_s;
+  const double shared = rest + 2e3 * f.shared_s, whole = rest + 2e3 * f.whole_bursts_s;
+  std::string list;
+  for (auto b : sizes) list += fmt::format("{}{:.2f}", list.empty() ? "" : "/", b / 1048576.0);
+  std::printf(
+      "\nstep floors (a step: its dispatch round of %d bursts of %s MiB, then its combine round "
+      "of the same;\n single's step p50 %.1f ms = %.1f ms of the two rounds on rail0 + %.1f ms "
+      "of the rest):\n",
+      n, list.c_str(), single_p50, 2e3 * f.one_rail_s, rest);
+  std::printf(
+      "  every byte shared over both rails (an ideal multipath transport)  %6.1f ms"
+      "  (%.2fx static's p50)\n",
+      shared, shared / static_p50);
+  std::printf(
+      "  each burst whole, the best split of every round                    %6.1f ms"
+      "  (%.2fx static's p50)\n",
+      whole, whole / static_p50);
+  std::printf("  the goal step p99 <= 0.85x static's                                %6.1f ms\n",
+              0.85 * static_p99);
+  std::printf(
+      "  (estimates: the rounds leave out param-sync and logs, and the rest is single's, "
+      "which\n  includes its waits behind them)\n");
+  return {{"rest_ms", rest},
+          {"shared_ms", shared},
+          {"whole_bursts_ms", whole},
+          {"burst_bytes", sizes},
+          {"goal_p99_ms", 0.85 * static_p99}};
+}
+
+void print_peers(const Opts& o) {
+  std::printf(
+      "\nhow each mode is set up (tools/dp-lab mode):\n"
+      "  single    everything over rail0 (the service route), no dualpathd\n"
+      "  static    dualpathd, scheduler mode static: each class on its policy rail\n"
+      "  ecmp      a multipath route over both rails, weights in the rails' ratio (%s:%s),\n"
+      "            L4 hashing (fib_multipath_hash_policy=1), both nodes\n"
+      "  mptcp     the kernel's MPTCP: a subflow endpoint on a's rail1 address, a signal\n"
+      "            endpoint on b's, limits subflow 2 add_addr_accepted 2, both nodes\n"
+      "  dualpath  dualpathd, adaptive, as the policy's defaults: decisions on smoothed\n"
+      "            rates, split classes by flowlets\n"
+      "  cells     dualpathd, adaptive with burst placement: decisions on 100 ms peaks,\n"
+      "            a 1 s hold, split elastic classes by 16 KiB flowcells where they\n"
+      "            finish first, a flow's cells kept in order (flowcell_order keep)\n"
+      "  cells-any the same, cells free to overtake their own flow (flowcell_order any)\n"
+      "  bursts    dualpathd, adaptive with burst placement: decisions on 100 ms peaks, a 1 s\n"
+      "            hold, split elastic classes placed a whole burst at a time, each flow's\n"
+      "            next burst where the daemon's plan finishes the round soonest\n"
+      "  static, dualpath and cells run the lab policies with expert-dispatch elastic and the\n"
+      "  paths' capacities at the rails' rates (dp-lab bench_policies)\n",
+      dp::format_bandwidth(o.cap0).c_str(), dp::format_bandwidth(o.cap1).c_str());
+}
+
+}  // namespace bench
