@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * dp-bench-classifier's programs, never in the product's object:
- *   dp_bench_prelude - gives a test run's packet a departure time, as TCP
- *                      stamps every packet it sends (BPF_PROG_TEST_RUN takes
- *                      skb->tstamp but not its type), then tail-calls the
- *                      program under test (dp_bench_next[0]); every case runs
- *                      through it, so its cost cancels out;
+ *   dp_bench_prelude - gives a test run's packet with a timestamp the type
+ *                      TCP gives the packets it sends (BPF_PROG_TEST_RUN
+ *                      takes skb->tstamp but not its type), then tail-calls
+ *                      the program under test (dp_bench_next[0]); every case
+ *                      runs through it, so its cost cancels out;
  *   dp_empty         - the floor: returns at once;
  *   dp_reference     - a minimal classifier to compare against: parse, one
  *                      port-array lookup, one flow-hash lookup updated in
@@ -56,8 +56,9 @@ struct {
 SEC("tc")
 int dp_bench_prelude(struct __sk_buff *skb)
 {
-	if (skb->tstamp)
-		bpf_skb_set_tstamp(skb, skb->tstamp, BPF_SKB_TSTAMP_DELIVERY_MONO);
+	/* unconditional, so that every row pays for the call: without a
+	 * timestamp the kernel refuses it and the packet stays without one */
+	bpf_skb_set_tstamp(skb, skb->tstamp, BPF_SKB_TSTAMP_DELIVERY_MONO);
 	bpf_tail_call(skb, &dp_bench_next, 0);
 	return TC_ACT_SHOT;
 }
