@@ -246,10 +246,10 @@ void Daemon::check_interfaces() {
 }
 
 void Daemon::tick() {
+  const auto began = std::chrono::steady_clock::now();
   check_interfaces();
   // the policy's cgroups once a second: a unit restarted has a new cgroup
-  if (auto now = std::chrono::steady_clock::now();
-      now - cgroups_checked_ >= std::chrono::seconds(1)) {
+  if (auto now = began; now - cgroups_checked_ >= std::chrono::seconds(1)) {
     datapath_->refresh_cgroups(policy_);
     cgroups_checked_ = now;
   }
@@ -257,6 +257,9 @@ void Daemon::tick() {
   adapt_flowlet_gap();
   carry_out(controller_.tick(measurements_.tick_input(policy_, *datapath_)));
   place_bursts();
+  // the tick's own time, shown by the metrics it is about to publish
+  state_.tick_times.record(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   if (metrics_ && metrics_->wanted()) publish_metrics();  // a scrape waits for it
   ++state_.ticks;
   sd_notify(0, "WATCHDOG=1");
@@ -386,8 +389,13 @@ void Daemon::carry_out(Plan plan) {
 void Daemon::steer_multipath() {
   if (!multipath_.running()) return;
   multipath::Want w;
-  for (size_t i = 0; i < policy_.paths.size(); ++i)
-    w.usable.push_back(controller_.health(i).weight() > 0 && datapath_->present(i));
+  // a suspect rail's subflows go at once: MPTCP re-sends what they hold on
+  // the others now, not after the subflow goes stale (two RTOs, longer on a
+  // full rail); they are made again if BFD does not confirm the suspicion
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+    const PathHealth& h = controller_.health(i);
+    w.usable.push_back(h.weight() > 0 && h.latency_ok() && datapath_->present(i));
+  }
   for (size_t c = 0; c < policy_.classes.size(); ++c) {
     const Shares& sh = controller_.written_shares(c);
     std::vector<bool> a(policy_.paths.size(), false);

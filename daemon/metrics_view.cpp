@@ -70,6 +70,8 @@ MetricsView metrics_view(const Node& n) {
                                          Multipath::kernel_fallbacks()};
   }
   v.all_paths_down = n.controller().all_down();
+  v.ticks = st.tick_times;
+  v.tick_interval = std::chrono::duration<double>(pol.scheduler.tick).count();
   return v;
 }
 

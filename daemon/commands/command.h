@@ -22,6 +22,7 @@
 #include "control_server.h"
 #include "dualpath/core/controller.h"
 #include "dualpath/core/event_log.h"
+#include "dualpath/core/metrics.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/kernel/datapath.h"
 #include "dualpath/kernel/node_checks.h"
@@ -39,6 +40,7 @@ struct NodeState {
   uint64_t connections_reset = 0;  // ended on failed rails (separate topology)
   uint64_t reloads_applied = 0, reloads_refused = 0;
   bool last_reload_ok = true;
+  TickTimes tick_times;  // how long each tick took
 };
 
 // The daemon as the commands and the metrics see it (the Daemon implements it).

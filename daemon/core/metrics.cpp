@@ -48,6 +48,15 @@ MetricFamily metrics_age_family(double seconds) {
   return std::move(f);
 }
 
+void TickTimes::record(double seconds) {
+  size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  if (i < kBounds.size()) ++counts[i];
+  ++total;
+  sum += seconds;
+  last = seconds;
+}
+
 std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   Builder b;
   auto& build = b.family("dualpath_build_info", "dualpath build", MetricType::Gauge);
@@ -220,6 +229,24 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
       b.family("dualpath_all_paths_down",
                "1 when every path is down and the last decisions are kept", MetricType::Gauge);
   Builder::add(ad, {}, v.all_paths_down ? 1 : 0);
+  {
+    auto& th = b.family("dualpath_tick_seconds",
+                        "how long each tick took: measure, plan, write the datapath",
+                        MetricType::Histogram);
+    ClientMetric h;
+    uint64_t cum = 0;
+    for (size_t i = 0; i < TickTimes::kBounds.size(); ++i) {
+      cum += v.ticks.counts[i];
+      h.histogram.bucket.push_back({cum, TickTimes::kBounds[i]});
+    }
+    h.histogram.bucket.push_back({v.ticks.total, std::numeric_limits<double>::infinity()});
+    h.histogram.sample_count = v.ticks.total;
+    h.histogram.sample_sum = v.ticks.sum;
+    th.metric.push_back(std::move(h));
+    auto& ti = b.family("dualpath_tick_interval_seconds", "the policy's [scheduler] tick",
+                        MetricType::Gauge);
+    Builder::add(ti, {}, v.tick_interval);
+  }
   auto& rl = b.family("dualpath_policy_reloads_total",
                       "policy reloads since the daemon started, by result (applied, refused)",
                       MetricType::Counter);

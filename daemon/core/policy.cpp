@@ -365,6 +365,15 @@ class Checker {
     return std::nullopt;
   }
 
+  std::optional<bool> boolean(const toml::table& t, std::string_view key,
+                              std::string_view section) {
+    const toml::node* n = t.get(key);
+    if (!n) return std::nullopt;
+    if (auto b = n->as_boolean()) return b->get();
+    error(*n, fmt::format("{} in {} must be true or false", key, section));
+    return std::nullopt;
+  }
+
   std::optional<int64_t> integer(const toml::table& t, std::string_view key,
                                  std::string_view section, bool required, int64_t lo, int64_t hi) {
     const toml::node* n = t.get(key);
@@ -1182,6 +1191,129 @@ void parse_cgroups(Checker& c, const toml::table& t, const std::string& section,
   }
 }
 
+// A class's QoS on the wire: dscp (a number or a name) and skb_priority (a
+// band or a tc class id).
+void parse_class_qos(Checker& c, const toml::table& t, const std::string& section, ClassSpec& cs) {
+  if (const toml::node* dn = t.get("dscp")) {
+    // the range is checked on the 64-bit value: 4294967342 is not 46
+    std::optional<int64_t> d;
+    if (auto* i = dn->as_integer())
+      d = i->get();
+    else if (auto* str = dn->as_string())
+      if (auto x = parse_dscp(str->get())) d = *x;
+    if (!d || *d < 0 || *d > 63)
+      c.error(*dn, fmt::format("dscp of {} must be 0-63 or a name such as \"EF\", \"AF41\" or "
+                               "\"CS1\"",
+                               section));
+    else
+      cs.dscp = static_cast<uint8_t>(*d);
+  }
+  if (const toml::node* sn = t.get("skb_priority")) {
+    std::optional<int64_t> v;
+    bool number = false;
+    if (auto* i = sn->as_integer())
+      v = i->get(), number = true;
+    else if (auto* str = sn->as_string())
+      if (auto x = parse_tc_handle(str->get())) v = *x;
+    if (number && v && *v > 7)
+      c.error(*sn, fmt::format("skb_priority = {} of {} is out of range: a number is a priority "
+                               "band, 0-7; a tc class is written as a string such as \"1:10\"",
+                               *v, section));
+    else if (!v || *v < 0 || *v > 0xFFFFFFFFll)
+      c.error(*sn, fmt::format("skb_priority of {} must be a number or a tc class id such as "
+                               "\"1:10\"",
+                               section));
+    else
+      cs.skb_priority = static_cast<uint32_t>(*v);
+  }
+}
+
+// A class's TCP settings: its minimum RTO, and whether it is multipath.
+void parse_class_tcp(Checker& c, const toml::table& t, const std::string& section, const Policy& p,
+                     ClassSpec& cs) {
+  if (cs.kind == ClassKind::LatencySensitive) cs.rto_min = kDefaultLatencyRtoMin;
+  if (t.get("rto_min")) {
+    if (auto v = c.duration(t, "rto_min", section, std::chrono::nanoseconds(0),
+                            std::chrono::milliseconds(200),
+                            ": the kernel's own minimum is 200ms, which a class can only lower")) {
+      if (v->count() != 0 && *v < std::chrono::milliseconds(1))
+        c.error(where(t, "rto_min"),
+                fmt::format("rto_min of {} must be 0 (the kernel's) or at least 1ms", section));
+      else
+        cs.rto_min = *v;
+    }
+  }
+  if (auto v = c.boolean(t, "multipath", section)) {
+    cs.multipath = *v;
+    const toml::node& mn = *t.get("multipath");
+    // the socket is made MPTCP at socket(), when only its cgroup is known;
+    // one address on every rail: a subflow bound to the other rail is
+    // answered on whichever rail the peer's datapath picks, and a bound
+    // socket takes nothing that arrives on another device
+    if (cs.multipath && p.topology != Topology::Separate)
+      c.error(mn, fmt::format("multipath in {} needs [node] topology = \"separate\": in the "
+                              "shared topology dualpath does not make MPTCP subflows yet (a "
+                              "split elastic class there is placed by flowlets, cells or "
+                              "bursts)",
+                              section));
+    else if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
+      c.error(mn, fmt::format("multipath in {} needs the class to match by cgroups or units: "
+                              "its sockets are made MPTCP when they are created, before a "
+                              "port or a mark is known",
+                              section));
+  }
+}
+
+// A class's socket mark: inside the policy's mark bits, not the redirect
+// bit, not another class's or a path's fwmark.
+void parse_class_mark(Checker& c, const toml::table& t, const std::string& section, const Policy& p,
+                      std::map<uint32_t, std::string>& marks, ClassSpec& cs) {
+  if (auto v = c.integer(t, "mark", section, false, 1, 0xFFFFFFFFll)) {
+    auto m = static_cast<uint32_t>(*v);
+    if (m & p.routing.redirect_mark)
+      c.error(where(t, "mark"),
+              fmt::format("mark {:#x} of {} uses bit {:#x}, which dualpath reserves for "
+                          "redirected packets ([routing] redirect_mark)",
+                          m, section, p.routing.redirect_mark));
+    else if (m & ~p.routing.mark_mask)
+      c.error(where(t, "mark"),
+              fmt::format("mark {:#x} of {} has bits outside [routing] mark_mask {:#x}, which "
+                          "belong to others",
+                          m, section, p.routing.mark_mask));
+    else if (marks.count(m))
+      c.error(where(t, "mark"), fmt::format("mark {:#x} of {} is already the mark of class \"{}\"",
+                                            m, section, marks[m]));
+    else if (std::any_of(p.paths.begin(), p.paths.end(),
+                         [m](const PathSpec& ps) { return ps.fwmark == m; }))
+      c.error(where(t, "mark"),
+              fmt::format("mark {:#x} of {} is a path's fwmark; class marks and path fwmarks "
+                          "must differ",
+                          m, section));
+    else
+      marks[m] = cs.name;
+    cs.mark = m;
+  }
+}
+
+// The path a class prefers, which the policy must define.
+void parse_class_prefer(Checker& c, const toml::table& t, const std::string& section,
+                        const Policy& p, ClassSpec& cs) {
+  if (auto v = c.string(t, "prefer", section, true)) {
+    cs.prefer = *v;
+    if (!p.path(*v)) {
+      std::vector<std::string> paths;
+      for (const auto& ps : p.paths) paths.push_back(ps.name);
+      auto near = nearest_name(*v, paths);
+      c.error(where(t, "prefer"),
+              fmt::format(
+                  "{} prefers path \"{}\", which the policy does not define{} (paths: "
+                  "{})",
+                  section, *v, near ? fmt::format("; did you mean \"{}\"?", *near) : "",
+                  paths.empty() ? std::string("none") : fmt::format("{}", fmt::join(paths, ", "))));
+    }
+  }
+}
+
 void parse_classes(Checker& c, const toml::table& root, Policy& p) {
   const toml::node* n = root.get("class");
   if (!n) {
@@ -1222,100 +1354,14 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
             {{"latency_sensitive", ClassKind::LatencySensitive}, {"elastic", ClassKind::Elastic}}))
       cs.kind = *v;
     if (auto v = c.integer(t, "priority", section, false, 0, 7)) cs.priority = static_cast<int>(*v);
-    if (auto v = c.string(t, "prefer", section, true)) {
-      cs.prefer = *v;
-      if (!p.path(*v)) {
-        std::vector<std::string> paths;
-        for (const auto& ps : p.paths) paths.push_back(ps.name);
-        auto near = nearest_name(*v, paths);
-        c.error(where(t, "prefer"),
-                fmt::format("{} prefers path \"{}\", which the policy does not define{} (paths: "
-                            "{})",
-                            section, *v, near ? fmt::format("; did you mean \"{}\"?", *near) : "",
-                            paths.empty() ? std::string("none")
-                                          : fmt::format("{}", fmt::join(paths, ", "))));
-      }
-    }
-    if (const toml::node* dn = t.get("dscp")) {
-      // the range is checked on the 64-bit value: 4294967342 is not 46
-      std::optional<int64_t> d;
-      if (auto* i = dn->as_integer())
-        d = i->get();
-      else if (auto* str = dn->as_string())
-        if (auto x = parse_dscp(str->get())) d = *x;
-      if (!d || *d < 0 || *d > 63)
-        c.error(*dn, fmt::format("dscp of {} must be 0-63 or a name such as \"EF\", \"AF41\" or "
-                                 "\"CS1\"",
-                                 section));
-      else
-        cs.dscp = static_cast<uint8_t>(*d);
-    }
-    if (const toml::node* sn = t.get("skb_priority")) {
-      std::optional<int64_t> v;
-      bool number = false;
-      if (auto* i = sn->as_integer())
-        v = i->get(), number = true;
-      else if (auto* str = sn->as_string())
-        if (auto x = parse_tc_handle(str->get())) v = *x;
-      if (number && v && *v > 7)
-        c.error(*sn, fmt::format("skb_priority = {} of {} is out of range: a number is a priority "
-                                 "band, 0-7; a tc class is written as a string such as \"1:10\"",
-                                 *v, section));
-      else if (!v || *v < 0 || *v > 0xFFFFFFFFll)
-        c.error(*sn, fmt::format("skb_priority of {} must be a number or a tc class id such as "
-                                 "\"1:10\"",
-                                 section));
-      else
-        cs.skb_priority = static_cast<uint32_t>(*v);
-    }
-    if (cs.kind == ClassKind::LatencySensitive) cs.rto_min = kDefaultLatencyRtoMin;
-    if (t.get("rto_min")) {
-      if (auto v = c.duration(
-              t, "rto_min", section, std::chrono::nanoseconds(0), std::chrono::milliseconds(200),
-              ": the kernel's own minimum is 200ms, which a class can only lower")) {
-        if (v->count() != 0 && *v < std::chrono::milliseconds(1))
-          c.error(where(t, "rto_min"),
-                  fmt::format("rto_min of {} must be 0 (the kernel's) or at least 1ms", section));
-        else
-          cs.rto_min = *v;
-      }
-    }
-    if (auto v = c.integer(t, "mark", section, false, 1, 0xFFFFFFFFll)) {
-      auto m = static_cast<uint32_t>(*v);
-      if (m & p.routing.redirect_mark)
-        c.error(where(t, "mark"),
-                fmt::format("mark {:#x} of {} uses bit {:#x}, which dualpath reserves for "
-                            "redirected packets ([routing] redirect_mark)",
-                            m, section, p.routing.redirect_mark));
-      else if (m & ~p.routing.mark_mask)
-        c.error(where(t, "mark"),
-                fmt::format("mark {:#x} of {} has bits outside [routing] mark_mask {:#x}, which "
-                            "belong to others",
-                            m, section, p.routing.mark_mask));
-      else if (marks.count(m))
-        c.error(where(t, "mark"),
-                fmt::format("mark {:#x} of {} is already the mark of class \"{}\"", m, section,
-                            marks[m]));
-      else if (std::any_of(p.paths.begin(), p.paths.end(),
-                           [m](const PathSpec& ps) { return ps.fwmark == m; }))
-        c.error(where(t, "mark"),
-                fmt::format("mark {:#x} of {} is a path's fwmark; class marks and path fwmarks "
-                            "must differ",
-                            m, section));
-      else
-        marks[m] = cs.name;
-      cs.mark = m;
-    }
+    parse_class_prefer(c, t, section, p, cs);
+    parse_class_qos(c, t, section, cs);
+    parse_class_mark(c, t, section, p, marks, cs);
     if (auto v = c.choice<PortMatch>(
             t, "match", section, false,
             {{"any", PortMatch::Any}, {"src", PortMatch::Src}, {"dst", PortMatch::Dst}}))
       cs.match = *v;
-    if (const toml::node* pn = t.get("pinned")) {
-      if (auto b = pn->as_boolean())
-        cs.pinned = b->get();
-      else
-        c.error(*pn, fmt::format("pinned in {} must be true or false", section));
-    }
+    if (auto v = c.boolean(t, "pinned", section)) cs.pinned = *v;
     if (const toml::node* pn = t.get("ports")) {
       auto* pa = pn->as_array();
       if (!pa) {
@@ -1327,27 +1373,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
       }
     }
     parse_cgroups(c, t, section, cs, cgroup_owner);
-    if (const toml::node* mn = t.get("multipath")) {
-      if (auto b = mn->as_boolean())
-        cs.multipath = b->get();
-      else
-        c.error(*mn, fmt::format("multipath in {} must be true or false", section));
-      // the socket is made MPTCP at socket(), when only its cgroup is known
-      // one address on every rail: a subflow bound to the other rail is
-      // answered on whichever rail the peer's datapath picks, and a bound
-      // socket takes nothing that arrives on another device
-      if (cs.multipath && p.topology != Topology::Separate)
-        c.error(*mn, fmt::format("multipath in {} needs [node] topology = \"separate\": in the "
-                                 "shared topology dualpath does not make MPTCP subflows yet (a "
-                                 "split elastic class there is placed by flowlets, cells or "
-                                 "bursts)",
-                                 section));
-      else if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
-        c.error(*mn, fmt::format("multipath in {} needs the class to match by cgroups or units: "
-                                 "its sockets are made MPTCP when they are created, before a "
-                                 "port or a mark is known",
-                                 section));
-    }
+    parse_class_tcp(c, t, section, p, cs);
     size_t rules_written = 0;  // a rule written wrong has its own error already
     for (auto key : {"ports", "cgroups", "units"})
       if (const toml::node* rn = t.get(key))

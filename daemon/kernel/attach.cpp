@@ -66,8 +66,14 @@ Result<void> pinned_link(bpf_program* prog, const std::string& pin_dir, const st
   auto made = attach();
   if (!made) return made.error();
   bpf_link* link = *made;
+  // the pin holds the attachment now: destroying the bpf_link closes this
+  // process's descriptor only (a link that lives in the kernel is detached
+  // when its last reference goes, the pin's), so that removing the pin
+  // detaches it even while the daemon runs. (bpf_link__disconnect would
+  // keep the descriptor open, and the attachment with it, until exit.)
+  // An attachment that could not be pinned goes with the descriptor: nothing
+  // could find it to remove it later.
   int err = bpf_link__pin(link, pin.c_str());
-  bpf_link__disconnect(link);  // the pin holds the attachment now
   bpf_link__destroy(link);
   if (err != 0) return DP_SYS_ERROR(err, "pinning the {} link at {} failed", what, pin);
   return {};
@@ -131,7 +137,6 @@ Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const s
   std::string fresh = pin + ".new";
   ::unlink(fresh.c_str());
   int err = bpf_link__pin(link, fresh.c_str());
-  bpf_link__disconnect(link);
   bpf_link__destroy(link);
   if (err != 0) return DP_SYS_ERROR(err, "pinning the {} link at {} failed", what, fresh);
   // the old link (if any) goes with its pin, after the new one is in place

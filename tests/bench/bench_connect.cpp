@@ -7,7 +7,15 @@
 // (dp-lab stop a removes them), alternating A B B A. UDP's connect() runs the
 // same cgroup/connect4 hook as TCP's without a handshake to time.
 //
-//   build/tests/bench/dp-bench-connect [--connects N] [--rounds R]
+// With --accept, what the receiving node's sk_lookup handover adds to a TCP
+// connection: a's programs off, a server in b bound to b's rail0 address (as
+// gloo and NCCL bind theirs), whole TCP connects (the handshake over the lab's
+// unshaped rails) from a to that address with b's programs attached (sk_lookup
+// runs and passes: the address asked for has its listener) and without, and
+// to b's rail1 address with them (sk_lookup hands the SYN to the rail0
+// listener; without them that connect is refused).
+//
+//   build/tests/bench/dp-bench-connect [--connects N] [--rounds R] [--accept]
 //
 // Needs root; brings the lab up and takes it down.
 #include <arpa/inet.h>
@@ -19,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "../lab/lab_fixture.h"
@@ -60,6 +69,69 @@ std::vector<double> time_connects(const char* dst, uint16_t port, int n, std::st
   return out;
 }
 
+// Whole TCP connects from a to dst:port, each closed at once with a reset
+// (no TIME_WAIT piles up), in ns; failures counted in *refused.
+std::vector<double> time_tcp_connects(const char* dst, uint16_t port, int n, int* refused) {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(n));
+  lab::in_netns("dpl-a", [&]() -> std::string {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    inet_pton(AF_INET, dst, &to.sin_addr);
+    for (int i = 0; i < n; ++i) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      linger lg{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+      uint64_t t0 = now_ns();
+      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+      uint64_t t1 = now_ns();
+      if (rc == 0)
+        out.push_back(static_cast<double>(t1 - t0));
+      else
+        ++*refused;
+      ::close(fd);
+    }
+    return "";
+  });
+  return out;
+}
+
+// A server in b bound to one address: accepts and closes until stopped.
+class Server {
+ public:
+  Server(const char* addr, uint16_t port) {
+    lab::in_netns("dpl-b", [&]() -> std::string {
+      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+      int one = 1;
+      ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      sockaddr_in me{};
+      me.sin_family = AF_INET;
+      me.sin_port = htons(port);
+      inet_pton(AF_INET, addr, &me.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&me), sizeof(me)) != 0 || ::listen(fd_, 4096))
+        return "bind";
+      return "";
+    });
+    th_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        ::close(c);
+      }
+    });
+  }
+  ~Server() {
+    ::shutdown(fd_, SHUT_RDWR);
+    th_.join();
+    ::close(fd_);
+  }
+
+ private:
+  int fd_ = -1;
+  std::thread th_;
+};
+
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -76,6 +148,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "rounds of A B B A")->capture_default_str();
   app.add_option("--dst", dst, "destination: b's rail1 address (rewritten) or rail0 address (kept)")
       ->capture_default_str();
+  bool accept = false;
+  app.add_flag("--accept", accept,
+               "instead: what b's sk_lookup handover adds to a whole TCP connect");
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) {
     std::fprintf(stderr, "dp-bench-connect needs root\n");
@@ -89,6 +164,48 @@ int main(int argc, char** argv) {
   if (lab::sh(lab::dp_lab() + " up --topology separate --no-shaping").rc != 0) {
     std::fprintf(stderr, "dp-lab up --topology separate failed\n");
     return 1;
+  }
+  if (accept) {
+    // a's connect-time placement off throughout; b's programs on and off
+    lab::sh(lab::dp_lab() + " stop a");
+    std::vector<double> direct_on, direct_off, handed;
+    int refused_on = 0, refused_off = 0, refused_handed = 0, refused_moved_off = 0;
+    const uint16_t port = 51000;  // expert-combine's
+    auto phase = [&](bool on) {
+      lab::sh(lab::dp_lab() + (on ? " start b" : " stop b"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      Server server("10.10.2.2", port);  // after b's sockops: its listener is known
+      auto v = time_tcp_connects("10.10.2.2", port, connects, on ? &refused_on : &refused_off);
+      (on ? direct_on : direct_off).insert((on ? direct_on : direct_off).end(), v.begin(), v.end());
+      if (on) {
+        auto h = time_tcp_connects("10.20.2.2", port, connects, &refused_handed);
+        handed.insert(handed.end(), h.begin(), h.end());
+      } else {
+        time_tcp_connects("10.20.2.2", port, 100, &refused_moved_off);
+      }
+    };
+    for (int r = 0; r < rounds; ++r)
+      for (bool on : {true, false, false, true}) phase(on);
+    lab::sh(lab::dp_lab() + " down");
+    std::printf(
+        "whole TCP connects from a to a server in b bound to b's rail0 address (10.10.2.2:%u),\n"
+        "%d rounds of A B B A, %d connects each, a's programs off\n\n",
+        port, rounds, connects);
+    std::printf("| variant | connects | refused | median | p99 |\n|---|---|---|---|---|\n");
+    std::printf("| to 10.10.2.2, b without its programs | %zu | %d | %.0f ns | %.0f ns |\n",
+                direct_off.size(), refused_off, pct(direct_off, 0.5), pct(direct_off, 0.99));
+    std::printf("| to 10.10.2.2, b with sk_lookup (passes) | %zu | %d | %.0f ns | %.0f ns |\n",
+                direct_on.size(), refused_on, pct(direct_on, 0.5), pct(direct_on, 0.99));
+    std::printf("| to 10.20.2.2, b with sk_lookup (handed over) | %zu | %d | %.0f ns | %.0f ns |\n",
+                handed.size(), refused_handed, pct(handed, 0.5), pct(handed, 0.99));
+    std::printf("| added by sk_lookup passing | | | %.0f ns | %.0f ns |\n",
+                pct(direct_on, 0.5) - pct(direct_off, 0.5),
+                pct(direct_on, 0.99) - pct(direct_off, 0.99));
+    std::printf("| added by a handover | | | %.0f ns | %.0f ns |\n",
+                pct(handed, 0.5) - pct(direct_off, 0.5), pct(handed, 0.99) - pct(direct_off, 0.99));
+    std::printf("\nto 10.20.2.2 without b's programs: %d of %d refused\n", refused_moved_off,
+                100 * rounds * 2);
+    return 0;
   }
   std::vector<double> with, without;
   std::string local_with, local_without;

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <thread>
@@ -228,6 +229,25 @@ TEST_F(Separate, ValidateMeasuresEachRailToThePeersAddressOnItAndNamesABlackhole
       named |= c["check"].get<std::string>().rfind("peer 10.10.2.2", 0) == 0;
     }
   EXPECT_TRUE(named) << bad["checks"].dump(2);
+
+  // a peer that would refuse what is placed on its other rail: b without its
+  // sk_lookup handover (the link's pin removed detaches it); a reload of b
+  // attaches it again
+  auto handover = [](const json& reply) {
+    std::map<std::string, bool> ok;
+    for (const auto& c : reply["checks"])
+      if (c["check"] == "peer 10.10.2.2 handover") ok[c["path"]] = c["ok"];
+    return ok;
+  };
+  EXPECT_EQ(handover(v), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}))
+      << v["checks"].dump(2);
+  lab::must("rm /sys/fs/bpf/dualpath/dpl-b/link_sk_lookup");
+  json refused = validate();
+  lab::dpctl("b", "policy reload");
+  EXPECT_EQ(handover(refused), (std::map<std::string, bool>{{"rail0", false}, {"rail1", false}}))
+      << refused["checks"].dump(2);
+  EXPECT_FALSE(refused.value("go", true));
+  EXPECT_EQ(handover(validate()), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}));
 }
 
 TEST_F(Separate, EveryClassCrossesItsRailInBothDirectionsAndTheAppSeesItsAddress) {

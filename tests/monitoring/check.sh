@@ -55,7 +55,10 @@ PY
 missing=0
 for f in "$rules" "$dashboard"; do
   for m in $(grep -o 'dualpath_[a-z_]*' "$f" | sort -u); do
-    if ! grep -q "\"$m\"" "$src/daemon/core/metrics.cpp"; then
+    family=${m%_bucket}  # a histogram's series are its family's name and a suffix
+    family=${family%_count}
+    family=${family%_sum}
+    if ! grep -q "\"$family\"" "$src/daemon/core/metrics.cpp"; then
       echo "$(basename "$f") names $m, which dualpathd does not export"
       missing=1
     fi

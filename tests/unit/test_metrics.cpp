@@ -170,3 +170,31 @@ TEST(Metrics, TheirAgeIsTakenAtTheScrapeSoThatAHungLoopShows) {
   (*e)->publish(dp::build_metrics(v));
   EXPECT_LT(metrics_age(scrape((*e)->port())), 0.25) << "a publish makes them fresh";
 }
+
+// The daemon's tick time: each tick in the first bucket whose bound it does
+// not exceed, exported as a cumulative histogram beside the tick interval.
+TEST(Metrics, TickTimesAreAHistogramBesideTheInterval) {
+  dp::MetricsView v;
+  for (double s : {0.0002, 0.0005, 0.003, 0.003, 0.04, 2.0}) v.ticks.record(s);
+  EXPECT_EQ(v.ticks.total, 6u);
+  EXPECT_DOUBLE_EQ(v.ticks.last, 2.0);
+  EXPECT_EQ(v.ticks.counts[0], 2u);  // <= 0.5 ms
+  EXPECT_EQ(v.ticks.counts[3], 2u);  // (2, 5] ms
+  EXPECT_EQ(v.ticks.counts[6], 1u);  // (20, 50] ms
+  v.tick_interval = 0.05;
+  auto fs = dp::build_metrics(v);
+  const auto* h = find(fs, "dualpath_tick_seconds");
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->type, prometheus::MetricType::Histogram);
+  const auto& b = h->metric.at(0).histogram.bucket;
+  ASSERT_EQ(b.size(), dp::TickTimes::kBounds.size() + 1);
+  EXPECT_EQ(b[0].cumulative_count, 2u);
+  EXPECT_EQ(b[3].cumulative_count, 4u);
+  EXPECT_EQ(b[6].cumulative_count, 5u);
+  EXPECT_EQ(b.back().cumulative_count, 6u) << "the 2 s tick is only in +Inf";
+  EXPECT_TRUE(std::isinf(b.back().upper_bound));
+  EXPECT_NEAR(h->metric[0].histogram.sample_sum, 2.0467, 1e-9);
+  const auto* i = find(fs, "dualpath_tick_interval_seconds");
+  ASSERT_NE(i, nullptr);
+  EXPECT_DOUBLE_EQ(i->metric.at(0).gauge.value, 0.05);
+}

@@ -327,6 +327,39 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
       rows.push_back({ps.name, who + " throughput", tp_ok, detail});
       pj["rails"].push_back(rj);
     }
+    // Separate topology: what a peer does with a connection placed on a
+    // rail where its server does not listen. Its responder listens on each
+    // rail's address with a port per rail, so a connect to its rail-N
+    // address on rail M's port is exactly that case: accepted when the
+    // peer's dualpathd hands it to the rail-M listener (sk_lookup), refused
+    // where nothing does (a node without dualpathd, or an older one).
+    if (pol->topology == dp::Topology::Separate && peer.hello.is_object() &&
+        peer.rails.size() >= 2) {
+      for (size_t i = 0; i < peer.rails.size(); ++i) {
+        const PeerRail& r = peer.rails[i];
+        const PeerRail& other = peer.rails[(i + 1) % peer.rails.size()];
+        const auto& ps = pol->paths[r.path];
+        if (!r.error.empty() || !other.error.empty() || !path_usable[ps.name]) continue;
+        probe::Target t = r.target;
+        t.port = other.target.port;
+        auto cs = probe::connects(t, 3, milliseconds(1000));
+        bool ok = cs.ms.size() == 3;
+        rows.push_back(
+            {ps.name, who + " handover", ok,
+             ok ? fmt::format("a connection to {} on {}'s port {} is accepted: a server bound to "
+                              "one rail's address there takes what is placed on another",
+                              probe::to_string(t), other.peer_path, t.port)
+                : fmt::format("{} of 3 connections to {} accepted ({} refused, {} unanswered): "
+                              "a server bound to {}'s address there (NCCL, gloo, an RPC server "
+                              "given an interface) would refuse what dualpath places on {}; "
+                              "run dualpathd with topology = \"separate\" there (its sk_lookup "
+                              "handover)",
+                              cs.ms.size(), probe::to_string(t), cs.refused, cs.lost,
+                              other.peer_path, r.peer_path)});
+        for (auto& rj : pj["rails"])
+          if (rj["path"] == ps.name) rj["handover"] = ok;
+      }
+    }
     peers_json.push_back(pj);
   }
 

@@ -21,6 +21,18 @@
 
 namespace dp {
 
+// How long the daemon's ticks take (measure, plan, write the datapath),
+// since it started: dualpath_tick_seconds. A tick that takes a good part of
+// its interval delays BFD and the next decisions.
+struct TickTimes {
+  static constexpr std::array<double, 10> kBounds{0.0005, 0.001, 0.002, 0.005, 0.01,
+                                                  0.02,   0.05,  0.1,   0.25,  1.0};
+  std::array<uint64_t, kBounds.size()> counts{};  // ticks of each bucket (not cumulative)
+  uint64_t total = 0;
+  double sum = 0, last = 0;
+  void record(double seconds);
+};
+
 struct MetricsView {
   std::string version, node, policy_file, policy_hash;
   std::string cluster, group, group_hash;  // from a rendered policy (dualpath-cluster(5))
@@ -69,6 +81,8 @@ struct MetricsView {
     uint64_t fallbacks = 0;  // the namespace's MPTCP connections that fell back to TCP
   };
   std::optional<Multipath> multipath;  // nullopt: no multipath class
+  TickTimes ticks;
+  double tick_interval = 0;  // seconds: the policy's [scheduler] tick
 };
 
 std::vector<prometheus::MetricFamily> build_metrics(const MetricsView& v);
