@@ -32,7 +32,9 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include "dualpath/abi.h"
+
 #include "golden.h"
 #include "lab_fixture.h"
 
@@ -850,6 +852,21 @@ TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
   std::this_thread::sleep_for(std::chrono::seconds(3));
   uint64_t before_query = written;
   json m = path_measure("a", "rail1");
+  // the rate and utilisation of a steady writer: the median of five reads
+  // 200 ms apart, so that the writer falling behind for a moment on a loaded
+  // machine (it catches up on its absolute schedule) is not taken for the rate
+  auto rate_of = [](const json& j) {
+    return j["rdma"].is_object() ? j["rdma"]["tx_bps"].get<double>() : 0.0;
+  };
+  std::vector<double> rates{rate_of(m)}, utils{m.value("utilisation", 0.0)};
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    json again = path_measure("a", "rail1");
+    rates.push_back(rate_of(again));
+    utils.push_back(again.value("utilisation", 0.0));
+  }
+  std::sort(rates.begin(), rates.end());
+  std::sort(utils.begin(), utils.end());
   stop = true;
   writer.join();
   const uint64_t words = written;
@@ -861,9 +878,8 @@ TEST_F(Lab, RdmaTrafficCountsInTheRailsLoad) {
   EXPECT_EQ(tx % (15'625 * 4), (1'000'000 * 4) % (15'625 * 4)) << "a whole number of writes, x4";
   EXPECT_LE(tx, words * 4);
   EXPECT_GE(tx, (before_query - 20 * 15'625) * 4);
-  EXPECT_NEAR(m["rdma"]["tx_bps"].get<double>(), 100e6, 15e6);
-  EXPECT_NEAR(m["utilisation"].get<double>(), 0.4, 0.06)
-      << "100 Mbit/s of RDMA on a 250 Mbit/s rail";
+  EXPECT_NEAR(rates[2], 100e6, 15e6) << fmt::format("{}", fmt::join(rates, " "));
+  EXPECT_NEAR(utils[2], 0.4, 0.06) << "100 Mbit/s of RDMA on a 250 Mbit/s rail";
   EXPECT_EQ(m["rdma"]["cnp_sent"], 11);
   std::string metrics = must(nsenter("dpl-a") + "curl -sf http://127.0.0.1:9464/metrics");
   EXPECT_NE(metrics.find("dualpath_rdma_cnp_sent_total{path=\"rail1\"} 11"), std::string::npos);
@@ -1205,8 +1221,8 @@ TEST_F(Lab, CleanupRemovesExactlyWhatDualpathCreated) {
     std::string policy = g_policies + "/lab-" + std::string(ns).substr(4) + ".toml";
     if (std::string(ns) == "dpl-a") {
       std::string prerm = nsenter(ns) + "env DUALPATHD=" DP_BUILD_DIR "/daemon/dualpathd " +
-                          "DUALPATH_POLICY=" + policy + " sh " DP_SOURCE_DIR
-                          "/tools/packaging/prerm ";
+                          "DUALPATH_POLICY=" + policy +
+                          " sh " DP_SOURCE_DIR "/tools/packaging/prerm ";
       must(prerm + "upgrade");
       EXPECT_TRUE(fs::exists("/sys/fs/bpf/dualpath/dpl-a/dp_config"))
           << "an upgrade leaves the datapath steering";
