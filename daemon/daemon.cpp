@@ -297,15 +297,17 @@ void Daemon::place_bursts() {
   for (size_t p = 0; p < P && p < cells->ns_per_kib.size(); ++p)
     if (cells->ns_per_kib[p]) left[p] = 8192e9 / cells->ns_per_kib[p];
   // flows that sent in the last two seconds: the bursts of a step recur
-  // well within that; older plans go
+  // well within that; older plans go. A large table takes a few ticks to
+  // read: the plans written stay until then.
   auto flows = datapath_->burst_flows(planned, std::chrono::seconds(2));
+  if (!flows) return;
   std::vector<BurstFlow> bursts;
-  bursts.reserve(flows.size());
-  for (auto& f : flows) bursts.push_back(f.flow);
+  bursts.reserve(flows->size());
+  for (auto& f : *flows) bursts.push_back(f.flow);
   std::vector<int> priority;
   for (auto& c : policy_.classes) priority.push_back(c.priority);
   auto plan = plan_bursts(bursts, allowed, priority, left);
-  if (auto r = datapath_->write_plans(flows, plan); !r)
+  if (auto r = datapath_->write_plans(*flows, plan); !r)
     spdlog::warn("writing the burst plans failed: {}", r.error().what());
   plans_written_ = true;
 }

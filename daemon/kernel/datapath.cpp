@@ -397,6 +397,8 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   }
 
   class_slot_ = s.class_slot;
+  sweep_ = {};  // what a sweep found was of the last generation's class slots
+  swept_.clear();
   rail_slot_ = s.rail_slot;
   rail_ifindex_ = s.ifindex;
   vanished_.assign(s.ifindex.size(), false);
@@ -503,9 +505,9 @@ constexpr uint64_t kMinBurst = 16 << 10;
 
 }  // namespace
 
-std::vector<PlannedFlow> Datapath::burst_flows(const std::vector<bool>& classes,
-                                               std::chrono::nanoseconds active) const {
-  std::vector<PlannedFlow> out;
+std::optional<std::vector<PlannedFlow>> Datapath::burst_flows(const std::vector<bool>& classes,
+                                                              std::chrono::nanoseconds active,
+                                                              size_t budget) {
   std::array<size_t, DP_MAX_CLASSES> klass;
   klass.fill(BurstPlan::kNone);
   bool any = false;
@@ -514,30 +516,41 @@ std::vector<PlannedFlow> Datapath::burst_flows(const std::vector<bool>& classes,
       klass[static_cast<size_t>(class_slot_[c])] = c;
       any = true;
     }
-  if (!any) return out;
+  if (!any) {  // nothing to plan: a later sweep starts afresh
+    sweep_ = {};
+    swept_.clear();
+    return std::vector<PlannedFlow>{};
+  }
+  const uint64_t now = monotonic_ns();
+  const auto since = static_cast<uint64_t>(active.count());
+  bool done = skel_->dp_flows().sweep(sweep_, budget, [&](const dp_flow_key& k, const dp_flow& f) {
+    if (f.cls >= DP_MAX_CLASSES || klass[f.cls] == BurstPlan::kNone) return;
+    if (f.last_seen_ns + since < now || !f.packets || f.bytes / f.packets < kMinMeanPacket) return;
+    uint64_t burst = std::max(f.last_burst, f.burst_bytes);
+    if (burst < kMinBurst) return;
+    swept_.push_back({k, f.cls, f.rail, burst});
+  });
+  if (!done) return std::nullopt;
+
   std::array<size_t, DP_MAX_RAILS> path;
   path.fill(BurstPlan::kNone);
   for (size_t i = 0; i < rail_slot_.size(); ++i)
     if (rail_slot_[i] >= 0 && rail_slot_[i] < DP_MAX_RAILS)
       path[static_cast<size_t>(rail_slot_[i])] = i;
-  const uint64_t now = monotonic_ns();
-  const auto since = static_cast<uint64_t>(active.count());
-  for (auto& [k, f] : skel_->dp_flows().entries()) {
-    if (f.cls >= DP_MAX_CLASSES || klass[f.cls] == BurstPlan::kNone) continue;
-    if (f.last_seen_ns + since < now || !f.packets || f.bytes / f.packets < kMinMeanPacket)
-      continue;
-    uint64_t burst = std::max(f.last_burst, f.burst_bytes);
-    if (burst < kMinBurst) continue;
-    out.push_back(
-        {k, {klass[f.cls], f.rail < DP_MAX_RAILS ? path[f.rail] : BurstPlan::kNone, burst}});
-  }
   // the table holds the largest bursts when there are more flows than it
-  if (out.size() > DP_PLAN_TABLE_SIZE) {
-    std::nth_element(
-        out.begin(), out.begin() + DP_PLAN_TABLE_SIZE, out.end(),
-        [](const PlannedFlow& a, const PlannedFlow& b) { return a.flow.burst > b.flow.burst; });
-    out.resize(DP_PLAN_TABLE_SIZE);
+  if (swept_.size() > DP_PLAN_TABLE_SIZE) {
+    std::nth_element(swept_.begin(), swept_.begin() + DP_PLAN_TABLE_SIZE, swept_.end(),
+                     [](const SweptFlow& a, const SweptFlow& b) { return a.burst > b.burst; });
+    swept_.resize(DP_PLAN_TABLE_SIZE);
   }
+  std::vector<PlannedFlow> out;
+  out.reserve(swept_.size());
+  for (const auto& f : swept_)
+    if (klass[f.cls] != BurstPlan::kNone)  // a class may have stopped being split mid-sweep
+      out.push_back(
+          {f.key,
+           {klass[f.cls], f.rail < DP_MAX_RAILS ? path[f.rail] : BurstPlan::kNone, f.burst}});
+  swept_.clear();
   return out;
 }
 

@@ -185,12 +185,13 @@ enum dp_cell_flags {
 
 /*
  * Burst placement (DP_CELL_F_BURSTS). The datapath measures each flow's
- * bursts (dp_flow.burst_bytes, last_burst); the daemon reads them every tick
- * and plans where each flow's next burst goes so that the bursts of a round
- * finish together on all rails (largest first, each where it would finish
- * first given the capacity left: daemon/core/bursts.cpp), and writes the plan
- * here. A flow changes rail only at the start of a burst, after an idle gap:
- * never in the middle of one, so a burst is never reordered.
+ * bursts (dp_flow.burst_bytes, last_burst); the daemon reads them (4,096
+ * flows a tick: Datapath::burst_flows) and plans where each flow's next
+ * burst goes so that the bursts of a round finish together on all rails
+ * (largest first, each where it would finish first given the capacity
+ * left: daemon/core/bursts.cpp), and writes the plan here. A flow changes
+ * rail only at the start of a burst, after an idle gap: never in the middle
+ * of one, so a burst is never reordered.
  *
  * dp_plans: HASH, flow key -> the rail slot of the flow's next burst. Written
  * by the daemon only; a flow without an entry stays where it is.

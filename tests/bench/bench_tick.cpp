@@ -2,8 +2,8 @@
 // What one tick of dualpathd costs as its flow table grows: the daemon's own
 // tick time (dualpath_tick_seconds) with 0, 16,384 and 65,536 active flows of
 // a split class placed by bursts, the heaviest tick there is (it reads the
-// whole flow table and plans every flow's next burst), phases alternating
-// round by round in one run.
+// flow table, 4,096 flows a tick, and plans the largest bursts' next ones
+// once it has read all of it), phases alternating round by round in one run.
 //
 //   build/tests/bench/dp-bench-tick [--flows 0,16384,65536] [--seconds 10] [--rounds 2]
 //

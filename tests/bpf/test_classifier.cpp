@@ -299,6 +299,52 @@ TEST_F(Classifier, FlowTableRemembersClassAndRail) {
   EXPECT_EQ(counters(1, kParamSync).flows_placed, 1u);
 }
 
+// The daemon reads a large flow table a slice per tick (Map::sweep): every
+// flow that stays in the table is seen exactly once per sweep, also while
+// flows come and go between slices.
+TEST_F(Classifier, AFlowTableSweepSeesEveryStayingFlowOnceASliceAtATime) {
+  auto flows = skel_->dp_flows();
+  auto key = [](uint32_t i) {
+    dp_flow_key k{};
+    k.saddr[3] = htonl(0x0a000001);
+    k.daddr[3] = htonl(0x0a000002 + (i >> 16));
+    k.sport = htons(static_cast<uint16_t>(i));
+    k.dport = htons(52001);
+    k.proto = IPPROTO_TCP;
+    return k;
+  };
+  constexpr uint32_t kFlows = 5000, kGone = 1000, kNew = 1000;
+  for (uint32_t i = 0; i < kFlows; ++i) {
+    dp_flow f{};
+    f.bytes = i;  // which flow it is
+    ASSERT_TRUE(flows.update(key(i), f));
+  }
+  std::vector<int> seen(kFlows + kNew, 0);
+  dp::Map<dp_flow_key, dp_flow>::Cursor c;
+  int slices = 0;
+  bool done = false;
+  while (!done) {
+    done = flows.sweep(c, 1024, [&](const dp_flow_key&, const dp_flow& f) { ++seen.at(f.bytes); });
+    ++slices;
+    ASSERT_LT(slices, 100) << "the sweep never ends";
+    if (slices == 2) {  // between two slices: some flows end, new ones begin
+      for (uint32_t i = 0; i < kGone; ++i) ASSERT_TRUE(flows.remove(key(i)));
+      for (uint32_t i = kFlows; i < kFlows + kNew; ++i) {
+        dp_flow f{};
+        f.bytes = i;
+        ASSERT_TRUE(flows.update(key(i), f));
+      }
+    }
+  }
+  EXPECT_GE(slices, 4) << "read a slice at a time, not whole";
+  for (uint32_t i = kGone; i < kFlows; ++i) EXPECT_EQ(seen[i], 1) << "flow " << i;
+  for (uint32_t i = 0; i < kFlows + kNew; ++i) EXPECT_LE(seen[i], 1) << "flow " << i;
+  EXPECT_FALSE(c.started) << "the next sweep starts at the beginning";
+  size_t again = 0;
+  EXPECT_TRUE(flows.sweep(c, SIZE_MAX, [&](const dp_flow_key&, const dp_flow&) { ++again; }));
+  EXPECT_EQ(again, kFlows - kGone + kNew);
+}
+
 TEST_F(Classifier, DecisionChangeMovesAnExistingFlow) {
   PacketSpec s = tcp4(40000, 52001);
   ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT);

@@ -8,6 +8,7 @@
 #include <bpf/libbpf.h>
 
 #include <cerrno>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,34 +67,57 @@ class Map : public BpfMap {
     return out;
   }
 
-  // Every entry, read in batches: the flow table is read every tick while
-  // bursts are planned, and a batch is one system call, not two per entry.
-  std::vector<std::pair<K, V>> entries() const {
-    std::vector<std::pair<K, V>> out;
+  // Where a sweep over a hash map stands between reads: the kernel's batch
+  // token (a bucket), so a sweep goes on correctly while entries come and go.
+  struct Cursor {
+    uint32_t token = 0;
+    bool started = false;
+  };
+
+  // Calls each(key, value) for about `budget` entries (whole batches) from
+  // where `c` stands; returns true when the map's end was reached (c starts
+  // over). A large flow table is read a slice per tick this way, not whole.
+  template <class F>
+  bool sweep(Cursor& c, size_t budget, F&& each) const {
     constexpr uint32_t kBatch = 1024;
     std::vector<K> ks(kBatch);
     std::vector<V> vs(kBatch);
-    uint32_t token = 0;
-    bool first = true;
-    for (;;) {
+    size_t read = 0;
+    while (read < budget) {
       uint32_t n = kBatch;
-      int rc = bpf_map_lookup_batch(fd(), first ? nullptr : &token, &token, ks.data(), vs.data(),
-                                    &n, nullptr);
+      int rc = bpf_map_lookup_batch(fd(), c.started ? &c.token : nullptr, &c.token, ks.data(),
+                                    vs.data(), &n, nullptr);
       int err = rc ? errno : 0;
       if (rc && err != ENOENT) {
-        // no batch operations (an older kernel): one key at a time
-        if (first && (err == EINVAL || err == 524 /* ENOTSUPP */ || err == EOPNOTSUPP)) {
+        // no batch operations (an older kernel): one key at a time, whole
+        if (!c.started && (err == EINVAL || err == 524 /* ENOTSUPP */ || err == EOPNOTSUPP)) {
           for (const K& k : keys()) {
             V v{};
-            if (lookup_raw(&k, &v)) out.emplace_back(k, v);
+            if (lookup_raw(&k, &v)) each(k, v);
           }
         }
-        return out;
+        c = {};
+        return true;
       }
-      for (uint32_t i = 0; i < n; ++i) out.emplace_back(ks[i], vs[i]);
-      if (err == ENOENT) return out;
-      first = false;
+      for (uint32_t i = 0; i < n; ++i) each(ks[i], vs[i]);
+      read += n;
+      if (err == ENOENT) {
+        c = {};
+        return true;
+      }
+      c.started = true;
     }
+    return false;
+  }
+
+  // Every entry, read in batches (one system call per batch, not two per
+  // entry).
+  std::vector<std::pair<K, V>> entries() const {
+    std::vector<std::pair<K, V>> out;
+    Cursor c;
+    sweep(c, std::numeric_limits<size_t>::max(),
+          [&](const K& k, const V& v) { out.emplace_back(k, v); });
+    return out;
   }
 };
 

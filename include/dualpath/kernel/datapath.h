@@ -87,9 +87,15 @@ class Datapath {
                            bool bursts = false);
   // Bursts (abi.h, dp_plans): the flows of the classes placed by bursts
   // (`classes`, per policy class) that sent within `active` and are not
-  // ACK-only, with what they burst; and the plan for their next bursts.
-  std::vector<PlannedFlow> burst_flows(const std::vector<bool>& classes,
-                                       std::chrono::nanoseconds active) const;
+  // ACK-only, with what they burst (the largest DP_PLAN_TABLE_SIZE). Each
+  // call reads the next `budget` entries of the flow table: the flows come
+  // back when a sweep of the whole table ends, nullopt while it goes on. A
+  // tick's cost so stays bounded at a full table (65,536 flows: one plan
+  // every 16 ticks); the datapath ignores a plan whose rail lost its share.
+  static constexpr size_t kFlowSweep = 4096;
+  std::optional<std::vector<PlannedFlow>> burst_flows(const std::vector<bool>& classes,
+                                                      std::chrono::nanoseconds active,
+                                                      size_t budget = kFlowSweep);
   // Writes `plan` (paths per flow of burst_flows(); BurstPlan::kNone: no
   // plan) to dp_plans: what changed, and deletes what is no longer planned
   // (all of it for an empty `flows`).
@@ -169,6 +175,15 @@ class Datapath {
   std::map<FlowKeyBytes, uint32_t> plans_;  // flow key -> rail slot
   bool plans_read_ = false;
   uint32_t plan_version_ = 0;
+  // burst_flows' sweep: where it stands and the flows it found so far
+  struct SweptFlow {
+    dp_flow_key key;
+    uint32_t cls;  // class slot
+    uint32_t rail;
+    uint64_t burst;
+  };
+  Map<dp_flow_key, dp_flow>::Cursor sweep_;
+  std::vector<SweptFlow> swept_;
   std::vector<uint32_t> rail_ifindex_;  // as attached
   std::vector<bool> vanished_;          // interface gone: not a redirect target
   Topology topology_ = Topology::Shared;
