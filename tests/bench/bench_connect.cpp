@@ -13,12 +13,17 @@
 // unshaped rails) from a to that address with b's programs attached (sk_lookup
 // runs and passes: the address asked for has its listener) and without, and
 // to b's rail1 address with them (sk_lookup hands the SYN to the rail0
-// listener; without them that connect is refused).
+// listener; without them that connect is refused); and with b's programs but
+// its sk_lookup link detached, so that sk_lookup's part of what b's programs
+// add shows. Then, with the kernel's BPF run-time statistics on (only for
+// that part: they cost every program run), what each of b's programs costs
+// per connect, passing and handing over.
 //
 //   build/tests/bench/dp-bench-connect [--connects N] [--rounds R] [--accept]
 //
 // Needs root; brings the lab up and takes it down.
 #include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -27,6 +32,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -132,6 +140,30 @@ class Server {
   std::thread th_;
 };
 
+// Run time and runs of every loaded BPF program named dp_* (b's: a's are
+// stopped), by name, from the kernel's statistics.
+struct ProgStats {
+  uint64_t ns = 0, runs = 0;
+};
+std::map<std::string, ProgStats> prog_stats() {
+  std::map<std::string, ProgStats> out;
+  uint32_t id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
+        std::string(info.name).rfind("dp_", 0) == 0) {
+      auto& p = out[info.name];
+      p.ns += info.run_time_ns;
+      p.runs += info.run_cnt;
+    }
+    ::close(fd);
+  }
+  return out;
+}
+
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -168,43 +200,109 @@ int main(int argc, char** argv) {
   if (accept) {
     // a's connect-time placement off throughout; b's programs on and off
     lab::sh(lab::dp_lab() + " stop a");
-    std::vector<double> direct_on, direct_off, handed;
-    int refused_on = 0, refused_off = 0, refused_handed = 0, refused_moved_off = 0;
+    std::vector<double> direct_on, direct_off, direct_no_lookup, handed;
+    int refused_on = 0, refused_off = 0, refused_no_lookup = 0, refused_handed = 0,
+        refused_moved_off = 0;
     const uint16_t port = 51000;  // expert-combine's
-    auto phase = [&](bool on) {
-      lab::sh(lab::dp_lab() + (on ? " start b" : " stop b"));
+    const std::string pin = "/sys/fs/bpf/dualpath/dpl-b/link_sk_lookup";
+    enum Variant { kOn, kOff, kNoLookup };
+    auto phase = [&](Variant v) {
+      if (v == kOff) {
+        lab::sh(lab::dp_lab() + " stop b");
+      } else {
+        lab::sh(lab::dp_lab() + " start b");
+        if (v == kNoLookup)
+          lab::sh("rm " + pin);  // the daemon holds no link fd: this detaches it
+        else
+          lab::dpctl("b", "policy reload");  // attaches it again where it went
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       Server server("10.10.2.2", port);  // after b's sockops: its listener is known
-      auto v = time_tcp_connects("10.10.2.2", port, connects, on ? &refused_on : &refused_off);
-      (on ? direct_on : direct_off).insert((on ? direct_on : direct_off).end(), v.begin(), v.end());
-      if (on) {
+      std::vector<double>& into = v == kOn ? direct_on : v == kOff ? direct_off : direct_no_lookup;
+      int* refused = v == kOn ? &refused_on : v == kOff ? &refused_off : &refused_no_lookup;
+      auto t = time_tcp_connects("10.10.2.2", port, connects, refused);
+      into.insert(into.end(), t.begin(), t.end());
+      if (v == kOn) {
         auto h = time_tcp_connects("10.20.2.2", port, connects, &refused_handed);
         handed.insert(handed.end(), h.begin(), h.end());
-      } else {
+      } else if (v == kOff) {
         time_tcp_connects("10.20.2.2", port, 100, &refused_moved_off);
       }
     };
     for (int r = 0; r < rounds; ++r)
-      for (bool on : {true, false, false, true}) phase(on);
+      for (Variant v : {kOn, kNoLookup, kOff, kOff, kNoLookup, kOn}) phase(v);
+
+    // per program, with the kernel's run-time statistics on (while the fd is open)
+    phase(kOn);
+    std::map<std::string, ProgStats> passing, handing;
+    int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+    const int stat_connects = std::min(connects, 20000);
+    if (stats_fd >= 0) {
+      Server server("10.10.2.2", port);
+      int dummy = 0;
+      for (int which = 0; which < 2; ++which) {
+        auto before = prog_stats();
+        time_tcp_connects(which ? "10.20.2.2" : "10.10.2.2", port, stat_connects, &dummy);
+        auto after = prog_stats();
+        for (auto& [name, a] : after) {
+          ProgStats d{a.ns - before[name].ns, a.runs - before[name].runs};
+          if (d.runs) (which ? handing : passing)[name] = d;
+        }
+      }
+      ::close(stats_fd);
+    }
     lab::sh(lab::dp_lab() + " down");
+
     std::printf(
         "whole TCP connects from a to a server in b bound to b's rail0 address (10.10.2.2:%u),\n"
-        "%d rounds of A B B A, %d connects each, a's programs off\n\n",
+        "%d rounds of A C B B C A, %d connects each, a's programs off\n\n",
         port, rounds, connects);
     std::printf("| variant | connects | refused | median | p99 |\n|---|---|---|---|---|\n");
-    std::printf("| to 10.10.2.2, b without its programs | %zu | %d | %.0f ns | %.0f ns |\n",
-                direct_off.size(), refused_off, pct(direct_off, 0.5), pct(direct_off, 0.99));
-    std::printf("| to 10.10.2.2, b with sk_lookup (passes) | %zu | %d | %.0f ns | %.0f ns |\n",
-                direct_on.size(), refused_on, pct(direct_on, 0.5), pct(direct_on, 0.99));
-    std::printf("| to 10.20.2.2, b with sk_lookup (handed over) | %zu | %d | %.0f ns | %.0f ns |\n",
-                handed.size(), refused_handed, pct(handed, 0.5), pct(handed, 0.99));
-    std::printf("| added by sk_lookup passing | | | %.0f ns | %.0f ns |\n",
-                pct(direct_on, 0.5) - pct(direct_off, 0.5),
-                pct(direct_on, 0.99) - pct(direct_off, 0.99));
-    std::printf("| added by a handover | | | %.0f ns | %.0f ns |\n",
-                pct(handed, 0.5) - pct(direct_off, 0.5), pct(handed, 0.99) - pct(direct_off, 0.99));
+    auto row = [](const char* what, const std::vector<double>& v, int refused) {
+      std::printf("| %s | %zu | %d | %.0f ns | %.0f ns |\n", what, v.size(), refused, pct(v, 0.5),
+                  pct(v, 0.99));
+    };
+    auto added = [](const char* what, const std::vector<double>& a, const std::vector<double>& b) {
+      std::printf("| %s | | | %+.0f ns | %+.0f ns |\n", what, pct(a, 0.5) - pct(b, 0.5),
+                  pct(a, 0.99) - pct(b, 0.99));
+    };
+    row("(B) to 10.10.2.2, b without its programs", direct_off, refused_off);
+    row("(C) to 10.10.2.2, b's programs without sk_lookup", direct_no_lookup, refused_no_lookup);
+    row("(A) to 10.10.2.2, b's programs, sk_lookup passes", direct_on, refused_on);
+    row("(A) to 10.20.2.2, b's programs, sk_lookup hands over", handed, refused_handed);
+    added("added by sk_lookup passing (A - C)", direct_on, direct_no_lookup);
+    added("added by b's programs with sk_lookup passing (A - B)", direct_on, direct_off);
+    added("added by a handover (A handed - B)", handed, direct_off);
     std::printf("\nto 10.20.2.2 without b's programs: %d of %d refused\n", refused_moved_off,
                 100 * rounds * 2);
+    if (stats_fd < 0) {
+      std::printf("\nno BPF run-time statistics (BPF_ENABLE_STATS: %s)\n", std::strerror(errno));
+      return 0;
+    }
+    std::printf(
+        "\nb's programs per connect, from the kernel's run-time statistics (%d connects each;\n"
+        "the statistics add their own cost to every run)\n\n",
+        stat_connects);
+    std::printf(
+        "| program | passing: runs/connect | ns/run | ns/connect | handing over: runs/connect | "
+        "ns/run | ns/connect |\n|---|---|---|---|---|---|---|\n");
+    std::map<std::string, int> names;
+    for (auto& [n, _] : passing) names[n];
+    for (auto& [n, _] : handing) names[n];
+    double total[2] = {0, 0};
+    for (auto& [n, _] : names) {
+      std::printf("| %s", n.c_str());
+      int w = 0;
+      for (auto* m : {&passing, &handing}) {
+        ProgStats d = (*m)[n];
+        double per = static_cast<double>(d.ns) / stat_connects;
+        total[w++] += per;
+        std::printf(" | %.2f | %.0f | %.0f", static_cast<double>(d.runs) / stat_connects,
+                    d.runs ? static_cast<double>(d.ns) / static_cast<double>(d.runs) : 0.0, per);
+      }
+      std::printf(" |\n");
+    }
+    std::printf("| all | | | %.0f | | | %.0f |\n", total[0], total[1]);
     return 0;
   }
   std::vector<double> with, without;
