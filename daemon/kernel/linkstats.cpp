@@ -7,12 +7,16 @@
 
 namespace dp {
 
+Result<void> LinkStatsReader::open() {
+  if (sk_) return {};
+  auto sk = NlSocket::connect(NETLINK_ROUTE);
+  if (!sk) return sk.error();
+  sk_ = std::move(*sk);
+  return {};
+}
+
 Result<LinkStats> LinkStatsReader::read(int ifindex) {
-  if (!sk_) {
-    auto sk = NlSocket::connect(NETLINK_ROUTE);
-    if (!sk) return sk.error();
-    sk_ = std::move(*sk);
-  }
+  if (auto r = open(); !r) return r.error();
   rtnl_link* link = nullptr;
   int err = rtnl_link_get_kernel(sk_.get(), ifindex, nullptr, &link);
   if (err < 0)

@@ -9,12 +9,16 @@
 namespace dp {
 
 // Reads one interface's statistics over rtnetlink (libnl-route-3).
+// Its socket belongs to the network namespace it was connected in: the first
+// read's, or open()'s, for a reader that must read another namespace's
+// interfaces from a thread that leaves it.
 class LinkStatsReader {
  public:
+  Result<void> open();
   Result<LinkStats> read(int ifindex);
 
  private:
-  NlSocket sk_;  // connected at the first read
+  NlSocket sk_;
 };
 
 }  // namespace dp
