@@ -21,11 +21,17 @@ using namespace bench;
 
 namespace {
 
-// The lab at a workload's rates: brought up anew when it runs at others.
-bool ensure_rates(Opts& o, const std::string& r0, const std::string& r1) {
-  if (!o.lab.rates || *o.lab.rates != std::array<std::string, 2>{r0, r1}) {
+// The lab in the bench's topology at a workload's rates (or the rates the
+// command line gives): brought up anew when it is in another or runs at others.
+bool ensure_rates(Opts& o, std::string r0, std::string r1) {
+  if (!o.rail0.empty()) r0 = o.rail0;
+  if (!o.rail1.empty()) r1 = o.rail1;
+  if (o.lab.topology != o.topology || !o.lab.rates ||
+      *o.lab.rates != std::array<std::string, 2>{r0, r1}) {
     run(o.dp_lab + " down");
-    if (run(o.dp_lab + " up --no-daemon --rail0 " + r0 + " --rail1 " + r1) != 0) return false;
+    if (run(o.dp_lab + " up --no-daemon --topology " + o.topology + " --rail0 " + r0 + " --rail1 " +
+            r1) != 0)
+      return false;
     auto lab = Lab::describe(o.dp_lab);
     if (!lab) return false;
     o.lab = *lab;
@@ -40,12 +46,14 @@ bool ensure_rates(Opts& o, const std::string& r0, const std::string& r1) {
 std::optional<json> run_suite(Opts& o, const std::vector<Workload>& todo,
                               const std::vector<std::string>& base_args, std::vector<json>& runs) {
   json per_workload = json::array();
-  for (auto& w : todo) {
+  for (auto w : todo) {
     if (!ensure_rates(o, w.rail0, w.rail1)) {
-      std::fprintf(stderr, "dp-lab bench: cannot bring the lab up at %s and %s\n", w.rail0.c_str(),
-                   w.rail1.c_str());
+      std::fprintf(stderr, "dp-lab bench: cannot bring the %s lab up at %s and %s\n",
+                   o.topology.c_str(), w.rail0.c_str(), w.rail1.c_str());
       return std::nullopt;
     }
+    w.rail0 = *o.lab.rates->begin();  // what it ran at
+    w.rail1 = o.lab.rates->back();
     auto args = base_args;
     args.insert(args.end(), w.args.begin(), w.args.end());
     std::vector<json> wruns;
@@ -63,17 +71,20 @@ std::optional<json> run_suite(Opts& o, const std::vector<Workload>& todo,
     for (auto& m : o.modes) wsums.push_back(summarise(wruns, m));
     std::string argline;
     for (auto& a : w.args) argline += " " + a;
-    std::printf("\n== workload %s: %s %s, %s %s, dp-load client%s --duration %s, %d round%s\n",
-                w.name.c_str(), o.lab.rails[0].c_str(), w.rail0.c_str(), o.lab.rails[1].c_str(),
-                w.rail1.c_str(), argline.c_str(), o.duration.c_str(), o.rounds,
-                o.rounds == 1 ? "" : "s");
+    std::printf(
+        "\n== workload %s, %s topology: %s %s, %s %s, dp-load client%s --duration %s, "
+        "%d round%s\n",
+        w.name.c_str(), o.lab.topology.c_str(), o.lab.rails[0].c_str(), w.rail0.c_str(),
+        o.lab.rails[1].c_str(), w.rail1.c_str(), argline.c_str(), o.duration.c_str(), o.rounds,
+        o.rounds == 1 ? "" : "s");
     print_table(wsums, !o.faults.empty());
     json floors = print_floors(wruns, wsums, o);
-    json goals = {{"dualpath", print_goals(wsums, o, "dualpath")},
-                  {"cells", print_goals(wsums, o, "cells")},
-                  {"bursts", print_goals(wsums, o, "bursts")}};
+    json goals = json::object();
+    for (const char* m : {"dualpath", "cells", "bursts", "multipath"})
+      goals[m] = print_goals(wsums, o, m);
     write_svg(o.out + "/utilisation-" + w.name + ".svg", wruns, o.modes);
     per_workload.push_back({{"workload", w.name},
+                            {"topology", o.lab.topology},
                             {"rail0", w.rail0},
                             {"rail1", w.rail1},
                             {"args", w.args},
@@ -148,7 +159,16 @@ int check_runs(const std::vector<json>& runs) {
 int main(int argc, char** argv) {
   Opts o;
   CLI::App app{"dp-lab bench - the A/B benchmark: one workload in every mode"};
-  app.add_option("--modes", o.modes, "modes to run")->delimiter(',')->capture_default_str();
+  app.add_option("--modes", o.modes,
+                 "modes to run (default: every mode of the topology: single, static, ecmp, "
+                 "mptcp, dualpath, cells, cells-any, bursts; separate: single, static, mptcp, "
+                 "dualpath, multipath)")
+      ->delimiter(',');
+  app.add_option("--topology", o.topology,
+                 "shared or separate (default: the lab's if it is up, else shared)")
+      ->check(CLI::IsMember({"shared", "separate"}));
+  app.add_option("--rail0", o.rail0, "rail0's rate for every workload (e.g. 10gbit)");
+  app.add_option("--rail1", o.rail1, "rail1's rate for every workload");
   app.add_option("--rounds", o.rounds, "rounds (modes alternate in each)")->capture_default_str();
   app.add_option("--duration", o.duration, "per run")->capture_default_str();
   app.add_flag("--quick", o.quick, "a few seconds per mode, one round (CI)");
@@ -167,6 +187,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--dp-lab", o.dp_lab, "path of tools/dp-lab")->required();
   app.add_option("--dp-load", o.dp_load, "path of dp-load")->required();
+  app.add_option("--dpctl", o.dpctl, "path of dpctl (multipath mode)")->required();
   app.footer("Options for dp-load go after \"--\": dp-lab bench --rounds 5 -- --burst 4MiB");
   // only what follows "--" goes to dp-load: a misspelt option of the bench
   // is refused, never passed on (and the run made without it)
@@ -190,7 +211,9 @@ int main(int argc, char** argv) {
   if (o.out.empty()) o.out = "bench-" + std::to_string(std::time(nullptr));
   fs::create_directories(o.out);
   o.out = fs::absolute(o.out).string();
-  if (run("ip netns list | grep -qw dpl-a") != 0 && run(o.dp_lab + " up --no-daemon") != 0) {
+  if (run("ip netns list | grep -qw dpl-a") != 0 &&
+      run(o.dp_lab + " up --no-daemon" + (o.topology.empty() ? "" : " --topology " + o.topology)) !=
+          0) {
     std::fprintf(stderr, "dp-lab bench: cannot bring the lab up\n");
     return 1;
   }
@@ -201,6 +224,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   o.lab = *lab;
+  if (o.topology.empty()) o.topology = o.lab.topology;
+  if (o.modes.empty()) o.modes = topology_modes(o.topology);
+  for (auto& m : o.modes) {
+    const auto& ok = topology_modes(o.topology);
+    if (std::find(ok.begin(), ok.end(), m) == ok.end()) {
+      std::string list;
+      for (auto& k : ok) list += (list.empty() ? "" : ", ") + k;
+      std::fprintf(stderr, "dp-lab bench: mode \"%s\" is not one of the %s topology's (%s)\n",
+                   m.c_str(), o.topology.c_str(), list.c_str());
+      return 2;
+    }
+  }
+  for (const auto* r : {&o.rail0, &o.rail1})
+    if (!r->empty() && bits(*r) <= 0) {
+      std::fprintf(stderr, "dp-lab bench: bad rate \"%s\" (e.g. 250mbit, 10gbit)\n", r->c_str());
+      return 2;
+    }
   for (auto& f : o.faults)
     if (!parse_fault(f, o.lab)) {
       std::fprintf(stderr,

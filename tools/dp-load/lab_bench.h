@@ -29,9 +29,12 @@ struct Lab {
   static std::optional<Lab> describe(const std::string& dp_lab);
 };
 
+// The modes each topology has (dp-lab mode): the separate topology has no
+// route for ECMP over both rails and no connection whose packets can be split.
+const std::vector<std::string>& topology_modes(const std::string& topology);
+
 struct Opts {
-  std::vector<std::string> modes{"single",   "static", "ecmp",      "mptcp",
-                                 "dualpath", "cells",  "cells-any", "bursts"};
+  std::vector<std::string> modes;  // default: topology_modes(topology)
   int rounds = 3;
   std::string duration = "10s";
   bool quick = false;
@@ -43,8 +46,10 @@ struct Opts {
   std::vector<double> rates{20, 40, 80, 160};
   std::vector<int> concurrencies{1, 2, 4, 8, 16};
   std::vector<std::string> load_args;  // passed to dp-load client
-  std::string dp_lab, dp_load;
-  Lab lab;                          // as dp-lab describes it
+  std::string dp_lab, dp_load, dpctl;
+  std::string topology;      // shared or separate; default: the lab's, else shared
+  std::string rail0, rail1;  // the rails' rates, for every workload (default: the workload's)
+  Lab lab;                   // as dp-lab describes it
   double cap0 = 1e9, cap1 = 250e6;  // of the workload being run
   std::vector<std::string> workloads{"default"};
   bool suite = false;

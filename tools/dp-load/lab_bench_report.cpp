@@ -4,6 +4,7 @@
 // and the step floors.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -217,26 +218,54 @@ json print_floors(const std::vector<json>& runs, const std::vector<json>& sums, 
 }
 
 void print_peers(const Opts& o) {
+  const bool sep = o.lab.topology == "separate";
+  const std::string ratio = dp::format_bandwidth(o.cap0) + ":" + dp::format_bandwidth(o.cap1);
+  const std::map<std::string, std::string> how{
+      {"single", sep ? "everything to b's rail0 address, over rail0; no dualpathd"
+                     : "everything over rail0 (the service route), no dualpathd"},
+      {"static", "dualpathd, scheduler mode static: each class on its policy rail" +
+                     std::string(sep ? ",\n            placed when it connects (b's address on "
+                                       "that rail)"
+                                     : "")},
+      {"ecmp", "a multipath route over both rails, weights in the rails' ratio (" + ratio +
+                   "),\n            L4 hashing (fib_multipath_hash_policy=1), both nodes"},
+      {"mptcp", std::string("the kernel's MPTCP (dp-load --mptcp): a subflow endpoint on a's rail1 "
+                            "address,\n            a signal endpoint on b's, limits subflow 2 "
+                            "add_addr_accepted 2") +
+                    (sep ? ";\n            a joins b's announced rail1 address over rail1" : "")},
+      {"dualpath", sep ? "dualpathd, adaptive, as the policy's defaults: connections placed "
+                         "when\n            they connect, on the rail the class's decision "
+                         "gives"
+                       : "dualpathd, adaptive, as the policy's defaults: decisions on "
+                         "smoothed\n            rates, split classes by flowlets"},
+      {"cells",
+       "dualpathd, adaptive with burst placement: decisions on 100 ms peaks,\n"
+       "            a 1 s hold, split elastic classes by 16 KiB flowcells where they\n"
+       "            finish first, a flow's cells kept in order (flowcell_order keep)"},
+      {"cells-any", "the same, cells free to overtake their own flow (flowcell_order any)"},
+      {"bursts",
+       "dualpathd, adaptive with burst placement: decisions on 100 ms peaks, a 1 s\n"
+       "            hold, split elastic classes placed a whole burst at a time, each flow's\n"
+       "            next burst where the daemon's plan finishes the round soonest"},
+      {"multipath",
+       "dualpathd, adaptive, client and server in a multipath class (bench-mp,\n"
+       "            elastic, dpctl run): every connection MPTCP with a subflow per rail,\n"
+       "            active where the class's decision gives the rail a share, else backup"},
+  };
+  std::printf("\nhow each mode is set up (tools/dp-lab mode; %s topology):\n",
+              o.lab.topology.c_str());
+  for (auto& m : o.modes) {
+    auto it = how.find(m);
+    std::printf("  %-9s %s\n", m.c_str(), it == how.end() ? "?" : it->second.c_str());
+  }
   std::printf(
-      "\nhow each mode is set up (tools/dp-lab mode):\n"
-      "  single    everything over rail0 (the service route), no dualpathd\n"
-      "  static    dualpathd, scheduler mode static: each class on its policy rail\n"
-      "  ecmp      a multipath route over both rails, weights in the rails' ratio (%s:%s),\n"
-      "            L4 hashing (fib_multipath_hash_policy=1), both nodes\n"
-      "  mptcp     the kernel's MPTCP: a subflow endpoint on a's rail1 address, a signal\n"
-      "            endpoint on b's, limits subflow 2 add_addr_accepted 2, both nodes\n"
-      "  dualpath  dualpathd, adaptive, as the policy's defaults: decisions on smoothed\n"
-      "            rates, split classes by flowlets\n"
-      "  cells     dualpathd, adaptive with burst placement: decisions on 100 ms peaks,\n"
-      "            a 1 s hold, split elastic classes by 16 KiB flowcells where they\n"
-      "            finish first, a flow's cells kept in order (flowcell_order keep)\n"
-      "  cells-any the same, cells free to overtake their own flow (flowcell_order any)\n"
-      "  bursts    dualpathd, adaptive with burst placement: decisions on 100 ms peaks, a 1 s\n"
-      "            hold, split elastic classes placed a whole burst at a time, each flow's\n"
-      "            next burst where the daemon's plan finishes the round soonest\n"
-      "  static, dualpath and cells run the lab policies with expert-dispatch elastic and the\n"
-      "  paths' capacities at the rails' rates (dp-lab bench_policies)\n",
-      dp::format_bandwidth(o.cap0).c_str(), dp::format_bandwidth(o.cap1).c_str());
+      "  the modes with dualpathd run the lab policies with expert-dispatch elastic and the\n"
+      "  paths' capacities at the rails' rates (dp-lab bench_policies)\n");
+  if (sep)
+    std::printf(
+        "  not run in the separate topology: ecmp (no route reaches b's rail0 address over\n"
+        "  rail1), cells and bursts (they split a connection's packets over the rails, and a\n"
+        "  connection lives on its rail's addresses here)\n");
 }
 
 }  // namespace bench

@@ -46,6 +46,14 @@ const std::vector<Workload>& all_workloads() {
   return w;
 }
 
+const std::vector<std::string>& topology_modes(const std::string& topology) {
+  static const std::vector<std::string> shared{"single",   "static", "ecmp",      "mptcp",
+                                               "dualpath", "cells",  "cells-any", "bursts"};
+  static const std::vector<std::string> separate{"single", "static", "mptcp", "dualpath",
+                                                 "multipath"};
+  return topology == "separate" ? separate : shared;
+}
+
 std::optional<Lab> Lab::describe(const std::string& dp_lab) {
   FILE* f = popen((dp_lab + " describe 2>/dev/null").c_str(), "r");
   if (!f) return std::nullopt;
@@ -139,6 +147,8 @@ struct Sampler {
         if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) return;
         close(fd);
         rd[n] = std::make_unique<dp::LinkStatsReader>();
+        // now, in the node's namespace (a socket stays in the one it was made in)
+        if (!rd[n]->open()) return;
         idx[n][0] = static_cast<int>(if_nametoindex(lab.rails[0].c_str()));
         idx[n][1] = static_cast<int>(if_nametoindex(lab.rails[1].c_str()));
       }
@@ -264,10 +274,22 @@ json run_one(const Opts& o, const std::string& mode, int round,
     return r;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const bool mptcp = mode == "mptcp";
+  // mptcp: the application asks for MPTCP; multipath: the class does (and
+  // dp-load asks too, for a kernel that refuses the fmod_ret program that
+  // would make its sockets MPTCP)
+  const bool mptcp = mode == "mptcp" || mode == "multipath";
+  // multipath: client and server in the class bench-mp (dp-lab bench_policies)
+  auto in_class = [&](const std::string& node, std::vector<std::string> argv) {
+    if (mode != "multipath") return argv;
+    std::vector<std::string> run{
+        o.dpctl, "-s", "/run/dualpath/" + node + ".sock", "run", "--class", "bench-mp", "--"};
+    run.insert(run.end(), argv.begin(), argv.end());
+    return run;
+  };
   std::string base = o.out + "/" + mode + "-" + tag + "-r" + std::to_string(round);
   std::vector<std::string> sargs{o.dp_load, "server", "--once", "--json", base + ".server.json"};
   if (mptcp) sargs.push_back("--mptcp");
+  sargs = in_class(o.lab.b, sargs);
   int sout = -1;
   pid_t server = spawn(o.lab.b, sargs, base + ".log", &sout);
   char c;
@@ -289,6 +311,7 @@ json run_one(const Opts& o, const std::string& mode, int round,
   if (mptcp) cargs.push_back("--mptcp");
   for (auto& a : o.load_args) cargs.push_back(a);
   for (auto& a : extra) cargs.push_back(a);
+  cargs = in_class(o.lab.a, cargs);
   int cout_fd = -1;
   auto cpu0 = dp::cpu_times(true);
   auto t0 = Clock::now();
