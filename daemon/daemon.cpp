@@ -363,7 +363,7 @@ void Daemon::carry_out(Plan plan) {
       controller_.routed(failed);
     }
   }
-  for (const auto& r : plan.resets) reset_connections(r.path, r.latency_sensitive_only);
+  for (const auto& r : plan.resets) reset_connections(r.path, r.latency_sensitive_only, r.suspect);
   // packets caught waiting for address resolution on a rail routed around
   // (Routing::drop_unresolved_neighbours): on every plan, as one may have
   // been queued just after the last sweep
@@ -414,7 +414,7 @@ void Daemon::steer_multipath() {
 // The separate topology: a failed rail's classified TCP connections cannot
 // move, so they are ended; applications reconnect at once, and connect-time
 // placement puts the new connections where the decisions say.
-void Daemon::reset_connections(size_t path, bool latency_sensitive_only) {
+void Daemon::reset_connections(size_t path, bool latency_sensitive_only, bool suspect) {
   const auto& ps = policy_.paths[path];
   std::vector<IpAddr> locals;
   for (const auto& a : {ps.source, ps.source6})
@@ -451,8 +451,8 @@ void Daemon::reset_connections(size_t path, bool latency_sensitive_only) {
   e.reason = fmt::format(
       "{} {}: ended {} connection{} on it ({}) so that they reconnect on a "
       "rail that works",
-      ps.name, latency_sensitive_only ? "is suspect" : "failed", ended->size(),
-      ended->size() == 1 ? "" : "s", what);
+      ps.name, suspect ? "is suspect" : "failed", ended->size(), ended->size() == 1 ? "" : "s",
+      what);
   spdlog::warn("{}", e.reason);
   events_.record(std::move(e));
   state_.connections_reset += ended->size();

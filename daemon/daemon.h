@@ -72,7 +72,7 @@ class Daemon : private Node {
   void restart_responder(const Policy& next);
   // Carries a controller plan out: events, decisions first, then routing.
   void carry_out(Plan plan);
-  void reset_connections(size_t path, bool latency_sensitive_only);
+  void reset_connections(size_t path, bool latency_sensitive_only, bool suspect);
   void steer_multipath();  // each multipath connection toward its class's decision
   Result<void> start_metrics(const std::string& listen);
   void publish_metrics();

@@ -356,7 +356,9 @@ void Controller::health_events(Plan& plan) {
       bool now_zero =
           ev.to == RailState::Down || ev.to == RailState::Holddown || ev.to == RailState::Drained;
       auto& former = paths_[i].former;
-      if (was_carrying && now_zero)
+      // (a suspicion that goes to the ramp keeps the shares it had: the ramp
+      // brings them back)
+      if (was_carrying && (now_zero || ev.to == RailState::Ramping))
         for (size_t c = 0; c < C && c < sched_.classes.size(); ++c)
           former[c] = i < sched_.classes[c].shares.size()
                           ? sched_.classes[c].shares[i] / double(DP_SHARE_SCALE)
@@ -372,7 +374,9 @@ void Controller::health_events(Plan& plan) {
         if (was_carrying && (ev.to == RailState::Down || ev.to == RailState::Holddown))
           plan.resets.push_back({i, false});
         else if (ev.from == RailState::Up && ev.to == RailState::Suspect)
-          plan.resets.push_back({i, true});
+          // the classes that leave a suspect rail (suspect_moves) cannot take
+          // their established connections with them
+          plan.resets.push_back({i, !policy_.health.suspect_moves_elastic, true});
       }
       if (was_carrying && now_zero) {
         auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(

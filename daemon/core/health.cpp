@@ -145,7 +145,15 @@ void PathHealth::drain(bool on, Time now) {
 
 void PathHealth::tick(Time now) {
   if (state_ == RailState::Suspect && suspect_until_ && now >= *suspect_until_) {
-    go(RailState::Up, "suspicion not confirmed by BFD: restored", now);
+    // BFD ran and did not confirm: the rail forwards. Without a session (BFD
+    // off, or never up) nothing has said so: the traffic returns through
+    // the ramp, where new evidence sends the rail to hold-down instead of
+    // letting every class back onto a rail that may still drop everything.
+    if (bfd_up_once_)
+      go(RailState::Up, "suspicion not confirmed by BFD: restored", now);
+    else
+      go(RailState::Ramping, "suspicion not confirmed, and no BFD session to clear it: ramping",
+         now);
   } else if (state_ == RailState::Holddown && now - since_ >= s_.holddown) {
     go(RailState::Ramping,
        fmt::format("up and clean for the hold-down {}: ramping", format_duration(s_.holddown)),

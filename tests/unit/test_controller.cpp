@@ -479,24 +479,29 @@ TEST(Controller, InTheSeparateTopologyAFailedRailsConnectionsAreEndedAfterTheDec
   EXPECT_TRUE(drained.resets.empty());
 }
 
-TEST(Controller, InTheSeparateTopologyASuspectRailsLatencySensitiveConnectionsAreEnded) {
-  auto load = load_policy_file(DP_POLICY_DIR "/lab-sep-a.toml");
-  ASSERT_TRUE(load.ok());
-  Controller c;
-  T t{};
-  c.set_policy(*load.policy, {true, true}, {false, false}, {}, t);
-  TickInput in;
-  in.now = t + 1s;
-  in.rails.resize(2);
-  in.class_tx_bytes.assign(load.policy->classes.size(), 0);
-  (void)c.tick(in);
-  in.now += 50ms;
-  in.rails[0].tcp.segs_out = 100;
-  in.rails[0].tcp.retrans_segs = 50;
-  in.rails[0].tcp.rto_events = 2;
-  Plan plan = c.tick(in);
-  EXPECT_EQ(c.health(0).state(), RailState::Suspect);
-  EXPECT_EQ(plan.resets, (std::vector<Plan::Reset>{{0, true}}));
+// The classes that leave a suspect rail (health.suspect_moves: all by
+// default, or the latency-sensitive ones) have their connections there ended.
+TEST(Controller, InTheSeparateTopologyASuspectRailsConnectionsOfTheClassesThatLeaveItAreEnded) {
+  for (bool elastic_too : {true, false}) {
+    auto load = load_policy_file(DP_POLICY_DIR "/lab-sep-a.toml");
+    ASSERT_TRUE(load.ok());
+    load.policy->health.suspect_moves_elastic = elastic_too;
+    Controller c;
+    T t{};
+    c.set_policy(*load.policy, {true, true}, {false, false}, {}, t);
+    TickInput in;
+    in.now = t + 1s;
+    in.rails.resize(2);
+    in.class_tx_bytes.assign(load.policy->classes.size(), 0);
+    (void)c.tick(in);
+    in.now += 50ms;
+    in.rails[0].tcp.segs_out = 100;
+    in.rails[0].tcp.retrans_segs = 50;
+    in.rails[0].tcp.rto_events = 2;
+    Plan plan = c.tick(in);
+    EXPECT_EQ(c.health(0).state(), RailState::Suspect);
+    EXPECT_EQ(plan.resets, (std::vector<Plan::Reset>{{0, !elastic_too, true}}));
+  }
 }
 
 TEST(Controller, InTheSharedTopologyNothingIsEnded) {

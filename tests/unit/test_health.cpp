@@ -114,12 +114,33 @@ TEST(PathHealth, SuspicionIsConfirmedByBfdOrRestoredAndRepeatedSuspicionFails) {
   EXPECT_EQ(h.state(), RailState::Down) << "confirmed";
 
   PathHealth g(fast(), t);
+  g.bfd(bfd::State::Up, bfd::Diag::None, false, t);  // up: loss that BFD does not see
   g.evidence("loss", 1500ms, t + 1s);
   g.tick(t + 3s);
   g.evidence("loss", 1500ms, t + 4s);
   g.tick(t + 6s);
   g.evidence("loss", 1500ms, t + 7s);
   EXPECT_EQ(g.state(), RailState::Holddown) << kSuspicionsToFail << " suspicions in a minute";
+}
+
+// A rail without a BFD session (bfd = false, as on routed rails whose
+// routers run none): nothing can clear a suspicion, so the traffic comes
+// back through the ramp, and evidence during it fails the rail.
+TEST(PathHealth, WithoutBfdAnUnconfirmedSuspicionRampsBackAndEvidenceOnTheRampFailsIt) {
+  T t{};
+  PathHealth h(fast(), t);
+  h.evidence("12 RTOs on rail0", 1500ms, t + 1s);
+  EXPECT_EQ(h.state(), RailState::Suspect);
+  h.tick(t + 2600ms);
+  EXPECT_EQ(h.state(), RailState::Ramping) << h.reason();
+  EXPECT_NEAR(h.weight(), 0.10, 1e-9) << "the ramp's first step, not all of it";
+  h.evidence("still dropping", 1500ms, t + 3s);
+  EXPECT_EQ(h.state(), RailState::Holddown) << h.reason();
+
+  PathHealth g(fast(), t);  // a clean ramp ends up
+  g.evidence("a burst of RTOs", 1500ms, t + 1s);
+  for (int ms = 1100; ms <= 12000; ms += 100) g.tick(t + std::chrono::milliseconds(ms));
+  EXPECT_EQ(g.state(), RailState::Up) << g.reason();
 }
 
 TEST(PathHealth, DrainAndUndrainRampWithoutHolddown) {

@@ -67,11 +67,13 @@ struct Plan {
   std::optional<std::vector<bool>> route_around;
   // last, in the separate topology: rails whose classified connections must
   // be ended (they cannot move; the reconnects are placed by the decisions
-  // just written): every class on a failed rail, the latency-sensitive ones
-  // on a suspect rail (their flows are in RTO backoff there)
+  // just written): every class on a failed rail, and on a suspect rail the
+  // classes that leave it (health.suspect_moves: their flows are in RTO
+  // backoff there)
   struct Reset {
     size_t path;
     bool latency_sensitive_only;
+    bool suspect = false;  // the rail is suspect, not failed
     bool operator==(const Reset&) const = default;
   };
   std::vector<Reset> resets;

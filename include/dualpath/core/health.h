@@ -8,7 +8,8 @@
 //   Up ------------------> Down ----------------------> Holddown -------------> Ramping
 //    ^ \ evidence                                          ^  any failure          | last
 //    |  `-> Suspect --BFD confirms--> Down                 `-----------------------| step
-//    |        `--not confirmed in the detection time--> Up                         v
+//    |        |--not confirmed in the detection time--> Up                         v
+//    |        `--no BFD session, detection time over---------------------> Ramping
 //    `------------------------------------------------------------------------- Up
 //   drain: any state -> Drained (weight 0); undrain -> Ramping (no hold-down).
 #pragma once
