@@ -24,6 +24,14 @@
 // quickly; those do not change the detection being measured.
 //
 //   build/tests/bench/dp-bench-failover [--trials N] [--faults a,b,...] [--busy]
+//                                       [--topology shared|separate]
+//
+// --topology separate: each rail its own network. There a connection lives
+// on its rail's addresses, and a failed rail's connections are ended, so the
+// streams reconnect at once when theirs ends (as an HTTP client does), and
+// what is measured is the longest gap in what reaches b across connections
+// and when a new connection's first byte arrived; no RPC stream (it would
+// end with its connection) and no BFD (the rails are routed).
 //
 // Needs root and the lab down; brings the lab up (tools/dp-lab) and down.
 #include <CLI/CLI.hpp>
@@ -126,7 +134,24 @@ void carrier_back() {
   sh(nsenter("dpl-b") + "ip -6 route replace fd99::1/128 via fd98:0::1 dev rail0 src fd99::2");
 }
 
-std::vector<Fault> faults() {
+std::vector<Fault> faults(bool separate) {
+  // a's rail0 loses its carrier: b's end of the veth in the shared
+  // topology, rail0's router's port toward a in the separate one
+  Fault carrier{"carrier",
+                [] {
+                  int64_t t0 = mono_ns();
+                  must(nsenter("dpl-b") + "ip link set rail0 down");
+                  return t0;
+                },
+                carrier_back};
+  if (separate)
+    carrier = {"carrier",
+               [] {
+                 int64_t t0 = mono_ns();
+                 must(nsenter("dpl-r0") + "ip link set to-a down");
+                 return t0;
+               },
+               [] { must(nsenter("dpl-r0") + "ip link set to-a up"); }};
   return {
       {"blackhole", [] { return blackhole_rail0(true); }, [] { blackhole_rail0(false); }},
       {"one way",
@@ -143,25 +168,54 @@ std::vector<Fault> faults() {
          return t0;
        },
        [] { blackhole_rail0(false); }},
-      {"carrier",
-       [] {
-         int64_t t0 = mono_ns();
-         must(nsenter("dpl-b") + "ip link set rail0 down");
-         return t0;
-       },
-       carrier_back},
+      carrier,
       {"none", [] { return mono_ns(); }, [] {}},
   };
 }
 
 struct FaultStats {
-  Stats decision, ls_gap, elastic_gap, rpc_stall, busy_gap;
-  int resets = 0, lost = 0, trials = 0;
+  Stats decision, ls_gap, elastic_gap, rpc_stall, busy_gap, carried_again;
+  int resets = 0, lost = 0, trials = 0, reconnects = 0;
 };
 
 bool is_reset(const TransferResult& r) {
   return r.error.find("reset") != std::string::npos ||
          r.error.find("Broken pipe") != std::string::npos;
+}
+
+// The separate topology: a connection lives on its rail's addresses, so a
+// failed rail's connections are ended (by dualpathd) and the application
+// reconnects, placed on the other rail; what counts is how soon its bytes
+// flow again. Streams that reconnect at once, to b's rail0 address.
+void separate_trial(const Fault& f, FaultStats& st, bool busy, bool diagnose) {
+  const char* peer = "10.10.2.2";
+  ReconnectingStream ls("dpl-a", "dpl-b", peer, 50201, 20e6);
+  ReconnectingStream elastic("dpl-a", "dpl-b", peer, 51201, 20e6);
+  std::optional<ReconnectingStream> full;
+  if (busy) full.emplace("dpl-a", "dpl-b", peer, 50202, 0);
+  std::this_thread::sleep_for(1000ms);
+  uint64_t since = last_event();
+  int64_t t0 = f.inject();
+  std::this_thread::sleep_for(1700ms);
+  std::vector<uint64_t> before{ls.received(), elastic.received(), full ? full->received() : 0};
+  std::this_thread::sleep_for(300ms);
+  std::vector<uint64_t> after{ls.received(), elastic.received(), full ? full->received() : 1};
+  auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  st.ls_gap.add(ms(ls.longest_gap_since(t0)));
+  st.elastic_gap.add(ms(elastic.longest_gap_since(t0)));
+  if (full) st.busy_gap.add(ms(full->longest_gap_since(t0)));
+  if (int64_t first = ls.first_new_byte_since(t0)) st.carried_again.add(ms(first - t0));
+  st.reconnects += ls.connections() - 1 + elastic.connections() - 1;
+  if (full) st.reconnects += full->connections() - 1;
+  for (size_t i = 0; i < before.size(); ++i) st.lost += after[i] == before[i];  // not carried
+  json evs = events_since(since);
+  st.decision.add(first_after(evs, t0, ls_moved));
+  if (diagnose)  // what the daemon did, to read beside a stream that stalled
+    for (auto& e : evs) std::fprintf(stderr, "    %s\n", e.value("reason", "").c_str());
+  f.clear();
+  std::fprintf(stderr, "  %s: gaps %.0f / %.0f ms, %d + %d connections\n", f.name,
+               ms(ls.longest_gap_since(t0)), ms(elastic.longest_gap_since(t0)), ls.connections(),
+               elastic.connections());
 }
 
 }  // namespace
@@ -173,14 +227,21 @@ int main(int argc, char** argv) {
   app.add_option("--trials", trials, "trials of each fault")->capture_default_str();
   bool diagnose = false;
   app.add_flag("--diagnose", diagnose,
-               "read both nodes' rules and routes mid-fault; print them when a stream stalled");
+               "read both nodes' rules and routes mid-fault; print them when a stream stalled "
+               "(separate topology: print the daemon's events of each trial)");
   app.add_option("--faults", only,
                  "comma-separated faults to run (blackhole, one way, loss 30%, carrier, none)");
   bool busy = false;
   app.add_flag("--busy", busy, "a line-rate latency-sensitive stream on rail0 beside the others");
+  std::string topology = "shared";
+  app.add_option("--topology", topology, "the lab's topology")
+      ->check(CLI::IsMember({"shared", "separate"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const bool separate = topology == "separate";
 
   Env env;
+  env.topology = topology;
   env.edit = [](const std::string& text) {
     return std::regex_replace(text, std::regex("holddown = \"5m\""),
                               "holddown = \"1s\"\nramp_interval = \"100ms\"");
@@ -196,7 +257,7 @@ int main(int argc, char** argv) {
     env.TearDown();
     return 1;
   }
-  std::vector<Fault> list = faults();
+  std::vector<Fault> list = faults(separate);
   std::vector<FaultStats> stats(list.size());
   Stats carrier_internal, idle_down;
   int failed_trials = 0;
@@ -207,6 +268,10 @@ int main(int argc, char** argv) {
       auto& st = stats[f];
       if (!wait_rails_up(30s)) ++failed_trials;
       ++st.trials;
+      if (separate) {
+        separate_trial(list[f], st, busy, diagnose);
+        continue;
+      }
       constexpr double kRate = 20e6;
       const uint64_t bytes = static_cast<uint64_t>(kRate / 8 * 4);  // 4 s
       Transfer ls({"dpl-a", "dpl-b", "10.99.0.2", 50201, 0, 0, bytes, kRate});
@@ -272,7 +337,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "  stalled; mid-fault routing:\n%s\n", mid.c_str());
     }
     // ---- idle blackhole: BFD alone
-    if (only.empty() || only.find("idle") != std::string::npos) {
+    if (!separate && (only.empty() || only.find("idle") != std::string::npos)) {
       if (!wait_rails_up(30s)) ++failed_trials;
       uint64_t since = last_event();
       int64_t t0 = blackhole_rail0(true);
@@ -285,10 +350,17 @@ int main(int argc, char** argv) {
   wait_rails_up(30s);
   env.TearDown();
 
-  std::printf(
-      "\nfailover: %d trials of each fault, BFD 500 ms x 3 (detection 1500 ms); "
-      "streams paced at 20 Mbit/s in 64 KiB writes%s\n",
-      trials, busy ? "; rail0 busy: a line-rate expert-dispatch stream beside them" : "");
+  if (separate)
+    std::printf(
+        "\nfailover, separate topology: %d trials of each fault, no BFD (the rails are routed); "
+        "streams to b's rail0 address that reconnect when their connection ends, paced at 20 "
+        "Mbit/s in 16 KiB writes%s\n",
+        trials, busy ? "; rail0 busy: a line-rate expert-dispatch stream beside them" : "");
+  else
+    std::printf(
+        "\nfailover: %d trials of each fault, BFD 500 ms x 3 (detection 1500 ms); "
+        "streams paced at 20 Mbit/s in 64 KiB writes%s\n",
+        trials, busy ? "; rail0 busy: a line-rate expert-dispatch stream beside them" : "");
   std::printf("%-10s %-34s %7s %9s %9s %9s  %s\n", "fault", "measure (ms)", "trials", "p50", "p99",
               "max", "goal");
   for (size_t f = 0; f < list.size(); ++f) {
@@ -302,10 +374,17 @@ int main(int argc, char** argv) {
     line("fault -> LS decisions off rail0", st.decision, none ? "" : "<= 300 ms p99");
     line("longest gap, expert-dispatch (LS)", st.ls_gap, none ? "" : "<= 300 ms p99");
     line("longest gap, expert-combine (el.)", st.elastic_gap, none ? "" : "<= 500 ms p99");
-    line("longest RPC round trip, control", st.rpc_stall, none ? "" : "<= 300 ms p99");
+    if (!separate)
+      line("longest RPC round trip, control", st.rpc_stall, none ? "" : "<= 300 ms p99");
     if (busy) line("longest gap, line-rate LS stream", st.busy_gap, none ? "" : "<= 300 ms p99");
-    std::printf("%-10s %-34s %7d  (connections reset: %d; goal 0)\n", list[f].name,
-                "connections lost", st.lost, st.resets);
+    if (separate) {
+      line("fault -> LS new connection's data", st.carried_again, none ? "" : "<= 300 ms p99");
+      std::printf("%-10s %-34s %7d  (reconnections: %d)\n", list[f].name,
+                  "streams not carried at the end", st.lost, st.reconnects);
+    } else {
+      std::printf("%-10s %-34s %7d  (connections reset: %d; goal 0)\n", list[f].name,
+                  "connections lost", st.lost, st.resets);
+    }
   }
   if (!carrier_internal.v.empty())
     row("carrier: netlink event -> decision map", carrier_internal, trials, "<= 10 ms");

@@ -3,6 +3,9 @@
 
 #include <bpf/libbpf.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <filesystem>
@@ -72,6 +75,108 @@ bool wait_all_up(std::chrono::seconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
+}
+
+namespace {
+int64_t now_ns() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+}  // namespace
+
+ReconnectingStream::ReconnectingStream(const std::string& a_ns, const std::string& b_ns,
+                                       const std::string& dst, uint16_t port, double rate_bps) {
+  std::atomic<bool> ready{false};
+  server_ = std::thread([this, b_ns, port, &ready] {
+    in_netns(b_ns, [&]() -> std::string {
+      int l = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1, zero = 0;
+      setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+      socklen_t len;
+      auto a = make_addr("::", port, &len);
+      (void)::bind(l, reinterpret_cast<sockaddr*>(&a), len);
+      ::listen(l, 64);
+      ready = true;
+      std::vector<pollfd> fds{{l, POLLIN, 0}};
+      std::vector<int64_t> accepted{0};
+      std::vector<char> buf(1 << 16);
+      while (!stop_) {
+        if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+        for (size_t i = 0; i < fds.size(); ++i) {
+          if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          if (i == 0) {
+            int c = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c >= 0) fds.push_back({c, POLLIN, 0}), accepted.push_back(now_ns());
+            continue;
+          }
+          ssize_t n = ::recv(fds[i].fd, buf.data(), buf.size(), 0);
+          if (n > 0) {
+            received_ += static_cast<uint64_t>(n);
+            std::lock_guard lk(mu_);
+            reads_.push_back({now_ns(), accepted[i]});
+          } else {
+            ::close(fds[i].fd);
+            fds.erase(fds.begin() + static_cast<long>(i));
+            accepted.erase(accepted.begin() + static_cast<long>(i));
+            --i;
+          }
+        }
+      }
+      for (auto& f : fds) ::close(f.fd);
+      return "";
+    });
+  });
+  while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  client_ = std::thread([this, a_ns, dst, port, rate_bps] {
+    in_netns(a_ns, [&]() -> std::string {
+      std::vector<char> buf(16384, 'r');
+      const auto per_write_d = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(
+              rate_bps > 0 ? static_cast<double>(buf.size()) * 8 / rate_bps : 0));
+      while (!stop_) {
+        socklen_t len;
+        auto to = make_addr(dst, port, &len);
+        int fd = ::socket(to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        timeval tv{0, 100000};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&to), len) == 0) {
+          ++connects_;
+          auto next = std::chrono::steady_clock::now();
+          while (!stop_) {
+            ssize_t n = ::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL);
+            if (n < 0 && errno != EAGAIN && errno != EINTR) break;
+            if (rate_bps > 0) {
+              // paced from now on after a send that waited: no catching up in a burst
+              next = std::max(next, std::chrono::steady_clock::now() - per_write_d) + per_write_d;
+              std::this_thread::sleep_until(next);
+            }
+          }
+        }
+        ::close(fd);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return "";
+    });
+  });
+}
+
+ReconnectingStream::~ReconnectingStream() {
+  stop_ = true;
+  client_.join();
+  server_.join();
+}
+
+int64_t ReconnectingStream::longest_gap_since(int64_t t) const {
+  std::lock_guard lk(mu_);
+  int64_t last = t, gap = 0;
+  for (auto& r : reads_)
+    if (r.at >= t) gap = std::max(gap, r.at - last), last = r.at;
+  return std::max(gap, now_ns() - last);
+}
+
+int64_t ReconnectingStream::first_new_byte_since(int64_t t) const {
+  std::lock_guard lk(mu_);
+  for (auto& r : reads_)
+    if (r.accepted >= t) return r.at;
+  return 0;
 }
 
 std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t per_100000,

@@ -9,10 +9,14 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "lab_util.h"
 
@@ -52,6 +56,39 @@ std::string in_netns(const std::string& ns, F fn) {
   if (target >= 0) ::close(target);
   return err;
 }
+
+// A stream from a_ns to dst:port that reconnects at once whenever its
+// connection ends, as an application that survives a reset does: the
+// separate topology's failover, where a failed rail's connections are ended
+// and new ones are placed on the other. The client sends 16 KiB writes paced
+// at rate_bps (0: as fast as the connection takes them), with 100 ms send and
+// connect timeouts; a dual-stack server in b_ns on any address reads it and
+// notes when data arrives. Times are steady_clock nanoseconds.
+class ReconnectingStream {
+ public:
+  ReconnectingStream(const std::string& a_ns, const std::string& b_ns, const std::string& dst,
+                     uint16_t port, double rate_bps);
+  ~ReconnectingStream();
+  ReconnectingStream(const ReconnectingStream&) = delete;
+  ReconnectingStream& operator=(const ReconnectingStream&) = delete;
+  int connections() const { return connects_; }
+  uint64_t received() const { return received_; }
+  // The longest time without data arriving, from t until now.
+  int64_t longest_gap_since(int64_t t) const;
+  // When the first byte of a connection accepted after t arrived (0: none yet).
+  int64_t first_new_byte_since(int64_t t) const;
+
+ private:
+  struct Read {
+    int64_t at, accepted;  // when it arrived; when its connection was accepted
+  };
+  mutable std::mutex mu_;
+  std::vector<Read> reads_;
+  std::thread server_, client_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connects_{0};
+  std::atomic<uint64_t> received_{0};
+};
 
 // Attaches drop.bpf.c (dropping per_100000 of packets) on ns/dev ingress at
 // priority 5, behind dualpath's programs (or detaches it). Needs a clsact on

@@ -69,7 +69,6 @@ class Sink {
         ::listen(l, 64);
         ready = true;
         std::vector<pollfd> fds{{l, POLLIN, 0}};
-        std::set<int> after_fault;  // connections made after mark_fault()
         char buf[65536];
         while (!stop_) {
           if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
@@ -77,19 +76,13 @@ class Sink {
             if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             if (i == 0) {
               int c = ::accept(l, nullptr, nullptr);
-              if (c >= 0) {
-                fds.push_back({c, POLLIN, 0});
-                if (fault_) after_fault.insert(c);
-              }
+              if (c >= 0) fds.push_back({c, POLLIN, 0});
               continue;
             }
             ssize_t n = ::recv(fds[i].fd, buf, sizeof(buf), 0);
             if (n > 0) {
-              if (!first_byte_after_.load() && after_fault.count(fds[i].fd))
-                first_byte_after_ = Clock::now().time_since_epoch().count();
               received_ += static_cast<uint64_t>(n);
             } else {
-              after_fault.erase(fds[i].fd);
               ::close(fds[i].fd);
               fds.erase(fds.begin() + static_cast<long>(i));
               --i;
@@ -107,14 +100,11 @@ class Sink {
     thread_.join();
   }
   uint64_t received() const { return received_; }
-  void mark_fault() { fault_ = true; }
-  int64_t first_byte_after_fault() const { return first_byte_after_; }
 
  private:
   std::thread thread_;
-  std::atomic<bool> stop_{false}, fault_{false};
+  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> received_{0};
-  std::atomic<int64_t> first_byte_after_{0};
 };
 
 struct Sent {
@@ -435,48 +425,25 @@ TEST_F(Separate, ADestinationNoRailsNetworkHoldsIsLeftAloneAndCounted) {
 // the fault until the first byte of a new connection reached b.
 double reconnect_after(uint16_t port, const std::function<void()>& fault,
                        const std::function<void()>& clear, int* connections) {
-  Sink sink(port);
-  std::atomic<bool> stop{false};
-  std::atomic<int> connects{0};
-  std::thread client([&] {
-    in_netns("dpl-a", [&]() -> std::string {
-      std::vector<char> buf(16384, 'r');
-      while (!stop) {
-        socklen_t len;
-        auto to = make_addr(kB4[0], port, &len);
-        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        timeval tv{0, 100000};
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-        if (::connect(fd, reinterpret_cast<sockaddr*>(&to), len) == 0) {
-          ++connects;
-          while (!stop && (::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) > 0 || errno == EAGAIN))
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        }
-        ::close(fd);
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      return "";
-    });
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  EXPECT_EQ(connects.load(), 1);
-  EXPECT_GT(sink.received(), 0u);
-  sink.mark_fault();
-  auto t0 = Clock::now();
-  fault();
-  for (int i = 0; i < 1000 && !sink.first_byte_after_fault(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  int64_t first = sink.first_byte_after_fault();
-  uint64_t mid = sink.received();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_GT(sink.received(), mid) << "the new connection keeps being carried";
-  stop = true;
-  client.join();
+  int64_t first = 0, t0 = 0;
+  {
+    ReconnectingStream stream("dpl-a", "dpl-b", kB4[0], port, 64e6);
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    EXPECT_EQ(stream.connections(), 1);
+    EXPECT_GT(stream.received(), 0u);
+    t0 = Clock::now().time_since_epoch().count();
+    fault();
+    for (int i = 0; i < 1000 && !stream.first_new_byte_since(t0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    first = stream.first_new_byte_since(t0);
+    uint64_t mid = stream.received();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_GT(stream.received(), mid) << "the new connection keeps being carried";
+    *connections = stream.connections();
+  }
   clear();
-  *connections = connects.load();
   if (!first) return -1;
-  return std::chrono::duration<double, std::milli>(Clock::duration(first) - t0.time_since_epoch())
-      .count();
+  return static_cast<double>(first - t0) / 1e6;
 }
 
 bool events_say(const std::string& text) {
