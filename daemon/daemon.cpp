@@ -398,12 +398,9 @@ void Daemon::steer_multipath() {
     const PathHealth& h = controller_.health(i);
     w.usable.push_back(h.weight() > 0 && h.latency_ok() && datapath_->present(i));
   }
-  for (size_t c = 0; c < policy_.classes.size(); ++c) {
-    const Shares& sh = controller_.written_shares(c);
-    std::vector<bool> a(policy_.paths.size(), false);
-    for (size_t i = 0; i < a.size() && i < sh.size(); ++i) a[i] = sh[i] > 0;
-    w.active.push_back(std::move(a));
-  }
+  for (size_t c = 0; c < policy_.classes.size(); ++c)
+    w.active.push_back(multipath::active_rails(policy_, c, controller_.written_shares(c), w.usable,
+                                               controller_.operator_pinned(c)));
   multipath_.reconcile(w);
   for (auto& e : multipath_.take_events()) {
     spdlog::info("{}", e.reason);

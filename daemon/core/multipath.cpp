@@ -60,6 +60,25 @@ std::optional<IpAddr> peer_on_path(const Policy& p, const IpAddr& peer, size_t t
   return std::nullopt;
 }
 
+std::vector<bool> active_rails(const Policy& p, size_t klass, const std::vector<uint16_t>& shares,
+                               const std::vector<bool>& usable, bool operator_pinned) {
+  const size_t P = p.paths.size();
+  std::vector<bool> a(P, false);
+  double widest = 0;
+  for (size_t i = 0; i < P && i < shares.size(); ++i)
+    if (shares[i] > 0) {
+      a[i] = true;
+      widest = std::max(widest, static_cast<double>(p.paths[i].capacity_bps));
+    }
+  const ClassSpec& c = p.classes.at(klass);
+  if (c.kind != ClassKind::Elastic || c.pinned || operator_pinned || widest == 0) return a;
+  for (size_t i = 0; i < P && i < usable.size(); ++i) {
+    const double cap = static_cast<double>(p.paths[i].capacity_bps);
+    if (usable[i] && cap >= kComparable * widest && cap * kComparable <= widest) a[i] = true;
+  }
+  return a;
+}
+
 std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& w, Time now) {
   std::vector<Action> out;
   size_t n = p.paths.size();

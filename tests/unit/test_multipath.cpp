@@ -12,6 +12,7 @@
 #include "dualpath/core/encode.h"
 #include "dualpath/core/multipath.h"
 #include "dualpath/core/policy.h"
+#include "dualpath/core/scheduler.h"
 
 namespace {
 
@@ -191,6 +192,31 @@ TEST(Multipath, RolesFollowTheDecisionOnTheConnectingSideOnly) {
   c.server_side = true;
   EXPECT_TRUE(reconcile(p, c, want(true, true, false, true), Time{}).empty())
       << "the connecting side's MP_PRIO holds for both directions";
+}
+
+// An elastic class uses every usable rail of comparable capacity, whatever
+// its decision; on a much slower rail, or for a latency-sensitive or pinned
+// class, the decision alone opens rails.
+TEST(Multipath, AnElasticClassIsActiveOnEveryComparableRailTheDecisionAloneOpensTheRest) {
+  auto p = policy();  // two 1 Gbit rails
+  const dp::Shares on0{DP_SHARE_SCALE, 0};
+  using V = std::vector<bool>;
+  EXPECT_EQ(active_rails(p, 0, on0, {true, true}, false), (V{true, true})) << "equal rails";
+  EXPECT_EQ(active_rails(p, 0, on0, {true, false}, false), (V{true, false})) << "rail1 unusable";
+  EXPECT_EQ(active_rails(p, 0, on0, {true, true}, true), (V{true, false})) << "dpctl class set";
+  EXPECT_EQ(active_rails(p, 0, {0, 0}, {true, true}, false), (V{false, false}))
+      << "no decision yet: reconcile's own rule (every usable rail) applies";
+  auto slow = p;
+  slow.paths[1].capacity_bps = 250'000'000;  // 4:1
+  EXPECT_EQ(active_rails(slow, 0, on0, {true, true}, false), (V{true, false}));
+  EXPECT_EQ(active_rails(slow, 0, {0, DP_SHARE_SCALE}, {true, true}, false), (V{false, true}))
+      << "a class put on the slower rail is not handed the much faster one";
+  slow.paths[1].capacity_bps = 500'000'000;  // 2:1: comparable
+  EXPECT_EQ(active_rails(slow, 0, on0, {true, true}, false), (V{true, true}));
+  auto ls = p;
+  ls.classes[0].kind = dp::ClassKind::LatencySensitive;
+  EXPECT_EQ(active_rails(ls, 0, on0, {true, true}, false), (V{true, false}))
+      << "a latency-sensitive class keeps the other rail as a backup";
 }
 
 TEST(Multipath, AFailedRailsSubflowIsRemovedOnBothSidesAndNoneIsMadeThere) {

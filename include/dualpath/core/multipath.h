@@ -6,7 +6,8 @@
 //     accepting side cannot), both sides remove a failed rail's.
 //   - A subflow is active on a rail the decision gives a share, a backup
 //     elsewhere (MP_PRIO): a latency-sensitive class runs on its rail and
-//     keeps the other warm; a split elastic class uses both. The connecting
+//     keeps the other warm; a split elastic class uses both, and an elastic
+//     class uses rails of comparable capacity anyway (active_rails). The connecting
 //     side sets the roles; its MP_PRIO holds for both directions, and the
 //     accepting side's decisions (its own policy) are not consulted.
 //   - A rail whose subflow failed is tried again after a backoff.
@@ -73,6 +74,21 @@ size_t path_of(const Policy& p, const std::vector<uint32_t>& ifindex, const IpAd
 // nullopt: the table has no address there, the host part does not fit, or
 // `peer` is on no rail's network.
 std::optional<IpAddr> peer_on_path(const Policy& p, const IpAddr& peer, size_t to);
+
+// The rails where class `klass`'s subflows are active: those its decision
+// (`shares`) gives a share; and for an elastic class that no operator
+// pinned, also every other usable rail of comparable capacity (within a
+// factor 1/kComparable of the largest rail the decision opens, either way:
+// a class put on a slow rail is not handed a much faster one). MPTCP's own
+// scheduler then spreads each connection's data over the subflows' room:
+// on rails of comparable capacity that carries more than holding one back
+// (dp-lab bench, separate topology, equal rails: stock MPTCP with both
+// active carried 1.63x one rail), while on a much slower rail the kernel's
+// scheduler makes the connection wait for what it sent there (0.70x at
+// 4:1), so there the decision alone opens rails.
+constexpr double kComparable = 0.5;
+std::vector<bool> active_rails(const Policy& p, size_t klass, const std::vector<uint16_t>& shares,
+                               const std::vector<bool>& usable, bool operator_pinned);
 
 // What `c` needs now. A rail is active when the class's decision gives it a
 // share; when no usable rail is, every usable one is.
