@@ -863,12 +863,14 @@ int main(int argc, char** argv) {
   auto* env = new lab::Env;
   env->topology = "separate";
   // a multipath class on both nodes, matched by a cgroup the tests' children
-  // join; hold-downs short enough that a failed rail is back for the next test
+  // join; hold-downs and ramps short enough that a failed or suspected rail is
+  // back for the next test
   std::filesystem::create_directories(lab::cgroup2_mount() + kCollective);
   // a peer table on a: b's spare addresses (APeerTableFindsAPeerNumberedApart...)
   env->edit = [](const std::string& text) {
     bool a = text.find("name = \"dpl-a\"") != std::string::npos;
-    return std::regex_replace(text, std::regex("holddown = \"5m\""), "holddown = \"3s\"") +
+    return std::regex_replace(text, std::regex("holddown = \"5m\""),
+                              "holddown = \"3s\"\nramp_interval = \"100ms\"") +
            "\n[[class]]\nname = \"collective\"\nkind = \"elastic\"\npriority = 4\n"
            "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n" +
            (a ? "\n[[peer]]\nname = \"b-spare\"\n"
