@@ -263,7 +263,9 @@ Plan::Cells plan_cells(const Policy& p, const std::vector<double>& other_bps) {
   Plan::Cells out;
   out.classes.assign(p.classes.size(), false);
   out.ns_per_kib.assign(p.paths.size(), 0);
-  if (p.topology != Topology::Shared || (p.scheduler.flowcell == 0 && !p.scheduler.burst_placement))
+  // (static mode never splits a class: nothing to place in cells or bursts)
+  if (p.topology != Topology::Shared || !p.scheduler.adaptive ||
+      (p.scheduler.flowcell == 0 && !p.scheduler.burst_placement))
     return out;
   out.bursts = p.scheduler.burst_placement;
   if (!out.bursts) {

@@ -713,12 +713,13 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
                                     {"cells", Placement::Cells},
                                     {"bursts", Placement::Bursts}})) {
     const toml::node* n = t->get("placement");
+    k.burst_placement = *v == Placement::Bursts;
+    // a burst ends at an idle gap: a TCP flow paced by a 250 Mbit rail
+    // pauses for a 64 KiB segment's 2 ms within one, so the flowlets' gap
+    // (500 us) would cut bursts short
+    if (!t->get("flowlet_gap"))
+      k.flowlet_gap = k.burst_placement ? kDefaultBurstGap : kDefaultFlowletGap;
     if (*v == Placement::Bursts) {
-      k.burst_placement = true;
-      // a burst ends at an idle gap: a TCP flow paced by a 250 Mbit rail
-      // pauses for a 64 KiB segment's 2 ms within one, so the flowlet
-      // default (500 us) would cut bursts short
-      if (!t->get("flowlet_gap")) k.flowlet_gap = kDefaultBurstGap;
       if (k.flowcell != 0)
         c.error(*n,
                 "placement = \"bursts\" in [scheduler] places whole bursts: remove flowcell "
@@ -730,6 +731,11 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
               "placement = \"flowlets\" in [scheduler] does not use flowcell: remove it, "
               "or say placement = \"cells\"");
     }
+  }
+  if (!t->get("placement") && k.flowcell != 0) {
+    // a flowcell alone means cells
+    k.burst_placement = false;
+    if (!t->get("flowlet_gap")) k.flowlet_gap = kDefaultFlowletGap;
   }
   if (auto v = c.choice<bool>(*t, "flowcell_order", s, false, {{"keep", false}, {"any", true}}))
     k.flowcell_any_order = *v;

@@ -929,8 +929,8 @@ TEST_F(Lab, ClassesGetTheirMinimumRtoAtEstablishment) {
 TEST_F(Lab, BurstPlacementMeasuresBurstsAndPlansEachRoundOverBothRails) {
   const std::string file = g_policies + "/lab-b.toml";
   const std::string before = read_file(file);
-  // (the lab policy's flowlet_gap, 500us, would cut bursts short: a burst
-  // ends at placement's default 4 ms)
+  // (the defaults, written out; a flowlet_gap of the flowlets' 500us would
+  // cut bursts short: a burst ends at placement's default 4 ms)
   std::string text = std::regex_replace(before, std::regex("mode = \"static\""),
                                         "mode = \"adaptive\"\nplacement = \"bursts\"\n"
                                         "peak_window = \"100ms\"\nhold = \"1s\"");
@@ -997,14 +997,17 @@ TEST_F(Lab, BurstPlacementMeasuresBurstsAndPlansEachRoundOverBothRails) {
   uint64_t r1 = klass("b", "expert-combine")["tx_bytes_by_path"]["rail1"].get<uint64_t>();
   EXPECT_GT(r1 - r1_before, 4u << 20) << "bursts went over rail1 too";
   EXPECT_EQ(lab::dpctl("b", "status")["placement"]["planned_flows"], 0)
-      << "a reload to flowlets removes the plans";
+      << "a reload to static mode (which never splits a class) removes the plans";
 }
 
 TEST_F(Lab, TheSchedulerSpillsAnElasticClassAndBringsItBack) {
   const std::string file = g_policies + "/lab-a.toml";
   const std::string static_policy = read_file(file);
+  // flowlets and the smoothed rates: new flows follow the shares at once
+  // (bursts, the default, are the test above's)
   write_file(file, std::regex_replace(static_policy, std::regex("mode = \"static\""),
-                                      "mode = \"adaptive\""));
+                                      "mode = \"adaptive\"\nplacement = \"flowlets\"\n"
+                                      "peak_window = \"0s\"\nhold = \"0s\""));
   json rl = lab::dpctl("a", "policy reload");
   ASSERT_TRUE(rl.contains("hash")) << rl.dump();
   lab::dpctl("a", "class unpin expert-combine");  // whatever earlier tests did

@@ -128,14 +128,14 @@ TEST_P(SchedulerReplay, Trace) {
   Replay r;
   r.name = GetParam();
   r.policy = *load.policy;
-  // "flowcell": 0 replays the scheduler as it places classes without cells
+  // The traces replay the scheduler's rules, not the policy's defaults:
+  // "flowcell": 0 places classes without cells; "placement": "bursts" (else
+  // flowlets); "peak_window_ms" and "hold_ms": decisions on peaks (else 0:
+  // on the smoothed rates the trace gives).
   if (trace.contains("flowcell")) r.policy.scheduler.flowcell = trace["flowcell"].get<uint64_t>();
-  // "peak_window_ms" and "hold_ms": decisions on peaks (0, the default: on
-  // the smoothed rates the trace gives)
-  if (trace.contains("peak_window_ms"))
-    r.policy.scheduler.peak_window = std::chrono::milliseconds(trace["peak_window_ms"].get<int>());
-  if (trace.contains("hold_ms"))
-    r.policy.scheduler.hold = std::chrono::milliseconds(trace["hold_ms"].get<int>());
+  r.policy.scheduler.burst_placement = trace.value("placement", "flowlets") == "bursts";
+  r.policy.scheduler.peak_window = std::chrono::milliseconds(trace.value("peak_window_ms", 0));
+  r.policy.scheduler.hold = std::chrono::milliseconds(trace.value("hold_ms", 0));
   for (auto& name : trace.value("pin", std::vector<std::string>{}))
     for (auto& c : r.policy.classes)
       if (c.name == name) c.pinned = true;
@@ -179,7 +179,9 @@ TEST(Scheduler, NoDemandNoMoveAndOutputIsDeterministic) {
     EXPECT_EQ(b.events[i].reason, c.events[i].reason);
   }
   ASSERT_FALSE(b.events.empty());
-  EXPECT_NE(b.events[0].reason.find("rail0 utilisation 0.95 > threshold 0.60: spill"),
+  // (decisions on the peaks of 100 ms by default)
+  EXPECT_NE(b.events[0].reason.find("rail0 utilisation peaked at 0.95 in the last 100ms > "
+                                    "threshold 0.60: expert-combine spills"),
             std::string::npos)
       << b.events[0].reason;
 }
@@ -214,7 +216,12 @@ TEST(Cells, ElasticClassesOfTheSharedTopologyByTheCapacityOtherTrafficLeaves) {
   auto load = dp::load_policy_file(std::string(DP_SOURCE_DIR) + "/policies/lab-a.toml");
   ASSERT_TRUE(load.ok());
   dp::Policy p = *load.policy;
-  EXPECT_EQ(dp::plan_cells(p, {0, 0}).shift, 0u) << "off by default";
+  EXPECT_EQ(dp::plan_cells(p, {0, 0}).shift, 0u) << "bursts by default, not cells";
+  EXPECT_TRUE(dp::plan_cells(p, {0, 0}).bursts);
+  p.scheduler.adaptive = false;
+  EXPECT_FALSE(dp::plan_cells(p, {0, 0}).bursts) << "static mode never splits a class";
+  p.scheduler.adaptive = true;
+  p.scheduler.burst_placement = false;  // placement = "cells"
   p.scheduler.flowcell = 16 * 1024;
   auto c = dp::plan_cells(p, {0, 0});
   EXPECT_EQ(c.shift, 14u) << "16KiB";

@@ -236,17 +236,21 @@ void print_peers(const Opts& o) {
       {"dualpath", sep ? "dualpathd, adaptive, as the policy's defaults: connections placed "
                          "when\n            they connect, on the rail the class's decision "
                          "gives"
-                       : "dualpathd, adaptive, as the policy's defaults: decisions on "
-                         "smoothed\n            rates, split classes by flowlets"},
+                       : "dualpathd, adaptive, as the policy's defaults: decisions on 100 ms "
+                         "peaks,\n            a 1 s hold, split elastic classes placed a "
+                         "whole burst at a time\n            where the daemon's plan finishes "
+                         "the round soonest"},
+      {"flowlets",
+       "dualpathd, adaptive, the defaults before 2026-12: decisions on smoothed\n"
+       "            rates, split classes by flowlets (500us gap)"},
       {"cells",
-       "dualpathd, adaptive with burst placement: decisions on 100 ms peaks,\n"
+       "dualpathd, adaptive: decisions on 100 ms peaks,\n"
        "            a 1 s hold, split elastic classes by 16 KiB flowcells where they\n"
        "            finish first, a flow's cells kept in order (flowcell_order keep)"},
       {"cells-any", "the same, cells free to overtake their own flow (flowcell_order any)"},
       {"bursts",
-       "dualpathd, adaptive with burst placement: decisions on 100 ms peaks, a 1 s\n"
-       "            hold, split elastic classes placed a whole burst at a time, each flow's\n"
-       "            next burst where the daemon's plan finishes the round soonest"},
+       "dualpathd, adaptive, placement = \"bursts\" written out (dualpath's "
+       "defaults)"},
       {"multipath",
        "dualpathd, adaptive, client and server in a multipath class (bench-mp,\n"
        "            elastic, dpctl run): every connection MPTCP with a subflow per rail,\n"
@@ -264,8 +268,8 @@ void print_peers(const Opts& o) {
   if (sep)
     std::printf(
         "  not run in the separate topology: ecmp (no route reaches b's rail0 address over\n"
-        "  rail1), cells and bursts (they split a connection's packets over the rails, and a\n"
-        "  connection lives on its rail's addresses here)\n");
+        "  rail1), flowlets, cells and bursts (they split a connection's packets over the\n"
+        "  rails, and a connection lives on its rail's addresses here)\n");
 }
 
 }  // namespace bench

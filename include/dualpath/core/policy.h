@@ -124,9 +124,11 @@ struct ClassSpec {
 
 // The cell size of [scheduler] placement = "cells" without a flowcell.
 constexpr uint64_t kDefaultFlowcell = 16u << 10;
-// The flowlet_gap of [scheduler] placement = "bursts" without one: the idle
-// time that ends a burst.
+// The flowlet_gap of [scheduler] placement = "bursts" (the default) without
+// one: the idle time that ends a burst.
 constexpr std::chrono::nanoseconds kDefaultBurstGap = std::chrono::milliseconds(4);
+// The flowlet_gap of placement = "flowlets" or "cells" without one.
+constexpr std::chrono::nanoseconds kDefaultFlowletGap = std::chrono::microseconds(500);
 
 struct SchedulerSettings {
   bool adaptive = true;  // mode = "adaptive" | "static" (never moves a class)
@@ -136,7 +138,7 @@ struct SchedulerSettings {
   std::chrono::nanoseconds cooldown = std::chrono::milliseconds(200);
   double ewma_weight = 0.2;
   std::chrono::nanoseconds tick = std::chrono::milliseconds(50);
-  std::chrono::nanoseconds flowlet_gap = std::chrono::microseconds(500);
+  std::chrono::nanoseconds flowlet_gap = kDefaultBurstGap;
   bool adaptive_flowlet_gap = true;  // raise the gap to the rails' RTT difference
   // Split elastic classes (shared topology) are placed in cells of this many
   // bytes, each where it would finish first; 0: flowlets and shares instead.
@@ -144,19 +146,20 @@ struct SchedulerSettings {
   // measured.
   uint64_t flowcell = 0;
   // How split elastic classes (shared topology) are placed: "flowlets" (by
-  // the shares, a flowlet at a time: the default), "cells" (flowcell, above;
-  // a flowcell size alone also means cells) or "bursts" (a whole burst at a
-  // time, where the daemon's plan finishes a round of bursts soonest:
-  // abi.h, DP_CELL_F_BURSTS). Cells: flowcell != 0; bursts: this.
-  bool burst_placement = false;
+  // the shares, a flowlet at a time), "cells" (flowcell, above; a flowcell
+  // size alone also means cells) or "bursts" (a whole burst at a time, where
+  // the daemon's plan finishes a round of bursts soonest: abi.h,
+  // DP_CELL_F_BURSTS; the default, with peak_window and hold below, as
+  // dp-lab bench measured best). Cells: flowcell != 0; bursts: this.
+  bool burst_placement = true;
   // a cell may overtake the flow's own bytes on another rail ("any"), or
   // changes rail only when it cannot ("keep", the default)
   bool flowcell_any_order = false;
   // Spill decisions look at the highest per-tick utilisation and demand of
   // this window; a spilled class returns only when the peak of `hold` fits.
-  // 0: the smoothed rates (ewma_weight) now, as before (the default).
-  std::chrono::nanoseconds peak_window{0};
-  std::chrono::nanoseconds hold{0};
+  // 0: the smoothed rates (ewma_weight) now.
+  std::chrono::nanoseconds peak_window = std::chrono::milliseconds(100);
+  std::chrono::nanoseconds hold = std::chrono::seconds(1);
   bool operator==(const SchedulerSettings&) const = default;
 };
 
