@@ -81,19 +81,27 @@ namespace {
 int64_t now_ns() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 }  // namespace
 
+int listen_any(uint16_t port) {
+  int l = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l < 0) return -1;
+  int one = 1, zero = 0;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+  socklen_t len;
+  auto a = make_addr("::", port, &len);
+  if (::bind(l, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(l, 64) != 0) {
+    ::close(l);
+    return -1;
+  }
+  return l;
+}
+
 ReconnectingStream::ReconnectingStream(const std::string& a_ns, const std::string& b_ns,
                                        const std::string& dst, uint16_t port, double rate_bps) {
   std::atomic<bool> ready{false};
   server_ = std::thread([this, b_ns, port, &ready] {
     in_netns(b_ns, [&]() -> std::string {
-      int l = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      int one = 1, zero = 0;
-      setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-      socklen_t len;
-      auto a = make_addr("::", port, &len);
-      (void)::bind(l, reinterpret_cast<sockaddr*>(&a), len);
-      ::listen(l, 64);
+      int l = listen_any(port);
       ready = true;
       std::vector<pollfd> fds{{l, POLLIN, 0}};
       std::vector<int64_t> accepted{0};

@@ -57,6 +57,10 @@ std::string in_netns(const std::string& ns, F fn) {
   return err;
 }
 
+// A dual-stack TCP listener on any address and `port` in this thread's
+// network namespace (SO_REUSEADDR); its fd, or -1.
+int listen_any(uint16_t port);
+
 // A stream from a_ns to dst:port that reconnects at once whenever its
 // connection ends, as an application that survives a reset does: the
 // separate topology's failover, where a failed rail's connections are ended

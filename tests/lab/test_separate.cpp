@@ -59,14 +59,7 @@ class Sink {
     std::atomic<bool> ready{false};
     thread_ = std::thread([this, port, &ready] {
       in_netns("dpl-b", [&]() -> std::string {
-        int l = ::socket(AF_INET6, SOCK_STREAM, 0);
-        int one = 1, zero = 0;
-        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-        socklen_t len;
-        auto a = make_addr("::", port, &len);
-        (void)::bind(l, reinterpret_cast<sockaddr*>(&a), len);
-        ::listen(l, 64);
+        int l = listen_any(port);
         ready = true;
         std::vector<pollfd> fds{{l, POLLIN, 0}};
         char buf[65536];
