@@ -279,9 +279,14 @@ json run_one(const Opts& o, const std::string& mode, int round,
   // dp-load asks too, for a kernel that refuses the fmod_ret program that
   // would make its sockets MPTCP)
   const bool mptcp = mode == "mptcp" || mode == "multipath";
-  // multipath: client and server in the class bench-mp (dp-lab bench_policies)
+  // multipath: client and server in the class bench-mp (dp-lab bench_policies),
+  // on ports of no port-matched class (a port class is more specific than a
+  // cgroup's, and would take the connections)
   auto in_class = [&](const std::string& node, std::vector<std::string> argv) {
     if (mode != "multipath") return argv;
+    for (const char* a : {"--port-dispatch", "45000", "--port-combine", "46000", "--port-sync",
+                          "47000", "--port-control", "48000", "--port-logs", "49000"})
+      argv.emplace_back(a);
     std::vector<std::string> run{
         o.dpctl, "-s", "/run/dualpath/" + node + ".sock", "run", "--class", "bench-mp", "--"};
     run.insert(run.end(), argv.begin(), argv.end());
