@@ -21,31 +21,12 @@
 #include "../lab/lab_util.h"
 
 namespace fs = std::filesystem;
+using lab::cpu_seconds;
 using lab::json;
+using lab::read_file;
 using lab::sh;
 
 namespace {
-
-std::string read_file(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// utime + stime of a process, in seconds
-double cpu_seconds(pid_t pid) {
-  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  std::istringstream in(stat.substr(close + 2));
-  std::string field;
-  unsigned long long ut = 0, st = 0;
-  for (int i = 3; i <= 15 && in >> field; ++i) {
-    if (i == 14) ut = std::stoull(field);
-    if (i == 15) st = std::stoull(field);
-  }
-  return static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 double rss_mb(pid_t pid, const char* key = "VmRSS:") {
   std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/status"));

@@ -36,7 +36,9 @@
 #include "dualpath/core/encode.h"
 
 namespace fs = std::filesystem;
+using lab::cpu_seconds;
 using lab::json;
+using lab::read_file;
 using lab::sh;
 
 namespace {
@@ -47,25 +49,6 @@ uint64_t mono_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-std::string read_file(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-double cpu_seconds(pid_t pid) {
-  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  std::istringstream in(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  unsigned long long ut = 0, st = 0;
-  for (int i = 3; i <= 15 && in >> field; ++i) {
-    if (i == 14) ut = std::stoull(field);
-    if (i == 15) st = std::stoull(field);
-  }
-  return static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // The daemon's tick histogram now: cumulative count per bucket bound, the sum

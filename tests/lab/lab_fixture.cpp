@@ -23,13 +23,6 @@ namespace lab {
 std::string g_skip;
 std::string g_policies;
 
-std::string read_file(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void write_file(const std::string& p, const std::string& s) { std::ofstream(p) << s; }
 
 void write_file_atomic(const std::string& p, const std::string& s) {

@@ -25,7 +25,6 @@ namespace lab {
 extern std::string g_skip;      // non-empty: why the lab tests are skipped
 extern std::string g_policies;  // private copies of the lab policies
 
-std::string read_file(const std::string& p);
 void write_file(const std::string& p, const std::string& s);
 // Readers never see a half-written file (as with sysfs attributes).
 void write_file_atomic(const std::string& p, const std::string& s);

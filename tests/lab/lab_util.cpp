@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 namespace lab {
@@ -39,6 +40,27 @@ std::string must(const std::string& cmd) {
   Cmd r = sh(cmd);
   EXPECT_EQ(r.rc, 0) << cmd << "\n" << r.out;
   return r.out;
+}
+
+std::string read_file(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double cpu_seconds(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream in(stat.substr(close + 2));
+  std::string field;
+  unsigned long long ut = 0, st = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) ut = std::stoull(field);
+    if (i == 15) st = std::stoull(field);
+  }
+  return static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 std::string dp_lab() { return std::string(DP_SOURCE_DIR) + "/tools/dp-lab"; }

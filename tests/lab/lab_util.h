@@ -24,7 +24,10 @@ Cmd sh(const std::string& cmd);
 // Like sh(), but fails the current test when rc != 0.
 std::string must(const std::string& cmd);
 
-std::string dp_lab();  // path of tools/dp-lab with the test's environment
+std::string dp_lab();                         // path of tools/dp-lab with the test's environment
+std::string read_file(const std::string& p);  // "" when it cannot be read
+// A process's CPU time so far (utime + stime from /proc/PID/stat), in seconds.
+double cpu_seconds(pid_t pid);
 uint64_t tx_bytes(const std::string& ns, const std::string& dev);
 json dpctl(const std::string& node, const std::string& args);  // -j, parsed
 // An IPv4 or IPv6 socket address (the family from the text), and its length.
