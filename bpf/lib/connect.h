@@ -267,8 +267,9 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	return 1;
 }
 
-/* getpeername() and recvmsg(): the address the application asked for. */
-static __always_inline int dp_restore(struct bpf_sock_addr *ctx, __u16 family)
+/* getpeername(), getsockname() and recvmsg(): the address the application
+ * asked for. Returns 0 when the socket was never placed. */
+static __always_inline int dp_restore_placed(struct bpf_sock_addr *ctx, __u16 family)
 {
 	struct dp_sock_orig *st;
 	__u32 addr[4] = {};
@@ -276,11 +277,11 @@ static __always_inline int dp_restore(struct bpf_sock_addr *ctx, __u16 family)
 	__u16 port;
 
 	if (!dp_connect_config(ctx))
-		return 1;
+		return 0;
 	cookie = bpf_get_socket_cookie(ctx);
 	st = bpf_map_lookup_elem(&dp_sock_orig, &cookie);
 	if (!st)
-		return 1;
+		return 0;
 	dp_load_addr(ctx, family, addr);
 	port = (__u16)ctx->user_port;
 #pragma unroll
@@ -293,6 +294,12 @@ static __always_inline int dp_restore(struct bpf_sock_addr *ctx, __u16 family)
 		dp_store_addr(ctx, family, p->orig);
 		return 1;
 	}
+	return 1;
+}
+
+static __always_inline int dp_restore(struct bpf_sock_addr *ctx, __u16 family)
+{
+	dp_restore_placed(ctx, family);
 	return 1;
 }
 

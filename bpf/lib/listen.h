@@ -82,14 +82,16 @@ static __always_inline __u16 dp_local_of(const struct dp_flow_key *k, __u32 *add
 }
 
 /* sockops, BPF_SOCK_OPS_TCP_LISTEN_CB (k: dp_sock_key of the listener): a
- * listener bound to one of this node's rail addresses is remembered. A
- * wildcard listener takes every address already and needs nothing. */
+ * listener bound to one of this node's rail addresses is remembered, and so
+ * is a wildcard one (address 0), which takes every address already: a
+ * connection is never handed past it. */
 static __always_inline void dp_listen_note(struct bpf_sock_ops *skops, const struct dp_flow_key *k)
 {
 	struct dp_listen_key key = {.proto = IPPROTO_TCP};
 	__u16 family = dp_local_of(k, key.addr);
 
-	if (dp_local_rail(key.addr, family) == DP_RAIL_NONE)
+	if ((key.addr[0] | key.addr[1] | key.addr[2] | key.addr[3]) &&
+	    dp_local_rail(key.addr, family) == DP_RAIL_NONE)
 		return;
 	key.family = (__u8)family;
 	key.port = bpf_ntohs(k->sport);
@@ -107,8 +109,68 @@ static __always_inline int dp_listening(struct dp_listen_key *key)
 	return 1;
 }
 
+/* Whether a socket holds key's address and port, or the unspecified address
+ * and that port: the kernel then finds it, and sk_lookup must not override
+ * it. TCP listeners are in dp_listeners (sockops), UDP sockets in
+ * dp_udp_bound from their bind on. */
+static __always_inline int dp_bound_here(struct dp_listen_key *key)
+{
+	struct dp_listen_key any = {.port = key->port, .proto = key->proto, .family = key->family};
+	/* a dual-stack [::] socket takes IPv4 too */
+	struct dp_listen_key any6 = {.port = key->port, .proto = key->proto, .family = DP_AF_INET6};
+
+	if (key->proto == IPPROTO_UDP)
+		return bpf_map_lookup_elem(&dp_udp_bound, key) ||
+		       bpf_map_lookup_elem(&dp_udp_bound, &any) ||
+		       bpf_map_lookup_elem(&dp_udp_bound, &any6);
+	return dp_listening(key) || dp_listening(&any) || dp_listening(&any6);
+}
+
+static __always_inline void dp_count_handover(__u32 here)
+{
+	__u64 *n = bpf_map_lookup_elem(&dp_handovers, &here);
+
+	if (n)
+		*n += 1;
+}
+
+/* The peer `real` (a UDP datagram's source) as a server bound to this node's
+ * address on rail `to` sees it: the same peer on that rail (the peer table,
+ * or the same host part), or `real` where it does not map. */
+static __always_inline void dp_udp_shown(const __u32 *real, __u16 family, __u32 to, __u32 *shown)
+{
+	__u32 from;
+	int any_net = 0;
+
+	__builtin_memcpy(shown, real, 4 * sizeof(__u32));
+	from = dp_rail_of_addr(shown, family, &any_net);
+	if (from != DP_RAIL_NONE && from != to)
+		dp_map_addr(shown, family, from, to);
+}
+
+/* sk_lookup handed a datagram from real:rport, addressed to this node's
+ * address on rail `here`, to the server bound to port lport on rail `to`:
+ * remembered (once per peer, not per datagram) for the server's recvmsg()
+ * and sendto() (dp_udp_restore, dp_udp_reply). */
+static __always_inline void dp_udp_hand(const __u32 *real, __u16 family, __u16 lport, __u16 rport,
+					__u32 here, __u32 to)
+{
+	struct dp_udp_peer peer = {.lport = lport, .rport = rport, .family = (__u8)family};
+	struct dp_udp_handed h = {.here = here, .to = to}, *old;
+
+	dp_udp_shown(real, family, to, peer.addr);
+	old = bpf_map_lookup_elem(&dp_udp_handed, &peer);
+	if (old && old->here == here && old->to == to && old->real[0] == real[0] &&
+	    old->real[1] == real[1] && old->real[2] == real[2] && old->real[3] == real[3])
+		return;
+	__builtin_memcpy(h.real, real, sizeof(h.real));
+	bpf_map_update_elem(&dp_udp_handed, &peer, &h, BPF_ANY);
+	dp_count_handover(here);
+}
+
 /* sk_lookup: a connection to this node's address on one rail, with no
- * listener there, goes to the listener on the same port on another rail. */
+ * listener there, goes to the listener on the same port on another rail;
+ * a UDP datagram, to the unconnected socket bound there. */
 static __always_inline int dp_handover(struct bpf_sk_lookup *ctx)
 {
 	struct dp_listen_key key = {};
@@ -118,7 +180,7 @@ static __always_inline int dp_handover(struct bpf_sk_lookup *ctx)
 	struct bpf_sock *sk;
 
 	DP_CTX_LOAD(proto, ctx->protocol);
-	if (proto != IPPROTO_TCP)
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return SK_PASS;
 	DP_CTX_LOAD(family, ctx->family);
 	if (family == DP_AF_INET) {
@@ -138,9 +200,9 @@ static __always_inline int dp_handover(struct bpf_sk_lookup *ctx)
 	DP_CTX_LOAD(lport, ctx->local_port);
 	__builtin_memcpy(key.addr, local, sizeof(key.addr));
 	key.family = (__u8)family;
-	key.proto = IPPROTO_TCP;
+	key.proto = (__u8)proto;
 	key.port = (__u16)lport;
-	if (dp_listening(&key))
+	if (dp_bound_here(&key))
 		return SK_PASS; /* bound to the address asked for: the kernel finds it */
 	for (to = 0; to < DP_MAX_RAILS; to++) {
 		if (to == here || !dp_local_addr_of(to, (__u16)family, key.addr))
@@ -157,6 +219,11 @@ static __always_inline int dp_handover(struct bpf_sk_lookup *ctx)
 	}
 	if (to >= DP_MAX_RAILS)
 		return SK_PASS;
+	DP_CTX_LOAD(v, ctx->remote_port);
+	if (proto == IPPROTO_UDP) {
+		dp_udp_hand(remote, (__u16)family, (__u16)lport, bpf_ntohs((__u16)v), here, to);
+		return SK_PASS;
+	}
 	/* what sockops will see for the accepted socket (dp_sock_key) */
 	if (family == DP_AF_INET) {
 		seen.saddr[2] = bpf_htonl(0xffff);
@@ -167,17 +234,11 @@ static __always_inline int dp_handover(struct bpf_sk_lookup *ctx)
 		__builtin_memcpy(seen.saddr, local, sizeof(seen.saddr));
 		__builtin_memcpy(seen.daddr, remote, sizeof(seen.daddr));
 	}
-	DP_CTX_LOAD(v, ctx->remote_port);
 	seen.sport = bpf_htons((__u16)lport);
 	seen.dport = (__u16)v;
 	seen.proto = IPPROTO_TCP;
 	bpf_map_update_elem(&dp_handed, &seen, &to, BPF_ANY);
-	{
-		__u64 *n = bpf_map_lookup_elem(&dp_handovers, &here);
-
-		if (n)
-			*n += 1;
-	}
+	dp_count_handover(here);
 	return SK_PASS;
 }
 
@@ -230,6 +291,240 @@ static __always_inline void dp_handover_accepted(struct bpf_sock_ops *skops,
 	__builtin_memcpy(orig, peer, sizeof(orig));
 	if (from != DP_RAIL_NONE && dp_map_addr(orig, family, from, rail))
 		dp_place_note(st, peer, orig, k->dport, family);
+}
+
+/* ------------------------------------------------------------------ UDP
+ * A UDP server bound to one rail's address gets the datagrams a peer placed
+ * on another rail: sk_lookup hands them to it (dp_handover) once the socket
+ * is in dp_listeners. No hook that sees a bind may add a socket to a
+ * SOCKHASH, so cgroup post_bind counts the binds to a rail address
+ * (dp_udp_binds), and the daemon then runs the iterator dp_udp_servers over
+ * its namespace's UDP sockets, which adds them. A server bound in the last
+ * tick may lose the first datagrams placed on another rail. */
+
+static __always_inline void dp_udp_bound_note(struct bpf_sock *sk, struct dp_listen_key *key)
+{
+	__u64 cookie = bpf_get_socket_cookie(sk);
+
+	if (bpf_map_update_elem(&dp_udp_bound_by, &cookie, key, BPF_ANY) == 0)
+		bpf_map_update_elem(&dp_udp_bound, key, &cookie, BPF_ANY);
+}
+
+/* cgroup post_bind: a UDP socket bound to one of this node's rail addresses,
+ * or to the unspecified address (which takes every address already: nothing
+ * is handed over past it), is remembered. Never refuses a bind. */
+static __always_inline int dp_udp_bind_note(struct bpf_sock *sk, __u16 family)
+{
+	__u32 zero = 0, addr[4] = {};
+	struct dp_config *cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	struct dp_listen_key key = {.proto = IPPROTO_UDP};
+	__u64 *n;
+
+	if (!cfg || sk->protocol != IPPROTO_UDP)
+		return 1;
+	if (cfg->netns_cookie && bpf_get_netns_cookie(sk) != cfg->netns_cookie)
+		return 1;
+	if (family == DP_AF_INET) {
+		addr[0] = sk->src_ip4;
+	} else {
+		addr[0] = sk->src_ip6[0];
+		addr[1] = sk->src_ip6[1];
+		addr[2] = sk->src_ip6[2];
+		addr[3] = sk->src_ip6[3];
+	}
+	key.family = (__u8)family;
+	key.port = (__u16)sk->src_port;
+	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
+	if (!(addr[0] | addr[1] | addr[2] | addr[3])) {
+		dp_udp_bound_note(sk, &key);
+		return 1;
+	}
+	if (dp_local_rail(addr, family) == DP_RAIL_NONE)
+		return 1;
+	dp_udp_bound_note(sk, &key);
+	n = bpf_map_lookup_elem(&dp_udp_binds, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	return 1;
+}
+
+/* cgroup sock_release: a UDP socket dp_udp_bound holds is forgotten (by its
+ * cookie: sock_release may not read the socket's address). */
+static __always_inline void dp_udp_bind_forget(struct bpf_sock *sk)
+{
+	struct dp_listen_key *key;
+	__u64 cookie, *was;
+
+	if (sk->protocol != IPPROTO_UDP)
+		return;
+	cookie = bpf_get_socket_cookie(sk);
+	key = bpf_map_lookup_elem(&dp_udp_bound_by, &cookie);
+	if (!key)
+		return;
+	was = bpf_map_lookup_elem(&dp_udp_bound, key);
+	if (was && *was == cookie)
+		bpf_map_delete_elem(&dp_udp_bound, key);
+	bpf_map_delete_elem(&dp_udp_bound_by, &cookie);
+}
+
+/* The kernel's socket, as far as the iterator reads it (CO-RE by name). */
+struct in6_addr___dp {
+	union {
+		__u32 u6_addr32[4];
+	} in6_u;
+} __attribute__((preserve_access_index));
+
+struct sock_common___dp {
+	unsigned short skc_family;
+	volatile unsigned char skc_state;
+	__u32 skc_rcv_saddr;
+	__u16 skc_num;
+	struct in6_addr___dp skc_v6_rcv_saddr;
+} __attribute__((preserve_access_index));
+
+struct sock___dp {
+	struct sock_common___dp __sk_common;
+} __attribute__((preserve_access_index));
+
+struct inet_sock___dp {
+	struct sock___dp sk;
+} __attribute__((preserve_access_index));
+
+struct udp_sock___dp {
+	struct inet_sock___dp inet;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter_meta___dp {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta___dp *meta;
+	struct udp_sock___dp *udp_sk;
+} __attribute__((preserve_access_index));
+
+#define DP_TCP_CLOSE 7 /* an unconnected UDP socket's state */
+
+/* iter/udp, one socket: an unconnected UDP socket bound to one of this
+ * node's rail addresses goes into dp_listeners (again: an update of the
+ * same socket is harmless, and a closed one has left it by itself). */
+static __always_inline int dp_udp_note(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock___dp *u = ctx->udp_sk;
+	struct dp_listen_key key = {.proto = IPPROTO_UDP};
+	struct sock_common___dp *c;
+	__u16 family;
+
+	if (!u)
+		return 0;
+	c = &u->inet.sk.__sk_common;
+	if (c->skc_state != DP_TCP_CLOSE)
+		return 0; /* connected: sk_lookup may not hand it anything */
+	family = c->skc_family;
+	if (family == DP_AF_INET) {
+		key.addr[0] = c->skc_rcv_saddr;
+	} else if (family == DP_AF_INET6) {
+		key.addr[0] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[0];
+		key.addr[1] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[1];
+		key.addr[2] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[2];
+		key.addr[3] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[3];
+	} else {
+		return 0;
+	}
+	if (dp_local_rail(key.addr, family) == DP_RAIL_NONE)
+		return 0;
+	key.family = (__u8)family;
+	key.port = c->skc_num;
+	bpf_map_update_elem(&dp_listeners, &key, u, BPF_ANY);
+	return 0;
+}
+
+static __always_inline void dp_sock_src(struct bpf_sock *sk, __u16 family, __u32 *addr)
+{
+	if (family == DP_AF_INET) {
+		addr[0] = sk->src_ip4;
+	} else {
+		addr[0] = sk->src_ip6[0];
+		addr[1] = sk->src_ip6[1];
+		addr[2] = sk->src_ip6[2];
+		addr[3] = sk->src_ip6[3];
+	}
+}
+
+/* recvmsg() of a server a peer's datagrams were handed to: the peer on the
+ * server's own rail, as a TCP server sees its handed-over peer. */
+static __always_inline void dp_udp_restore(struct bpf_sock_addr *ctx, __u16 family)
+{
+	struct dp_udp_peer peer = {.family = (__u8)family};
+	__u32 local[4] = {}, real[4] = {}, to;
+	struct bpf_sock *sk = ctx->sk;
+	struct dp_udp_handed *h;
+
+	if (!sk || ctx->protocol != IPPROTO_UDP || !dp_connect_config(ctx))
+		return;
+	dp_sock_src(sk, family, local);
+	to = dp_local_rail(local, family);
+	if (to == DP_RAIL_NONE)
+		return;
+	dp_load_addr(ctx, family, real);
+	dp_udp_shown(real, family, to, peer.addr);
+	peer.lport = (__u16)sk->src_port;
+	peer.rport = bpf_ntohs((__u16)ctx->user_port);
+	h = bpf_map_lookup_elem(&dp_udp_handed, &peer);
+	if (!h || h->to != to || h->real[0] != real[0] || h->real[1] != real[1] ||
+	    h->real[2] != real[2] || h->real[3] != real[3])
+		return;
+	dp_store_addr(ctx, family, peer.addr);
+}
+
+/* recvmsg(): a placed socket's peer as asked for; a handed-over peer as the
+ * server's rail shows it. */
+static __always_inline int dp_recvmsg(struct bpf_sock_addr *ctx, __u16 family)
+{
+	if (!dp_restore_placed(ctx, family))
+		dp_udp_restore(ctx, family);
+	return 1;
+}
+
+/* sendto() of such a server to a handed-over peer: back the way its
+ * datagrams came, from this node's address on the rail they were addressed
+ * to (a connected client takes nothing else). Returns 1 when it was one. */
+static __always_inline int dp_udp_reply(struct bpf_sock_addr *ctx, __u16 family)
+{
+	struct dp_udp_peer peer = {.family = (__u8)family};
+	__u32 local[4] = {}, src[4] = {};
+	struct bpf_sock *sk = ctx->sk;
+	struct dp_udp_handed *h;
+
+	if (!sk || ctx->protocol != IPPROTO_UDP)
+		return 0;
+	dp_load_addr(ctx, family, peer.addr);
+	peer.lport = (__u16)sk->src_port;
+	peer.rport = bpf_ntohs((__u16)ctx->user_port);
+	h = bpf_map_lookup_elem(&dp_udp_handed, &peer);
+	if (!h)
+		return 0;
+	dp_sock_src(sk, family, local);
+	if (dp_local_rail(local, family) != h->to || !dp_local_addr_of(h->here, family, src))
+		return 0;
+	dp_store_addr(ctx, family, h->real);
+	if (family == DP_AF_INET) {
+		ctx->msg_src_ip4 = src[0];
+	} else {
+		ctx->msg_src_ip6[0] = src[0];
+		ctx->msg_src_ip6[1] = src[1];
+		ctx->msg_src_ip6[2] = src[2];
+		ctx->msg_src_ip6[3] = src[3];
+	}
+	return 1;
+}
+
+/* sendmsg(): a reply to a handed-over peer, or else placement. */
+static __always_inline int dp_sendmsg(struct bpf_sock_addr *ctx, __u16 family)
+{
+	if (dp_connect_config(ctx) && dp_udp_reply(ctx, family))
+		return 1;
+	return dp_connect(ctx, family);
 }
 
 #endif /* DP_BPF_LISTEN_H */

@@ -118,7 +118,14 @@ Result<void> attach_netns(bpf_program* prog, const std::string& pin_dir, const s
       });
 }
 
-Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const std::string& what) {
+namespace {
+
+// A link that cannot be updated in place (tracing, iterators), pinned at
+// pin_dir/link_<what>: a pinned link of this very program is kept; another
+// (an earlier build's) is replaced once `make` made the new one.
+template <class Make>
+Result<void> replace_link(bpf_program* prog, const std::string& pin_dir, const std::string& what,
+                          Make make) {
   std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
   bpf_prog_info mine{};
   uint32_t mine_len = sizeof(mine);
@@ -132,9 +139,10 @@ Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const s
         info.prog_id == mine.id)
       return {};
   }
-  bpf_link* link = bpf_program__attach_trace(prog);
+  bpf_link* link = make();
   if (!link) return DP_SYS_ERROR(errno, "attaching {} failed", what);
-  std::string fresh = pin + ".new";
+  // (bpffs refuses a name with a dot in it: EPERM)
+  std::string fresh = pin + "_new";
   ::unlink(fresh.c_str());
   int err = bpf_link__pin(link, fresh.c_str());
   bpf_link__destroy(link);
@@ -145,6 +153,27 @@ Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const s
     ::unlink(fresh.c_str());
     return DP_SYS_ERROR(e, "moving the {} link's pin to {} failed", what, pin);
   }
+  return {};
+}
+
+}  // namespace
+
+Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const std::string& what) {
+  return replace_link(prog, pin_dir, what, [&] { return bpf_program__attach_trace(prog); });
+}
+
+Result<void> attach_iter(bpf_program* prog, const std::string& pin_dir, const std::string& what) {
+  return replace_link(prog, pin_dir, what, [&] { return bpf_program__attach_iter(prog, nullptr); });
+}
+
+Result<void> run_iter(const std::string& pin_dir, const std::string& what) {
+  std::string pin = (std::filesystem::path(pin_dir) / ("link_" + what)).string();
+  // reading the pinned link runs the program over this namespace's objects
+  Fd fd(::open(pin.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return DP_SYS_ERROR(errno, "opening the {} iterator at {} failed", what, pin);
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof(buf))) != 0;)
+    if (n < 0 && errno != EINTR) return DP_SYS_ERROR(errno, "running the {} iterator failed", what);
   return {};
 }
 

@@ -278,6 +278,9 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
       case Hook::Trace:
         DP_TRY(attach_trace(prog, pin_dir_, what));
         break;
+      case Hook::Iter:
+        DP_TRY(attach_iter(prog, pin_dir_, what));
+        break;
     }
   }
   if (!cgroup.empty() && cgroup != sockops_cgroup_)
@@ -323,6 +326,7 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     DP_TRY(skel_->set_rail_ifindex(s.ifindex[i], slot));
   }
   DP_TRY(write_peers(next, s.rail_slot));
+  udp_binds_.reset();  // the rails' addresses may have changed: look for servers again
   for (size_t i = 0; i < next.classes.size(); ++i) {
     const auto& cs = next.classes[i];
     auto slot = static_cast<uint32_t>(s.class_slot[i]);
@@ -648,6 +652,17 @@ std::array<uint64_t, DP_MAX_RAILS> Datapath::handovers() const {
       for (auto x : *v) out[r] += x;
   }
   return out;
+}
+
+void Datapath::note_udp_servers() {
+  auto binds = skel_->dp_udp_binds().get(0);
+  if (!binds || (udp_binds_ && *udp_binds_ == *binds)) return;
+  if (!skel_->program("dp_udp_servers")) return;
+  if (auto r = run_iter(pin_dir_, "udp_servers"); !r) {
+    spdlog::warn("finding the UDP servers bound to a rail's address failed: {}", r.error().what());
+    return;  // tried again next tick
+  }
+  udp_binds_ = *binds;
 }
 
 std::vector<FlowRow> Datapath::flows(size_t* total) const {

@@ -469,11 +469,25 @@ struct dp_sock_orig {
  * dp_local_addrs: ARRAY, key = rail slot: this node's own address on each
  * rail (the policy's source and source6), network byte order; all zero in the
  * shared topology, where nothing is handed over.
- * dp_listeners: SOCKHASH, struct dp_listen_key -> a TCP listener bound to one
- * of those addresses (sockops adds it when it starts listening; the kernel
- * removes it when it closes).
+ * dp_listeners: SOCKHASH, struct dp_listen_key -> a TCP listener or an
+ * unconnected UDP socket bound to one of those addresses (sockops adds a
+ * listener when it starts listening; the daemon adds UDP sockets through an
+ * iterator, dp_udp_servers, after cgroup post_bind counted a bind to one of
+ * the addresses in dp_udp_binds; the kernel removes a socket when it closes).
  * dp_handovers: PERCPU_ARRAY, key = rail slot the connection was addressed
- * to: connections handed to a listener on another rail.
+ * to: connections (and UDP peers) handed to a socket on another rail.
+ * dp_udp_bound: HASH, struct dp_listen_key -> socket cookie: every UDP
+ * socket bound to one of those addresses or to the unspecified one (address
+ * 0), from bind (cgroup post_bind) to close (sock_release), so that sk_lookup
+ * never overrides one, even before the iterator has seen it.
+ * dp_udp_bound_by: HASH, socket cookie -> its dp_udp_bound key (sock_release
+ * sees no address).
+ * dp_udp_handed: LRU_HASH, struct dp_udp_peer -> struct dp_udp_handed: a UDP
+ * peer whose datagrams sk_lookup handed to a server bound to another rail's
+ * address. The server's recvmsg() shows the peer on the server's own rail,
+ * and its sendto() of that address goes back the way the datagrams came
+ * (destination the peer's real address, source this node's address on the
+ * rail they were addressed to), which a connected client requires.
  */
 #define DP_LISTENERS_SIZE 16384
 struct dp_local_addr {
@@ -484,8 +498,22 @@ struct dp_local_addr {
 struct dp_listen_key {
   __u32 addr[4]; /* IPv4 in [0], network byte order */
   __u16 port;    /* host byte order */
-  __u8 proto;    /* IPPROTO_TCP */
+  __u8 proto;    /* IPPROTO_TCP or IPPROTO_UDP */
   __u8 family;   /* AF_INET or AF_INET6 */
+};
+
+#define DP_UDP_HANDED_SIZE 16384
+struct dp_udp_peer {
+  __u32 addr[4]; /* the peer as the server sees it (on the server's rail) */
+  __u16 lport;   /* the server's port, host byte order */
+  __u16 rport;   /* the peer's port, host byte order */
+  __u8 family;
+  __u8 pad[3];
+};
+struct dp_udp_handed {
+  __u32 real[4]; /* the peer's address its datagrams came from */
+  __u32 here;    /* the rail slot they were addressed to */
+  __u32 to;      /* the rail slot of the server's address */
 };
 
 #endif /* DUALPATH_ABI_H */

@@ -705,6 +705,28 @@ TEST_F(Separate, AFailedRailsConnectionsAreEndedAndAReconnectingClientIsCarriedO
   EXPECT_TRUE(events_say("rail0 failed: ended")) << "dpctl events says what was ended";
 }
 
+// The address of interface `ifname` in `family` (not link-local), with
+// `port`, found with getifaddrs() in the calling thread's namespace, the way
+// frameworks given an interface find theirs (GLOO_SOCKET_IFNAME,
+// NCCL_SOCKET_IFNAME). Returns its length, 0 if it has none.
+socklen_t if_addr(const std::string& ifname, int family, uint16_t port, sockaddr_storage* addr) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return 0;
+  socklen_t len = 0;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || ifname != i->ifa_name || i->ifa_addr->sa_family != family) continue;
+    if (family == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+      continue;
+    len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::memcpy(addr, i->ifa_addr, len);
+    break;
+  }
+  freeifaddrs(ifs);
+  if (len) reinterpret_cast<sockaddr_in*>(addr)->sin_port = htons(port);  // same offset in both
+  return len;
+}
+
 // A server in dpl-b bound the way frameworks given an interface bind
 // (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, an RPC server's --host): to that
 // interface's address, found with getifaddrs(). It accepts one connection,
@@ -716,25 +738,12 @@ class BoundServer {
     std::atomic<bool> ready{false};
     thread_ = std::thread([this, ifname, family, port, &ready] {
       error_ = in_netns("dpl-b", [&]() -> std::string {
-        ifaddrs* ifs = nullptr;
-        if (getifaddrs(&ifs) != 0) return "getifaddrs failed";
         sockaddr_storage addr{};
-        socklen_t len = 0;
-        for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-          if (!i->ifa_addr || ifname != i->ifa_name || i->ifa_addr->sa_family != family) continue;
-          if (family == AF_INET6 &&
-              IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
-            continue;
-          len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-          std::memcpy(&addr, i->ifa_addr, len);
-          break;
-        }
-        freeifaddrs(ifs);
+        socklen_t len = if_addr(ifname, family, port, &addr);
         if (!len) {
           ready = true;
           return "no address on " + ifname;
         }
-        reinterpret_cast<sockaddr_in*>(&addr)->sin_port = htons(port);  // same offset in both
         bound_ = ip_of(addr);
         int l = ::socket(family, SOCK_STREAM, 0);
         int one = 1;
@@ -839,6 +848,164 @@ TEST_F(Separate, AListenerOnTheAddressAskedForIsNeverOverridden) {
   // with no listener on either address, the connection is refused as before
   Sent refused = tcp_send(kB4[0], 52042, 1);
   EXPECT_NE(refused.error.find("refused"), std::string::npos) << refused.error;
+}
+
+// A UDP server in dpl-b bound to interface `ifname`'s address, as
+// BoundServer is: it echoes every datagram back with sendto() to the address
+// recvfrom() gave, and says which peer it saw last and how many came.
+class BoundEcho {
+ public:
+  BoundEcho(const std::string& ifname, int family, uint16_t port) {
+    std::atomic<bool> ready{false};
+    thread_ = std::thread([this, ifname, family, port, &ready] {
+      error_ = in_netns("dpl-b", [&]() -> std::string {
+        sockaddr_storage addr{};
+        socklen_t len = if_addr(ifname, family, port, &addr);
+        int fd = len ? ::socket(family, SOCK_DGRAM, 0) : -1;
+        if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+          std::string e = len ? std::strerror(errno) : "no address on " + ifname;
+          if (fd >= 0) ::close(fd);
+          ready = true;
+          return "bind: " + e;
+        }
+        bound_ = ip_of(addr);
+        timeval tv{0, 50000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        // the daemon finds a new UDP server at its next tick (lib/listen.h)
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        ready = true;
+        char buf[2048];
+        while (!stop_) {
+          sockaddr_storage from{};
+          socklen_t fl = sizeof(from);
+          ssize_t n = ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+          if (n <= 0) continue;
+          ++received_;
+          peer_ = ip_of(from);
+          (void)::sendto(fd, buf, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from),
+                         fl);
+        }
+        ::close(fd);
+        return "";
+      });
+    });
+    while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~BoundEcho() { join(); }
+  void join() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string error_, bound_, peer_;
+  std::atomic<int> received_{0};
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct UdpExchange {
+  std::string error, peer, local;
+  int echoed = 0;
+};
+
+// `count` datagrams of 1,000 bytes from dpl-a to dst:port, each waiting for
+// its echo; `connected`: through connect() and send()/recv(), else sendto()
+// and recvfrom(). peer: what getpeername() (connected) or the last
+// recvfrom() gave; local: getsockname() of the connected socket.
+UdpExchange udp_exchange(const std::string& dst, uint16_t port, int count, bool connected) {
+  UdpExchange out;
+  out.error = in_netns("dpl-a", [&]() -> std::string {
+    socklen_t len;
+    auto to = make_addr(dst, port, &len);
+    int fd = ::socket(to.ss_family, SOCK_DGRAM, 0);
+    timeval tv{0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connected && ::connect(fd, reinterpret_cast<sockaddr*>(&to), len) != 0) {
+      std::string e = std::strerror(errno);
+      ::close(fd);
+      return "connect: " + e;
+    }
+    std::vector<char> buf(1000, 'u');
+    for (int i = 0; i < count; ++i) {
+      sockaddr_storage from{};
+      socklen_t fl = sizeof(from);
+      if (connected) {
+        (void)::send(fd, buf.data(), buf.size(), 0);
+        if (::recv(fd, buf.data(), buf.size(), 0) > 0) ++out.echoed;
+      } else {
+        (void)::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), len);
+        if (::recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl) >
+            0) {
+          ++out.echoed;
+          out.peer = ip_of(from);
+        }
+      }
+    }
+    if (connected) {
+      sockaddr_storage peer{}, me{};
+      socklen_t pl = sizeof(peer), ml = sizeof(me);
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl);
+      getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml);
+      out.peer = ip_of(peer);
+      out.local = ip_of(me);
+    }
+    ::close(fd);
+    return "";
+  });
+  return out;
+}
+
+TEST_F(Separate, AUdpServerBoundToOneRailsAddressAnswersWhatIsPlacedOnTheOther) {
+  // logs prefers rail1; b's server is bound to its rail0 address only, and a
+  // connected client takes replies only from the address it is connected to
+  struct Case {
+    int family;
+    const char* dst;
+    const char* a_rail0;
+    const char* a_rail1;
+    uint16_t port;
+    bool connected;
+  };
+  const Case cases[] = {{AF_INET, kB4[0], "10.10.1.1", "10.20.1.1", 54021, true},
+                        {AF_INET, kB4[0], "10.10.1.1", "10.20.1.1", 54022, false},
+                        {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 54023, true},
+                        {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 54024, false}};
+  constexpr int kCount = 200;
+  for (const auto& c : cases) {
+    const std::string what = std::string(c.connected ? "connected" : "unconnected") +
+                             " UDP to a server bound to " + c.dst;
+    uint64_t handed = handovers_on_b("rail1");
+    BoundEcho echo("rail0", c.family, c.port);
+    ASSERT_EQ(echo.error_, "");
+    ASSERT_EQ(echo.bound_, c.dst);
+    RailBytes before = rail_bytes();
+    UdpExchange u = udp_exchange(c.dst, c.port, kCount, c.connected);
+    echo.join();
+    ASSERT_EQ(u.error, "") << what;
+    ASSERT_EQ(echo.error_, "");
+    EXPECT_GE(u.echoed, kCount - 5) << what << ": " << echo.received_ << " reached the server";
+    EXPECT_EQ(u.peer, c.dst) << what << ": the client sees the address it sent to";
+    if (c.connected) {
+      EXPECT_EQ(u.local, c.a_rail1) << what << ": it lives on rail1";
+    }
+    EXPECT_EQ(echo.peer_, c.a_rail0) << what << ": the server sees its peer on its own rail";
+    expect_both_ways_on(1, before, kCount * 1000, what);
+    EXPECT_EQ(handovers_on_b("rail1"), handed + 1) << what << ": one handover per peer";
+  }
+  // a socket bound to the address asked for gets its datagrams, even one
+  // the daemon has not seen yet (it is found from its bind on)
+  BoundEcho on0("rail0", AF_INET, 54031), on1("rail1", AF_INET, 54031);
+  ASSERT_EQ(on0.error_, "");
+  ASSERT_EQ(on1.error_, "");
+  uint64_t handed = handovers_on_b("rail1");
+  UdpExchange u = udp_exchange(kB4[0], 54031, 20, true);
+  on0.join();
+  on1.join();
+  EXPECT_EQ(u.echoed, 20);
+  EXPECT_EQ(on1.received_, 20) << "the socket bound to the address the datagrams were for";
+  EXPECT_EQ(on0.received_, 0);
+  EXPECT_EQ(handovers_on_b("rail1"), handed);
 }
 
 TEST_F(Separate, MetricsCountPlacementsAndResets) {

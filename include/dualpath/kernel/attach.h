@@ -56,6 +56,10 @@ Result<void> attach_netns(bpf_program* prog, const std::string& pin_dir, const s
 // another (an earlier build's) is replaced once the new one is attached, so
 // that the hook is never missing. Tracing links cannot be updated in place.
 Result<void> attach_trace(bpf_program* prog, const std::string& pin_dir, const std::string& what);
+// Attaches an iterator (iter/udp) the same way, its link pinned at
+// pin_dir/link_<what>; run_iter runs it over this process's namespace.
+Result<void> attach_iter(bpf_program* prog, const std::string& pin_dir, const std::string& what);
+Result<void> run_iter(const std::string& pin_dir, const std::string& what);
 // Removes the pinned link pin_dir/link_<what>, if any (its program detaches).
 Result<void> detach_pinned(const std::string& pin_dir, const std::string& what);
 // The cgroup v2 mount point (from /proc/self/mounts).

@@ -21,6 +21,7 @@ enum class Hook {
   Cgroup,     // the policy's cgroup (sockops, sock_addr, sock_release): a pinned link
   Netns,      // the daemon's network namespace (sk_lookup): a pinned link
   Trace,      // a kernel function (fmod_ret): a pinned link
+  Iter,       // an iterator the daemon runs (iter/udp): a pinned link
 };
 
 enum class When {
@@ -53,7 +54,10 @@ inline constexpr ProgramSpec kPrograms[] = {
     {"dp_getsockname4", Hook::Cgroup, "getsockname4"},
     {"dp_getsockname6", Hook::Cgroup, "getsockname6"},
     {"dp_sock_release", Hook::Cgroup, "sock_release"},
+    {"dp_post_bind4", Hook::Cgroup, "post_bind4"},
+    {"dp_post_bind6", Hook::Cgroup, "post_bind6"},
     {"dp_sk_lookup", Hook::Netns, "sk_lookup"},
+    {"dp_udp_servers", Hook::Iter, "udp_servers"},
     {"dp_update_socket_protocol", Hook::Trace, "update_socket_protocol", When::Multipath, true},
 };
 
