@@ -153,7 +153,8 @@ void Daemon::restart_responder(const Policy& next) {
               next.responder.max_sessions,
               next.responder.max_duration.count(),
               next.node,
-              to_string(next.topology)};
+              to_string(next.topology),
+              responder_ports(next)};  // its MPTCP listeners come and go with multipath classes
   for (const auto& pf : next.responder_allowed()) key.push_back(pf.str());
   for (const auto& ps : next.paths)
     key.push_back({ps.name, ps.interface, ps.fwmark, ps.source ? ps.source->str() : "",

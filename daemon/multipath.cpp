@@ -15,6 +15,7 @@
 
 #include "dualpath/core/sockaddr.h"
 #include "dualpath/kernel/datapath.h"
+#include "dualpath/kernel/procfs.h"
 
 namespace dp {
 
@@ -390,22 +391,7 @@ void Multipath::expire_join_listeners() {
                         join_listeners_.end());
 }
 
-uint64_t Multipath::kernel_fallbacks() {
-  // /proc/net/netstat: a header line and a value line per group
-  std::ifstream f("/proc/net/netstat");
-  std::string names, values;
-  while (std::getline(f, names) && std::getline(f, values)) {
-    if (names.rfind("MPTcpExt:", 0) != 0) continue;
-    std::istringstream n(names), v(values);
-    std::string key, val;
-    uint64_t sum = 0;
-    while (n >> key && v >> val)
-      if (key == "MPCapableFallbackACK" || key == "MPCapableFallbackSYNACK")
-        sum += std::stoull(val);
-    return sum;
-  }
-  return 0;
-}
+uint64_t Multipath::kernel_fallbacks() { return mptcp_fallbacks(); }
 
 std::vector<SchedulerEvent> Multipath::take_events() {
   std::vector<SchedulerEvent> out;

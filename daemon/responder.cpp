@@ -23,8 +23,13 @@ namespace {
 
 using probe::Clock;
 
-Result<Fd> listen_on(const IpAddr& addr, uint16_t port, uint32_t mark) {
-  Fd fd(::socket(addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+// `mptcp`: an MPTCP listener, which answers MPTCP probes (dpctl validate's
+// check for multipath classes) and plain TCP as before; plain TCP where this
+// kernel makes no MPTCP socket.
+Result<Fd> listen_on(const IpAddr& addr, uint16_t port, uint32_t mark, bool mptcp) {
+  constexpr int kType = SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC;
+  Fd fd(mptcp ? ::socket(addr.family, kType, IPPROTO_MPTCP) : -1);
+  if (!fd.valid()) fd.reset(::socket(addr.family, kType, 0));
   if (!fd.valid()) return make_error(errno, "socket failed");
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -59,13 +64,17 @@ Result<void> Responder::start(const Policy& p) {
   policy_ = p;
   errors_.clear();
   if (!p.responder.enable) return {};
-  for (size_t i = 0; i < p.paths.size(); ++i) {
+  // rail i's port, and with a multipath class its MPTCP port after all of them
+  const size_t P = p.paths.size();
+  for (size_t j = 0; j < responder_ports(p); ++j) {
+    const size_t i = j % P;
+    const bool mptcp = j >= P;
     const auto& ps = p.paths[i];
-    auto port = static_cast<uint16_t>(p.responder.port + i);
+    auto port = static_cast<uint16_t>(p.responder.port + j);
     for (const auto& src : {ps.source, ps.source6}) {
       if (!src) continue;
-      auto where = fmt::format("{} ({})", endpoint(*src, port), ps.name);
-      auto fd = listen_on(*src, port, ps.fwmark);
+      auto where = fmt::format("{} ({}{})", endpoint(*src, port), ps.name, mptcp ? ", MPTCP" : "");
+      auto fd = listen_on(*src, port, ps.fwmark, mptcp);
       if (!fd) {
         errors_.push_back(fmt::format("{}: {}", where, fd.error().what()));
         spdlog::warn("responder: cannot listen on {}: {}", where, fd.error().what());
@@ -198,14 +207,17 @@ void Responder::drain_closing(bool all) {
 
 json Responder::hello_json(size_t path) const {
   json paths = json::array();
-  for (size_t i = 0; i < policy_.paths.size(); ++i) {
+  const size_t P = policy_.paths.size();
+  for (size_t i = 0; i < P; ++i) {
     const auto& ps = policy_.paths[i];
-    paths.push_back({{"name", ps.name},
-                     {"interface", ps.interface},
-                     {"mtu", interface_mtu(ps.interface)},
-                     {"port", policy_.responder.port + i},
-                     {"source", ps.source ? json(ps.source->str()) : json(nullptr)},
-                     {"source6", ps.source6 ? json(ps.source6->str()) : json(nullptr)}});
+    json pj = {{"name", ps.name},
+               {"interface", ps.interface},
+               {"mtu", interface_mtu(ps.interface)},
+               {"port", policy_.responder.port + i},
+               {"source", ps.source ? json(ps.source->str()) : json(nullptr)},
+               {"source6", ps.source6 ? json(ps.source6->str()) : json(nullptr)}};
+    if (responder_ports(policy_) > P) pj["mptcp_port"] = policy_.responder.port + P + i;
+    paths.push_back(std::move(pj));
   }
   return {{"ok", true},
           {"node", policy_.node},

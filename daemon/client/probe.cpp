@@ -19,6 +19,12 @@
 
 namespace dp::probe {
 
+namespace {
+// <linux/tcp.h>'s TCP_IS_MPTCP (Linux 5.16), which glibc's <netinet/tcp.h>
+// lacks: 1 on an MPTCP socket that did not fall back to TCP
+constexpr int kTcpIsMptcp = 43;
+}  // namespace
+
 using std::chrono::milliseconds;
 
 Result<Request> parse_request(const std::string& line) {
@@ -110,8 +116,11 @@ Result<std::string> read_line(int fd, Clock::time_point deadline) {
 }
 
 Result<Fd> connect_to(const Target& t, milliseconds timeout) {
-  int fd = ::socket(t.addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return make_error(errno, "socket failed");
+  int fd = ::socket(t.addr.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, t.protocol);
+  if (fd < 0)
+    return make_error(errno, t.protocol == IPPROTO_MPTCP
+                                 ? "an MPTCP socket failed (net.mptcp.enabled = 0 here?)"
+                                 : "socket failed");
   Fd c(fd);
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -137,6 +146,21 @@ Result<Fd> connect_to(const Target& t, milliseconds timeout) {
     if (r < 0 || err) return make_error(err ? err : errno, "connect failed");
   }
   return c;
+}
+
+Result<bool> answers_mptcp(Target t, milliseconds timeout) {
+  t.protocol = IPPROTO_MPTCP;
+  auto deadline = Clock::now() + timeout;
+  auto c = connect_to(t, timeout);
+  if (!c) return c.error();
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  DP_TRY(exchange(*c, {{"op", "hello"}}, std::max(left, milliseconds(1))));
+  int is = 0;
+  socklen_t len = sizeof(is);
+  // an MPTCP socket that fell back passes this to its TCP subflow: 0
+  if (::getsockopt(c->get(), SOL_TCP, kTcpIsMptcp, &is, &len) != 0)
+    return make_error(errno, "getsockopt(TCP_IS_MPTCP) failed");
+  return is != 0;
 }
 
 Result<json> exchange(const Fd& c, const json& request, milliseconds timeout) {

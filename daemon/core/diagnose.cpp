@@ -110,7 +110,9 @@ bool rail_usable(const json& health) {
   return state == "up" || state == "ramping";
 }
 
-Diagnosis diagnose(const DiagnoseInput& in) {
+namespace {
+
+Diagnosis diagnose_rails(const DiagnoseInput& in) {
   Diagnosis d;
   for (const auto& r : in.rails) d.rails.push_back(judge(r, in.limits));
   size_t bad = static_cast<size_t>(
@@ -190,6 +192,27 @@ Diagnosis diagnose(const DiagnoseInput& in) {
       fmt::format("CPU: busiest {:.0f}%, mean {:.0f}%", busiest * 100, mean * 100));
   d.next = {fmt::format("dpctl probe {} --count 200 (tail latency)", peer),
             "dpctl budget (is the planned load above what the rails carry?)"};
+  return d;
+}
+
+}  // namespace
+
+Diagnosis diagnose(const DiagnoseInput& in) {
+  Diagnosis d = diagnose_rails(in);
+  // Whatever the verdict: a multipath class's connection that fell back to
+  // TCP lives on one rail, and that rail's failure resets it (NCCL and gloo
+  // then abort), which is what the class was asked for to avoid.
+  if (in.multipath && in.mptcp_fallbacks > 0) {
+    d.evidence.push_back(fmt::format(
+        "MPTCP: {} connection{} of this node asked for MPTCP and fell back to TCP ({} over the "
+        "last {:.0f} s): a multipath class's connection that falls back is on one rail and is "
+        "reset if that rail fails",
+        in.mptcp_fallbacks, in.mptcp_fallbacks == 1 ? "" : "s", in.mptcp_fallbacks_window,
+        in.seconds));
+    d.next.push_back(fmt::format(
+        "dpctl validate --peer {} (its mptcp check names a peer that answers without MPTCP)",
+        in.peer_hint));
+  }
   return d;
 }
 

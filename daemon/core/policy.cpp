@@ -214,6 +214,12 @@ const PeerSpec* Policy::peer_of(const IpAddr& a, size_t* path) const {
   return nullptr;
 }
 
+size_t responder_ports(const Policy& p) {
+  bool multipath = std::any_of(p.classes.begin(), p.classes.end(),
+                               [](const ClassSpec& c) { return c.multipath; });
+  return p.paths.size() * (multipath ? 2 : 1);
+}
+
 std::vector<Prefix> Policy::responder_allowed() const {
   if (!responder.allow.empty()) return responder.allow;
   std::vector<Prefix> out;
@@ -859,13 +865,13 @@ void parse_responder(Checker& c, const toml::table& root, Policy& p) {
   }
 }
 
-// The responder's ports (one per rail) must be free of class ports: a
-// probe must not be classified, or it would be steered off the rail it
-// measures.
+// The responder's ports (one per rail, and one more per rail for MPTCP while
+// a class is multipath) must be free of class ports: a probe must not be
+// classified, or it would be steered off the rail it measures.
 void check_responder(Checker& c, const toml::table& root, const Policy& p) {
   auto* t = root.get_as<toml::table>("responder");
   if (!p.responder.enable || p.paths.empty()) return;
-  size_t first = p.responder.port, last = first + p.paths.size() - 1;
+  size_t first = p.responder.port, last = first + responder_ports(p) - 1;
   const toml::node* at = t && t->get("port") ? t->get("port") : nullptr;
   auto fail = [&](std::string msg) {
     if (at)
@@ -875,16 +881,17 @@ void check_responder(Checker& c, const toml::table& root, const Policy& p) {
   };
   if (last > 65535) {
     fail(
-        fmt::format("port {} in [responder]: the responder takes one port per rail, {} to {}, "
+        fmt::format("port {} in [responder]: the responder takes one port per rail{}, {} to {}, "
                     "beyond 65535",
-                    first, first, last));
+                    first, responder_ports(p) > p.paths.size() ? " and one per rail for MPTCP" : "",
+                    first, last));
     return;
   }
   for (const auto& k : p.classes)
     for (const auto& r : k.ports)
       if (r.proto == Proto::Tcp && r.lo <= last && r.hi >= first)
         fail(
-            fmt::format("the responder's ports {}-{} (one per rail, [responder] port) overlap "
+            fmt::format("the responder's ports {}-{} (from [responder] port) overlap "
                         "{} of class \"{}\"; move one, or set enable = false in [responder]",
                         first, last, r.str(), k.name));
 }

@@ -60,4 +60,23 @@ EphemeralPorts read_ephemeral_ports() {
                                slurp("/proc/sys/net/ipv4/ip_local_reserved_ports", true));
 }
 
+uint64_t parse_mptcp_fallbacks(const std::string& netstat) {
+  // a header line and a value line per group
+  std::istringstream lines(netstat);
+  std::string names, values;
+  while (std::getline(lines, names) && std::getline(lines, values)) {
+    if (names.rfind("MPTcpExt:", 0) != 0) continue;
+    std::istringstream n(names), v(values);
+    std::string key, val;
+    uint64_t sum = 0;
+    while (n >> key && v >> val)
+      if (key == "MPCapableFallbackACK" || key == "MPCapableFallbackSYNACK")
+        sum += std::strtoull(val.c_str(), nullptr, 10);
+    return sum;
+  }
+  return 0;
+}
+
+uint64_t mptcp_fallbacks() { return parse_mptcp_fallbacks(slurp("/proc/net/netstat", false)); }
+
 }  // namespace dp

@@ -230,7 +230,37 @@ TEST_F(Separate, ValidateMeasuresEachRailToThePeersAddressOnItAndNamesABlackhole
   EXPECT_EQ(handover(refused), (std::map<std::string, bool>{{"rail0", false}, {"rail1", false}}))
       << refused["checks"].dump(2);
   EXPECT_FALSE(refused.value("go", true));
-  EXPECT_EQ(handover(validate()), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}));
+  json again = validate();
+  EXPECT_EQ(handover(again), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}));
+
+  // a has a multipath class: b answers MPTCP over each rail while its policy
+  // has one too, and is a NO on each without
+  auto mptcp = [](const json& reply) {
+    std::map<std::string, bool> ok;
+    for (const auto& c : reply["checks"])
+      if (c["check"] == "peer 10.10.2.2 mptcp") ok[c["path"]] = c["ok"];
+    return ok;
+  };
+  EXPECT_EQ(mptcp(again), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}))
+      << again["checks"].dump(2);
+  const std::string file = lab::g_policies + "/lab-sep-b.toml";
+  const std::string before = lab::read_file(file);
+  const auto at = before.find("\n[[class]]\nname = \"collective\"");
+  ASSERT_NE(at, std::string::npos);
+  lab::write_file(file, before.substr(0, at) + "\n");
+  json reload = lab::dpctl("b", "policy reload");
+  json without = validate();
+  lab::write_file(file, before);
+  lab::dpctl("b", "policy reload");
+  ASSERT_TRUE(reload.contains("hash")) << reload.dump();
+  EXPECT_EQ(mptcp(without), (std::map<std::string, bool>{{"rail0", false}, {"rail1", false}}))
+      << without["checks"].dump(2);
+  EXPECT_FALSE(without.value("go", true));
+  for (const auto& c : without["checks"])
+    if (c["check"] == "peer 10.10.2.2 mptcp") {
+      EXPECT_NE(c["detail"].get<std::string>().find("no MPTCP listener"), std::string::npos)
+          << c.dump();
+    }
 }
 
 TEST_F(Separate, EveryClassCrossesItsRailInBothDirectionsAndTheAppSeesItsAddress) {

@@ -39,6 +39,29 @@ TEST(Diagnose, HealthyRailsAndAQuietNodeAreNoFault) {
   EXPECT_EQ(dp::conclusion_json(d)["kind"], "none");
 }
 
+TEST(Diagnose, AMultipathClassSeesFallbacksToTcpWhateverTheVerdict) {
+  auto in = two_rails();
+  in.multipath = true;
+  in.mptcp_fallbacks = 3;
+  in.mptcp_fallbacks_window = 1;
+  in.peer_hint = "10.10.2.2";
+  auto d = dp::diagnose(in);
+  EXPECT_EQ(d.kind, "none");
+  EXPECT_TRUE(mentions(d.evidence,
+                       "3 connections of this node asked for MPTCP and fell back to "
+                       "TCP (1 over the last 2 s)"));
+  EXPECT_TRUE(mentions(d.next, "dpctl validate --peer 10.10.2.2 (its mptcp check"));
+  in.rails[1].measure = measured(0.05);  // and beside a bad rail
+  EXPECT_EQ(dp::diagnose(in).kind, "path");
+  EXPECT_TRUE(mentions(dp::diagnose(in).evidence, "fell back to TCP"));
+  // none without a multipath class (others' MPTCP sockets are theirs), or without fallbacks
+  in.multipath = false;
+  EXPECT_FALSE(mentions(dp::diagnose(in).evidence, "fell back"));
+  in.multipath = true;
+  in.mptcp_fallbacks = in.mptcp_fallbacks_window = 0;
+  EXPECT_FALSE(mentions(dp::diagnose(in).evidence, "fell back"));
+}
+
 TEST(Diagnose, OneBadRailIsThatPathAndSaysWhatTheSchedulerDid) {
   auto in = two_rails();
   in.rails[1].measure = measured(0.05);  // 5% retransmitted

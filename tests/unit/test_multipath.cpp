@@ -262,6 +262,23 @@ TEST(Multipath, ARailWhoseSubflowFailedIsTriedAgainAfterABackoffThatDoubles) {
   EXPECT_EQ(c.retry_after[1] - t0, std::chrono::seconds(8)) << "capped";
 }
 
+TEST(Multipath, TheResponderTakesAnMptcpPortPerRailAfterItsOwn) {
+  // two rails: 7862 and 7863, and with a multipath class 7864 and 7865 for
+  // dpctl validate's MPTCP check
+  EXPECT_EQ(dp::responder_ports(policy()), 4u);
+  std::string text = kSeparate;
+  text.replace(text.find("multipath = true"), 16, "multipath = false");
+  EXPECT_EQ(dp::responder_ports(policy(text)), 2u);
+  // which the policy's checks count: 65533 fits two ports, not four
+  EXPECT_TRUE(dp::parse_policy(text + "\n[responder]\nport = 65533\n", "p.toml").ok());
+  auto r = dp::parse_policy(std::string(kSeparate) + "\n[responder]\nport = 65533\n", "p.toml");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(
+      r.errors[0].message.find("one port per rail and one per rail for MPTCP, 65533 to 65536"),
+      std::string::npos)
+      << r.errors[0].str();
+}
+
 TEST(Multipath, TheKeyNeedsACgroupOrUnitRuleAndIsEncodedForTheDatapath) {
   auto p = policy();
   ASSERT_TRUE(p.classes[0].multipath);

@@ -35,4 +35,19 @@ TEST(Procfs, BusyIsTheShareOfTimeBetweenTwoReadings) {
   EXPECT_FALSE(dp::cpu_times(true).empty());
 }
 
+// /proc/net/netstat as Linux 6.18 writes it (TcpExt cut short; the
+// MPTcpExt header's first names as they are, values made up)
+TEST(Procfs, MptcpFallbacksAreBothFallbackCountersOfMptcpExt) {
+  const std::string netstat =
+      "TcpExt: SyncookiesSent SyncookiesRecv\n"
+      "TcpExt: 7 9\n"
+      "MPTcpExt: MPCapableSYNRX MPCapableSYNTX MPCapableSYNACKRX MPCapableACKRX "
+      "MPCapableFallbackACK MPCapableFallbackSYNACK MPCapableSYNTXDrop\n"
+      "MPTcpExt: 11 12 13 14 2 3 15\n";
+  EXPECT_EQ(dp::parse_mptcp_fallbacks(netstat), 5u);
+  EXPECT_EQ(dp::parse_mptcp_fallbacks("TcpExt: SyncookiesSent\nTcpExt: 7\n"), 0u)
+      << "a kernel without MPTCP has no MPTcpExt";
+  EXPECT_EQ(dp::mptcp_fallbacks(), dp::mptcp_fallbacks());  // reads this machine's
+}
+
 }  // namespace

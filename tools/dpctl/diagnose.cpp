@@ -90,6 +90,7 @@ struct PeerRail {
   probe::Target target;
   std::string peer_path;
   int peer_mtu = 0;
+  uint16_t mptcp_port = 0;  // the peer's responder's MPTCP port on the rail (0: none)
   std::string error;
 };
 
@@ -148,6 +149,7 @@ Peer discover(const dp::Policy& p, const dp::IpAddr& addr, uint16_t port) {
         r.peer_path = (*match)["name"];
         r.peer_mtu = (*match).value("mtu", 0);
         r.target.port = static_cast<uint16_t>((*match)["port"].get<int>());
+        r.mptcp_port = static_cast<uint16_t>((*match).value("mptcp_port", 0));
         // Separate topology: the peer's address on this rail's network.
         if (p.topology == dp::Topology::Separate) {
           const json& a = (*match)[addr.family == AF_INET ? "source" : "source6"];
@@ -221,6 +223,8 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
   std::map<std::string, int> local_mtu;
   for (const auto& m : (*node)["mtu"].items()) local_mtu[m.key()] = m.value();
 
+  const bool multipath = std::any_of(pol->classes.begin(), pol->classes.end(),
+                                     [](const dp::ClassSpec& c) { return c.multipath; });
   json peers_json = json::array();
   for (const auto& addr : *peers) {
     Peer peer = discover(*pol, addr, a.port);
@@ -325,6 +329,35 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
                               a.min_throughput * 100, fmt_bps(static_cast<double>(ps.capacity_bps)),
                               a.streams);
       rows.push_back({ps.name, who + " throughput", tp_ok, detail});
+      if (multipath) {
+        // a multipath class's connections are MPTCP only if the peer answers
+        // it over this rail: its responder's MPTCP listener, there while its
+        // policy has a multipath class
+        probe::Target t = r.target;
+        t.port = r.mptcp_port;
+        auto m =
+            r.mptcp_port ? probe::answers_mptcp(t, milliseconds(1500)) : dp::Result<bool>(false);
+        bool ok = m && *m;
+        rj["mptcp"] = ok;
+        std::string why;
+        if (!r.mptcp_port)
+          why =
+              "its responder has no MPTCP listener: its policy has no multipath class (or "
+              "its dualpathd predates the check), so the multipath classes' connections "
+              "to it stay TCP on one rail, and are reset if it fails";
+        else if (!m)
+          why = fmt::format("an MPTCP connection to {} failed: {}", probe::to_string(t),
+                            m.error().what());
+        else if (ok)
+          why = fmt::format("{} answers MPTCP over this rail", probe::to_string(t));
+        else
+          why = fmt::format(
+              "{} answered without MPTCP: the multipath classes' connections to it fall back to "
+              "TCP on one rail (reset if it fails); its kernel needs net.mptcp.enabled = 1, and "
+              "nothing on the path may strip TCP options",
+              probe::to_string(t));
+        rows.push_back({ps.name, who + " mptcp", ok, why});
+      }
       pj["rails"].push_back(rj);
     }
     // Separate topology: what a peer does with a connection placed on a
@@ -524,8 +557,10 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   auto before = dp::tcp_sockets();
   if (!before) return fail(g, "reading the node's TCP sockets failed: " + before.error().what());
   auto cpu_before = dp::cpu_times();
+  uint64_t fallbacks_before = dp::mptcp_fallbacks();
   std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
   auto cpus = dp::cpu_busy(cpu_before, dp::cpu_times());
+  uint64_t fallbacks = dp::mptcp_fallbacks();
   auto after = dp::tcp_sockets();
   if (!after) return fail(g, "reading the node's TCP sockets failed: " + after.error().what());
   auto paths = request(g, "path.list", json::object(), &rc);
@@ -537,6 +572,10 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   dp::DiagnoseInput in;
   in.seconds = a.seconds;
   in.cpu_busy = cpus;
+  in.multipath = std::any_of(pol->classes.begin(), pol->classes.end(),
+                             [](const dp::ClassSpec& c) { return c.multipath; });
+  in.mptcp_fallbacks = fallbacks;
+  in.mptcp_fallbacks_window = fallbacks - std::min(fallbacks, fallbacks_before);
   in.events = (*events)["events"];
   if (!a.peers.empty()) in.peer_hint = a.peers.front();
   for (const auto& p : *paths) in.rails.push_back({str(p["name"]), p["health"], p["measure"], {}});

@@ -56,12 +56,19 @@ struct Target {
   uint16_t port = 0;
   std::optional<IpAddr> source;
   uint32_t mark = 0;
+  int protocol = 0;  // socket()'s: 0 (TCP), or IPPROTO_MPTCP
 };
 std::string to_string(const Target& t);  // "10.99.0.2:7863 from 10.99.0.1 mark 0x101"
 
 // A connected socket, or why it could not be made: "connect timed out" (no
 // answer; errno ETIMEDOUT), "connect failed: Connection refused", ...
 Result<Fd> connect_to(const Target& t, std::chrono::milliseconds timeout);
+
+// Whether the peer answers MPTCP at t (t.protocol is taken as
+// IPPROTO_MPTCP): the connection is made and greeted, and is MPTCP at both
+// ends, not fallen back to TCP (TCP_IS_MPTCP). An error when this node cannot
+// make an MPTCP socket or the connection fails.
+Result<bool> answers_mptcp(Target t, std::chrono::milliseconds timeout);
 
 // One request and its reply line (the reply's "ok": false is an Error).
 Result<json> exchange(const Fd& c, const json& request, std::chrono::milliseconds timeout);

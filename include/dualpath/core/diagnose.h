@@ -61,6 +61,11 @@ struct DiagnoseInput {
   json events = json::array();         // the daemon's events, oldest first
   std::string peer_hint = "PEER";      // the first --peer, for the next commands
   DiagnoseLimits limits;
+  // Multipath classes: whether the policy has one, and the namespace's
+  // connections that asked for MPTCP and fell back to TCP (ever, and over
+  // the window).
+  bool multipath = false;
+  uint64_t mptcp_fallbacks = 0, mptcp_fallbacks_window = 0;
 };
 
 struct RailVerdict {

@@ -264,6 +264,11 @@ struct Policy {
   bool same_settings(const Policy& o) const;
 };
 
+// The responder's ports from [responder] port on: one per path, and while a
+// class is multipath one more per path after those, whose listeners answer
+// MPTCP (dpctl validate's check of multipath classes).
+size_t responder_ports(const Policy& p);
+
 struct Diagnostic {
   std::string file;
   int line = 0;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the node's /proc says, read in one place: CPU time (/proc/stat) and
-// the ephemeral port range (net.ipv4.ip_local_port_range and
-// ip_local_reserved_ports). The parsing is pure (core/policy.h
-// parse_ephemeral_ports, cpu_busy here) and tested without a /proc.
+// What the node's /proc says, read in one place: CPU time (/proc/stat), the
+// ephemeral port range (net.ipv4.ip_local_port_range and
+// ip_local_reserved_ports) and MPTCP's fallbacks (/proc/net/netstat). The parsing is pure
+// (core/policy.h parse_ephemeral_ports, cpu_busy here) and tested without a /proc.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +29,13 @@ std::vector<double> cpu_busy(const std::vector<CpuTime>& before, const std::vect
 
 // The node's ephemeral port range and reserved ports now.
 EphemeralPorts read_ephemeral_ports();
+
+// Connections that asked for MPTCP and fell back to TCP, from the text of
+// /proc/net/netstat (MPTcpExt MPCapableFallbackSYNACK, where the peer
+// answered without MPTCP, and MPCapableFallbackACK, where a peer's SYN
+// carried MPTCP and its handshake did not finish with it); every MPTCP socket
+// of the network namespace, since it was made.
+uint64_t parse_mptcp_fallbacks(const std::string& proc_net_netstat);
+uint64_t mptcp_fallbacks();
 
 }  // namespace dp
