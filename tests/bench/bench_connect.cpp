@@ -17,7 +17,8 @@
 // its sk_lookup link detached, so that sk_lookup's part of what b's programs
 // add shows. Then, with the kernel's BPF run-time statistics on (only for
 // that part: they cost every program run), what each of b's programs costs
-// per connect, passing and handing over.
+// per connect, passing and handing over, and per UDP datagram to a UDP
+// server bound the same way (sk_lookup runs for every datagram).
 //
 //   build/tests/bench/dp-bench-connect [--connects N] [--rounds R] [--accept]
 //
@@ -48,15 +49,20 @@ uint64_t now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+sockaddr_in v4(const char* addr, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, addr, &a.sin_addr);
+  return a;
+}
+
 // connect() durations in ns, from node a to dst:port.
 std::vector<double> time_connects(const char* dst, uint16_t port, int n, std::string* peer) {
   std::vector<double> out;
   out.reserve(static_cast<size_t>(n));
   lab::in_netns("dpl-a", [&]() -> std::string {
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    inet_pton(AF_INET, dst, &to.sin_addr);
+    sockaddr_in to = v4(dst, port);
     for (int i = 0; i < n; ++i) {
       int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
       uint64_t t0 = now_ns();
@@ -83,10 +89,7 @@ std::vector<double> time_tcp_connects(const char* dst, uint16_t port, int n, int
   std::vector<double> out;
   out.reserve(static_cast<size_t>(n));
   lab::in_netns("dpl-a", [&]() -> std::string {
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    inet_pton(AF_INET, dst, &to.sin_addr);
+    sockaddr_in to = v4(dst, port);
     for (int i = 0; i < n; ++i) {
       int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       linger lg{1, 0};
@@ -105,32 +108,40 @@ std::vector<double> time_tcp_connects(const char* dst, uint16_t port, int n, int
   return out;
 }
 
-// A server in b bound to one address: accepts and closes until stopped.
+// A server in b bound to one address: TCP accepts and closes, UDP echoes
+// every datagram, until stopped.
 class Server {
  public:
-  Server(const char* addr, uint16_t port) {
+  Server(const char* addr, uint16_t port, int type = SOCK_STREAM) {
     lab::in_netns("dpl-b", [&]() -> std::string {
-      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+      fd_ = ::socket(AF_INET, type, 0);
       int one = 1;
       ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      sockaddr_in me{};
-      me.sin_family = AF_INET;
-      me.sin_port = htons(port);
-      inet_pton(AF_INET, addr, &me.sin_addr);
-      if (::bind(fd_, reinterpret_cast<sockaddr*>(&me), sizeof(me)) != 0 || ::listen(fd_, 4096))
+      sockaddr_in me = v4(addr, port);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&me), sizeof(me)) != 0 ||
+          (type == SOCK_STREAM && ::listen(fd_, 4096)))
         return "bind";
       return "";
     });
-    th_ = std::thread([this] {
+    th_ = std::thread([this, type] {
+      char buf[2048];
       for (;;) {
-        int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) return;
-        ::close(c);
+        if (type == SOCK_STREAM) {
+          int c = ::accept(fd_, nullptr, nullptr);
+          if (c < 0) return;
+          ::close(c);
+          continue;
+        }
+        sockaddr_in from{};
+        socklen_t fl = sizeof(from);
+        ssize_t n = ::recvfrom(fd_, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+        if (n <= 0) return;  // shut down
+        (void)::sendto(fd_, buf, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), fl);
       }
     });
   }
   ~Server() {
-    ::shutdown(fd_, SHUT_RDWR);
+    ::shutdown(fd_, SHUT_RDWR);  // wakes an unconnected UDP socket's recvfrom too
     th_.join();
     ::close(fd_);
   }
@@ -139,6 +150,25 @@ class Server {
   int fd_ = -1;
   std::thread th_;
 };
+
+// n datagrams of 64 bytes from a connected UDP socket in a to dst:port, each
+// waiting for its echo (at most 200 ms); returns the echoes.
+int udp_round_trips(const char* dst, uint16_t port, int n) {
+  int echoed = 0;
+  lab::in_netns("dpl-a", [&]() -> std::string {
+    sockaddr_in to = v4(dst, port);
+    int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    timeval tv{0, 200000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) return "connect";
+    char buf[64] = {};
+    for (int i = 0; i < n; ++i)
+      if (::send(fd, buf, sizeof(buf), 0) > 0 && ::recv(fd, buf, sizeof(buf), 0) > 0) ++echoed;
+    ::close(fd);
+    return "";
+  });
+  return echoed;
+}
 
 // Run time and runs of every loaded BPF program named dp_* (b's: a's are
 // stopped), by name, from the kernel's statistics.
@@ -162,6 +192,37 @@ std::map<std::string, ProgStats> prog_stats() {
     ::close(fd);
   }
   return out;
+}
+
+// b's programs per UDP datagram to a server bound to b's rail0 address,
+// addressed to it (sk_lookup passes) and to b's rail1 address (handed over),
+// each echoed: a request and its reply.
+void per_datagram(std::map<std::string, ProgStats>& passing,
+                  std::map<std::string, ProgStats>& handing, int n, const int* echoed) {
+  std::printf(
+      "\nb's programs per UDP datagram to a server bound to 10.10.2.2 (%d round trips each, "
+      "%d and %d echoed; the statistics add their own cost)\n\n",
+      n, echoed[0], echoed[1]);
+  std::printf(
+      "| program | to 10.10.2.2: runs/datagram | ns/run | ns/datagram | to 10.20.2.2, handed over: "
+      "runs/datagram | ns/run | ns/datagram |\n|---|---|---|---|---|---|---|\n");
+  std::map<std::string, int> names;
+  for (auto& [name, _] : passing) names[name];
+  for (auto& [name, _] : handing) names[name];
+  double total[2] = {0, 0};
+  for (auto& [name, _] : names) {
+    std::printf("| %s", name.c_str());
+    int w = 0;
+    for (auto* m : {&passing, &handing}) {
+      ProgStats d = (*m)[name];
+      double per = static_cast<double>(d.ns) / n;
+      total[w++] += per;
+      std::printf(" | %.2f | %.0f | %.0f", static_cast<double>(d.runs) / n,
+                  d.runs ? static_cast<double>(d.ns) / static_cast<double>(d.runs) : 0.0, per);
+    }
+    std::printf(" |\n");
+  }
+  std::printf("| all | | | %.0f | | | %.0f |\n", total[0], total[1]);
 }
 
 double pct(std::vector<double> v, double p) {
@@ -234,21 +295,36 @@ int main(int argc, char** argv) {
 
     // per program, with the kernel's run-time statistics on (while the fd is open)
     phase(kOn);
-    std::map<std::string, ProgStats> passing, handing;
+    std::map<std::string, ProgStats> passing, handing, udp_passing, udp_handing;
     int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
     const int stat_connects = std::min(connects, 20000);
+    int echoed[2] = {0, 0};
     if (stats_fd >= 0) {
-      Server server("10.10.2.2", port);
-      int dummy = 0;
-      for (int which = 0; which < 2; ++which) {
+      auto count = [](std::map<std::string, ProgStats>& into, const auto& run) {
         auto before = prog_stats();
-        time_tcp_connects(which ? "10.20.2.2" : "10.10.2.2", port, stat_connects, &dummy);
+        run();
         auto after = prog_stats();
         for (auto& [name, a] : after) {
           ProgStats d{a.ns - before[name].ns, a.runs - before[name].runs};
-          if (d.runs) (which ? handing : passing)[name] = d;
+          if (d.runs) into[name] = d;
         }
+      };
+      {
+        Server server("10.10.2.2", port);
+        int dummy = 0;
+        for (int which = 0; which < 2; ++which)
+          count(which ? handing : passing, [&] {
+            time_tcp_connects(which ? "10.20.2.2" : "10.10.2.2", port, stat_connects, &dummy);
+          });
       }
+      // UDP: sk_lookup runs for every datagram, and b's recvmsg and sendmsg
+      // programs for each echo (expert-combine's port is a UDP class port too)
+      Server echo("10.10.2.2", port, SOCK_DGRAM);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // b's tick finds it
+      for (int which = 0; which < 2; ++which)
+        count(which ? udp_handing : udp_passing, [&] {
+          echoed[which] = udp_round_trips(which ? "10.20.2.2" : "10.10.2.2", port, stat_connects);
+        });
       ::close(stats_fd);
     }
     lab::sh(lab::dp_lab() + " down");
@@ -303,6 +379,7 @@ int main(int argc, char** argv) {
       std::printf(" |\n");
     }
     std::printf("| all | | | %.0f | | | %.0f |\n", total[0], total[1]);
+    per_datagram(udp_passing, udp_handing, stat_connects, echoed);
     return 0;
   }
   std::vector<double> with, without;
