@@ -302,6 +302,19 @@ static __always_inline void dp_handover_accepted(struct bpf_sock_ops *skops,
  * its namespace's UDP sockets, which adds them. A server bound in the last
  * tick may lose the first datagrams placed on another rail. */
 
+/* A socket's own address (post_bind, sock_addr hooks: src_ip4/src_ip6). */
+static __always_inline void dp_sock_src(struct bpf_sock *sk, __u16 family, __u32 *addr)
+{
+	if (family == DP_AF_INET) {
+		addr[0] = sk->src_ip4;
+	} else {
+		addr[0] = sk->src_ip6[0];
+		addr[1] = sk->src_ip6[1];
+		addr[2] = sk->src_ip6[2];
+		addr[3] = sk->src_ip6[3];
+	}
+}
+
 static __always_inline void dp_udp_bound_note(struct bpf_sock *sk, struct dp_listen_key *key)
 {
 	__u64 cookie = bpf_get_socket_cookie(sk);
@@ -324,14 +337,7 @@ static __always_inline int dp_udp_bind_note(struct bpf_sock *sk, __u16 family)
 		return 1;
 	if (cfg->netns_cookie && bpf_get_netns_cookie(sk) != cfg->netns_cookie)
 		return 1;
-	if (family == DP_AF_INET) {
-		addr[0] = sk->src_ip4;
-	} else {
-		addr[0] = sk->src_ip6[0];
-		addr[1] = sk->src_ip6[1];
-		addr[2] = sk->src_ip6[2];
-		addr[3] = sk->src_ip6[3];
-	}
+	dp_sock_src(sk, family, addr);
 	key.family = (__u8)family;
 	key.port = (__u16)sk->src_port;
 	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
@@ -437,18 +443,6 @@ static __always_inline int dp_udp_note(struct bpf_iter__udp *ctx)
 	key.port = c->skc_num;
 	bpf_map_update_elem(&dp_listeners, &key, u, BPF_ANY);
 	return 0;
-}
-
-static __always_inline void dp_sock_src(struct bpf_sock *sk, __u16 family, __u32 *addr)
-{
-	if (family == DP_AF_INET) {
-		addr[0] = sk->src_ip4;
-	} else {
-		addr[0] = sk->src_ip6[0];
-		addr[1] = sk->src_ip6[1];
-		addr[2] = sk->src_ip6[2];
-		addr[3] = sk->src_ip6[3];
-	}
 }
 
 /* recvmsg() of a server a peer's datagrams were handed to: the peer on the

@@ -194,26 +194,21 @@ std::map<std::string, ProgStats> prog_stats() {
   return out;
 }
 
-// b's programs per UDP datagram to a server bound to b's rail0 address,
-// addressed to it (sk_lookup passes) and to b's rail1 address (handed over),
-// each echoed: a request and its reply.
-void per_datagram(std::map<std::string, ProgStats>& passing,
-                  std::map<std::string, ProgStats>& handing, int n, const int* echoed) {
-  std::printf(
-      "\nb's programs per UDP datagram to a server bound to 10.10.2.2 (%d round trips each, "
-      "%d and %d echoed; the statistics add their own cost)\n\n",
-      n, echoed[0], echoed[1]);
-  std::printf(
-      "| program | to 10.10.2.2: runs/datagram | ns/run | ns/datagram | to 10.20.2.2, handed over: "
-      "runs/datagram | ns/run | ns/datagram |\n|---|---|---|---|---|---|---|\n");
+// A table of b's programs from the kernel's statistics: per `unit` (connect,
+// datagram) over n of them, in two variants (passing, handing over).
+void per_program(const char* const heads[2], const char* unit, std::map<std::string, ProgStats>& a,
+                 std::map<std::string, ProgStats>& b, int n) {
+  std::printf("| program | %s: runs/%s | ns/run | ns/%s | %s: runs/%s | ns/run | ns/%s |\n",
+              heads[0], unit, unit, heads[1], unit, unit);
+  std::printf("|---|---|---|---|---|---|---|\n");
   std::map<std::string, int> names;
-  for (auto& [name, _] : passing) names[name];
-  for (auto& [name, _] : handing) names[name];
+  for (auto& [name, _] : a) names[name];
+  for (auto& [name, _] : b) names[name];
   double total[2] = {0, 0};
   for (auto& [name, _] : names) {
     std::printf("| %s", name.c_str());
     int w = 0;
-    for (auto* m : {&passing, &handing}) {
+    for (auto* m : {&a, &b}) {
       ProgStats d = (*m)[name];
       double per = static_cast<double>(d.ns) / n;
       total[w++] += per;
@@ -359,27 +354,16 @@ int main(int argc, char** argv) {
         "\nb's programs per connect, from the kernel's run-time statistics (%d connects each;\n"
         "the statistics add their own cost to every run)\n\n",
         stat_connects);
+    const char* const tcp_heads[2] = {"passing", "handing over"};
+    per_program(tcp_heads, "connect", passing, handing, stat_connects);
+    // UDP: to a server bound to b's rail0 address, addressed to it
+    // (sk_lookup passes) and to b's rail1 address (handed over), each echoed
     std::printf(
-        "| program | passing: runs/connect | ns/run | ns/connect | handing over: runs/connect | "
-        "ns/run | ns/connect |\n|---|---|---|---|---|---|---|\n");
-    std::map<std::string, int> names;
-    for (auto& [n, _] : passing) names[n];
-    for (auto& [n, _] : handing) names[n];
-    double total[2] = {0, 0};
-    for (auto& [n, _] : names) {
-      std::printf("| %s", n.c_str());
-      int w = 0;
-      for (auto* m : {&passing, &handing}) {
-        ProgStats d = (*m)[n];
-        double per = static_cast<double>(d.ns) / stat_connects;
-        total[w++] += per;
-        std::printf(" | %.2f | %.0f | %.0f", static_cast<double>(d.runs) / stat_connects,
-                    d.runs ? static_cast<double>(d.ns) / static_cast<double>(d.runs) : 0.0, per);
-      }
-      std::printf(" |\n");
-    }
-    std::printf("| all | | | %.0f | | | %.0f |\n", total[0], total[1]);
-    per_datagram(udp_passing, udp_handing, stat_connects, echoed);
+        "\nb's programs per UDP datagram to a server bound to 10.10.2.2 (%d round trips each, "
+        "%d and %d echoed; the statistics add their own cost)\n\n",
+        stat_connects, echoed[0], echoed[1]);
+    const char* const udp_heads[2] = {"to 10.10.2.2", "to 10.20.2.2, handed over"};
+    per_program(udp_heads, "datagram", udp_passing, udp_handing, stat_connects);
     return 0;
   }
   std::vector<double> with, without;

@@ -216,12 +216,14 @@ TEST_F(Separate, ValidateMeasuresEachRailToThePeersAddressOnItAndNamesABlackhole
   // a peer that would refuse what is placed on its other rail: b without its
   // sk_lookup handover (the link's pin removed detaches it); a reload of b
   // attaches it again
-  auto handover = [](const json& reply) {
+  // one of validate's checks toward b, by path
+  auto check = [](const json& reply, const std::string& name) {
     std::map<std::string, bool> ok;
     for (const auto& c : reply["checks"])
-      if (c["check"] == "peer 10.10.2.2 handover") ok[c["path"]] = c["ok"];
+      if (c["check"] == "peer 10.10.2.2 " + name) ok[c["path"]] = c["ok"];
     return ok;
   };
+  auto handover = [&](const json& reply) { return check(reply, "handover"); };
   EXPECT_EQ(handover(v), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}))
       << v["checks"].dump(2);
   lab::must("rm /sys/fs/bpf/dualpath/dpl-b/link_sk_lookup");
@@ -235,12 +237,7 @@ TEST_F(Separate, ValidateMeasuresEachRailToThePeersAddressOnItAndNamesABlackhole
 
   // a has a multipath class: b answers MPTCP over each rail while its policy
   // has one too, and is a NO on each without
-  auto mptcp = [](const json& reply) {
-    std::map<std::string, bool> ok;
-    for (const auto& c : reply["checks"])
-      if (c["check"] == "peer 10.10.2.2 mptcp") ok[c["path"]] = c["ok"];
-    return ok;
-  };
+  auto mptcp = [&](const json& reply) { return check(reply, "mptcp"); };
   EXPECT_EQ(mptcp(again), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}))
       << again["checks"].dump(2);
   const std::string file = lab::g_policies + "/lab-sep-b.toml";
