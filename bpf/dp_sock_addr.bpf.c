@@ -73,18 +73,18 @@ int dp_getsockname6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sock_release")
 int dp_sock_release(struct bpf_sock *sk)
 {
-	dp_udp_bind_forget(sk);
+	dp_bind_forget(sk);
 	return dp_sock_forget(sk);
 }
 
 SEC("cgroup/post_bind4")
 int dp_post_bind4(struct bpf_sock *sk)
 {
-	return dp_udp_bind_note(sk, DP_AF_INET);
+	return dp_bind_note(sk, DP_AF_INET);
 }
 
 SEC("cgroup/post_bind6")
 int dp_post_bind6(struct bpf_sock *sk)
 {
-	return dp_udp_bind_note(sk, DP_AF_INET6);
+	return dp_bind_note(sk, DP_AF_INET6);
 }

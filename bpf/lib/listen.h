@@ -82,16 +82,15 @@ static __always_inline __u16 dp_local_of(const struct dp_flow_key *k, __u32 *add
 }
 
 /* sockops, BPF_SOCK_OPS_TCP_LISTEN_CB (k: dp_sock_key of the listener): a
- * listener bound to one of this node's rail addresses is remembered, and so
- * is a wildcard one (address 0), which takes every address already: a
- * connection is never handed past it. */
+ * listener bound to one of this node's rail addresses is remembered. (One on
+ * the unspecified address takes every address already: post_bind notes it in
+ * dp_bound, so that nothing is handed past it.) */
 static __always_inline void dp_listen_note(struct bpf_sock_ops *skops, const struct dp_flow_key *k)
 {
 	struct dp_listen_key key = {.proto = IPPROTO_TCP};
 	__u16 family = dp_local_of(k, key.addr);
 
-	if ((key.addr[0] | key.addr[1] | key.addr[2] | key.addr[3]) &&
-	    dp_local_rail(key.addr, family) == DP_RAIL_NONE)
+	if (dp_local_rail(key.addr, family) == DP_RAIL_NONE)
 		return;
 	key.family = (__u8)family;
 	key.port = bpf_ntohs(k->sport);
@@ -111,19 +110,19 @@ static __always_inline int dp_listening(struct dp_listen_key *key)
 
 /* Whether a socket holds key's address and port, or the unspecified address
  * and that port: the kernel then finds it, and sk_lookup must not override
- * it. TCP listeners are in dp_listeners (sockops), UDP sockets in
- * dp_udp_bound from their bind on. */
+ * it. TCP listeners on a rail address are in dp_listeners (sockops), UDP
+ * sockets on one and sockets of either on the unspecified address in
+ * dp_bound, from their bind on (cgroup post_bind). */
 static __always_inline int dp_bound_here(struct dp_listen_key *key)
 {
 	struct dp_listen_key any = {.port = key->port, .proto = key->proto, .family = key->family};
 	/* a dual-stack [::] socket takes IPv4 too */
 	struct dp_listen_key any6 = {.port = key->port, .proto = key->proto, .family = DP_AF_INET6};
 
-	if (key->proto == IPPROTO_UDP)
-		return bpf_map_lookup_elem(&dp_udp_bound, key) ||
-		       bpf_map_lookup_elem(&dp_udp_bound, &any) ||
-		       bpf_map_lookup_elem(&dp_udp_bound, &any6);
-	return dp_listening(key) || dp_listening(&any) || dp_listening(&any6);
+	if (key->proto == IPPROTO_TCP && dp_listening(key))
+		return 1;
+	return bpf_map_lookup_elem(&dp_bound, key) || bpf_map_lookup_elem(&dp_bound, &any) ||
+	       bpf_map_lookup_elem(&dp_bound, &any6);
 }
 
 static __always_inline void dp_count_handover(__u32 here)
@@ -315,62 +314,66 @@ static __always_inline void dp_sock_src(struct bpf_sock *sk, __u16 family, __u32
 	}
 }
 
-static __always_inline void dp_udp_bound_note(struct bpf_sock *sk, struct dp_listen_key *key)
+static __always_inline void dp_bound_note(struct bpf_sock *sk, struct dp_listen_key *key)
 {
 	__u64 cookie = bpf_get_socket_cookie(sk);
 
-	if (bpf_map_update_elem(&dp_udp_bound_by, &cookie, key, BPF_ANY) == 0)
-		bpf_map_update_elem(&dp_udp_bound, key, &cookie, BPF_ANY);
+	if (bpf_map_update_elem(&dp_bound_by, &cookie, key, BPF_ANY) == 0)
+		bpf_map_update_elem(&dp_bound, key, &cookie, BPF_ANY);
 }
 
-/* cgroup post_bind: a UDP socket bound to one of this node's rail addresses,
- * or to the unspecified address (which takes every address already: nothing
- * is handed over past it), is remembered. Never refuses a bind. */
-static __always_inline int dp_udp_bind_note(struct bpf_sock *sk, __u16 family)
+/* cgroup post_bind: a TCP or UDP socket bound to the unspecified address
+ * (which takes every address already: nothing is handed over past it), or a
+ * UDP socket bound to one of this node's rail addresses, is remembered, and
+ * the latter counted for the daemon's iterator. (A TCP listener on a rail
+ * address is in dp_listeners from sockops.) Never refuses a bind. */
+static __always_inline int dp_bind_note(struct bpf_sock *sk, __u16 family)
 {
 	__u32 zero = 0, addr[4] = {};
 	struct dp_config *cfg = bpf_map_lookup_elem(&dp_config, &zero);
-	struct dp_listen_key key = {.proto = IPPROTO_UDP};
+	struct dp_listen_key key = {};
+	__u32 proto = sk->protocol;
 	__u64 *n;
 
-	if (!cfg || sk->protocol != IPPROTO_UDP)
+	if (!cfg || (proto != IPPROTO_UDP && proto != IPPROTO_TCP))
 		return 1;
 	if (cfg->netns_cookie && bpf_get_netns_cookie(sk) != cfg->netns_cookie)
 		return 1;
 	dp_sock_src(sk, family, addr);
+	key.proto = (__u8)proto;
 	key.family = (__u8)family;
 	key.port = (__u16)sk->src_port;
 	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
 	if (!(addr[0] | addr[1] | addr[2] | addr[3])) {
-		dp_udp_bound_note(sk, &key);
+		dp_bound_note(sk, &key);
 		return 1;
 	}
-	if (dp_local_rail(addr, family) == DP_RAIL_NONE)
+	if (proto != IPPROTO_UDP || dp_local_rail(addr, family) == DP_RAIL_NONE)
 		return 1;
-	dp_udp_bound_note(sk, &key);
+	dp_bound_note(sk, &key);
 	n = bpf_map_lookup_elem(&dp_udp_binds, &zero);
 	if (n)
 		__sync_fetch_and_add(n, 1);
 	return 1;
 }
 
-/* cgroup sock_release: a UDP socket dp_udp_bound holds is forgotten (by its
- * cookie: sock_release may not read the socket's address). */
-static __always_inline void dp_udp_bind_forget(struct bpf_sock *sk)
+/* cgroup sock_release: a socket dp_bound holds is forgotten (by its cookie:
+ * sock_release may not read the socket's address). */
+static __always_inline void dp_bind_forget(struct bpf_sock *sk)
 {
 	struct dp_listen_key *key;
 	__u64 cookie, *was;
 
-	if (sk->protocol != IPPROTO_UDP)
+	if (sk->protocol != IPPROTO_UDP && sk->protocol != IPPROTO_TCP)
 		return;
 	cookie = bpf_get_socket_cookie(sk);
-	key = bpf_map_lookup_elem(&dp_udp_bound_by, &cookie);
+	key = bpf_map_lookup_elem(&dp_bound_by, &cookie);
 	if (!key)
 		return;
-	was = bpf_map_lookup_elem(&dp_udp_bound, key);
+	was = bpf_map_lookup_elem(&dp_bound, key);
 	if (was && *was == cookie)
-		bpf_map_delete_elem(&dp_udp_bound, key);
-	bpf_map_delete_elem(&dp_udp_bound_by, &cookie);
+		bpf_map_delete_elem(&dp_bound, key);
+	bpf_map_delete_elem(&dp_bound_by, &cookie);
 }
 
 /* The kernel's socket, as far as the iterator reads it (CO-RE by name). */

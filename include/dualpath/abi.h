@@ -476,12 +476,13 @@ struct dp_sock_orig {
  * the addresses in dp_udp_binds; the kernel removes a socket when it closes).
  * dp_handovers: PERCPU_ARRAY, key = rail slot the connection was addressed
  * to: connections (and UDP peers) handed to a socket on another rail.
- * dp_udp_bound: HASH, struct dp_listen_key -> socket cookie: every UDP
- * socket bound to one of those addresses or to the unspecified one (address
- * 0), from bind (cgroup post_bind) to close (sock_release), so that sk_lookup
- * never overrides one, even before the iterator has seen it.
- * dp_udp_bound_by: HASH, socket cookie -> its dp_udp_bound key (sock_release
- * sees no address).
+ * dp_bound: HASH, struct dp_listen_key -> socket cookie: every UDP socket
+ * bound to one of those addresses, and every TCP or UDP socket bound to the
+ * unspecified one (address 0), from bind (cgroup post_bind) to close
+ * (sock_release), so that sk_lookup never overrides one, even before the
+ * iterator has seen it.
+ * dp_bound_by: HASH, socket cookie -> its dp_bound key (sock_release sees no
+ * address).
  * dp_udp_handed: LRU_HASH, struct dp_udp_peer -> struct dp_udp_handed: a UDP
  * peer whose datagrams sk_lookup handed to a server bound to another rail's
  * address. The server's recvmsg() shows the peer on the server's own rail,

@@ -77,8 +77,8 @@
 	X(dp_handed, BPF_MAP_TYPE_LRU_HASH, DP_LISTENERS_SIZE, struct dp_flow_key, __u32)           \
 	/* UDP servers bound to one rail's address: binds counted, peers handed over */             \
 	X(dp_udp_binds, BPF_MAP_TYPE_ARRAY, 1, __u32, __u64)                                        \
-	X(dp_udp_bound, BPF_MAP_TYPE_HASH, DP_LISTENERS_SIZE, struct dp_listen_key, __u64)          \
-	X(dp_udp_bound_by, BPF_MAP_TYPE_HASH, DP_LISTENERS_SIZE, __u64, struct dp_listen_key)       \
+	X(dp_bound, BPF_MAP_TYPE_HASH, DP_LISTENERS_SIZE, struct dp_listen_key, __u64)              \
+	X(dp_bound_by, BPF_MAP_TYPE_HASH, DP_LISTENERS_SIZE, __u64, struct dp_listen_key)           \
 	X(dp_udp_handed, BPF_MAP_TYPE_LRU_HASH, DP_UDP_HANDED_SIZE, struct dp_udp_peer,            \
 	  struct dp_udp_handed)                                                                     \
 	/* the layout version of these maps (abi.h); its own definition never changes */           \

@@ -878,8 +878,9 @@ TEST_F(Separate, AListenerOnTheAddressAskedForIsNeverOverridden) {
 }
 
 // A UDP server in dpl-b bound to interface `ifname`'s address, as
-// BoundServer is: it echoes every datagram back with sendto() to the address
-// recvfrom() gave, and says which peer it saw last and how many came.
+// BoundServer is ("*": the unspecified address), with SO_REUSEADDR: it echoes
+// every datagram back with sendto() to the address recvfrom() gave, and says
+// which peer it saw last and how many came.
 class BoundEcho {
  public:
   BoundEcho(const std::string& ifname, int family, uint16_t port) {
@@ -887,8 +888,14 @@ class BoundEcho {
     thread_ = std::thread([this, ifname, family, port, &ready] {
       error_ = in_netns("dpl-b", [&]() -> std::string {
         sockaddr_storage addr{};
-        socklen_t len = if_addr(ifname, family, port, &addr);
+        socklen_t len = 0;
+        if (ifname == "*")
+          addr = make_addr(family == AF_INET ? "0.0.0.0" : "::", port, &len);
+        else
+          len = if_addr(ifname, family, port, &addr);
         int fd = len ? ::socket(family, SOCK_DGRAM, 0) : -1;
+        int one = 1;
+        if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
           std::string e = len ? std::strerror(errno) : "no address on " + ifname;
           if (fd >= 0) ::close(fd);
@@ -1032,6 +1039,17 @@ TEST_F(Separate, AUdpServerBoundToOneRailsAddressAnswersWhatIsPlacedOnTheOther) 
   EXPECT_EQ(u.echoed, 20);
   EXPECT_EQ(on1.received_, 20) << "the socket bound to the address the datagrams were for";
   EXPECT_EQ(on0.received_, 0);
+  EXPECT_EQ(handovers_on_b("rail1"), handed);
+  // and one bound to every address takes them too, rail0's socket beside it
+  BoundEcho on0_again("rail0", AF_INET, 54032), any("*", AF_INET, 54032);
+  ASSERT_EQ(on0_again.error_, "");
+  ASSERT_EQ(any.error_, "");
+  u = udp_exchange(kB4[0], 54032, 20, true);
+  on0_again.join();
+  any.join();
+  EXPECT_EQ(u.echoed, 20);
+  EXPECT_EQ(any.received_, 20) << "the socket bound to every address";
+  EXPECT_EQ(on0_again.received_, 0);
   EXPECT_EQ(handovers_on_b("rail1"), handed);
 }
 
