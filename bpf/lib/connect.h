@@ -268,7 +268,8 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 }
 
 /* getpeername(), getsockname() and recvmsg(): the address the application
- * asked for. Returns 0 when the socket was never placed. */
+ * asked for. Returns 0 when the socket was never placed. (The caller checked
+ * dp_connect_config.) */
 static __always_inline int dp_restore_placed(struct bpf_sock_addr *ctx, __u16 family)
 {
 	struct dp_sock_orig *st;
@@ -276,8 +277,6 @@ static __always_inline int dp_restore_placed(struct bpf_sock_addr *ctx, __u16 fa
 	__u64 cookie;
 	__u16 port;
 
-	if (!dp_connect_config(ctx))
-		return 0;
 	cookie = bpf_get_socket_cookie(ctx);
 	st = bpf_map_lookup_elem(&dp_sock_orig, &cookie);
 	if (!st)
@@ -299,7 +298,8 @@ static __always_inline int dp_restore_placed(struct bpf_sock_addr *ctx, __u16 fa
 
 static __always_inline int dp_restore(struct bpf_sock_addr *ctx, __u16 family)
 {
-	dp_restore_placed(ctx, family);
+	if (dp_connect_config(ctx))
+		dp_restore_placed(ctx, family);
 	return 1;
 }
 

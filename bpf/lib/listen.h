@@ -449,7 +449,8 @@ static __always_inline int dp_udp_note(struct bpf_iter__udp *ctx)
 }
 
 /* recvmsg() of a server a peer's datagrams were handed to: the peer on the
- * server's own rail, as a TCP server sees its handed-over peer. */
+ * server's own rail, as a TCP server sees its handed-over peer. (The caller
+ * checked dp_connect_config.) */
 static __always_inline void dp_udp_restore(struct bpf_sock_addr *ctx, __u16 family)
 {
 	struct dp_udp_peer peer = {.family = (__u8)family};
@@ -457,7 +458,7 @@ static __always_inline void dp_udp_restore(struct bpf_sock_addr *ctx, __u16 fami
 	struct bpf_sock *sk = ctx->sk;
 	struct dp_udp_handed *h;
 
-	if (!sk || ctx->protocol != IPPROTO_UDP || !dp_connect_config(ctx))
+	if (!sk || ctx->protocol != IPPROTO_UDP)
 		return;
 	dp_sock_src(sk, family, local);
 	to = dp_local_rail(local, family);
@@ -478,7 +479,7 @@ static __always_inline void dp_udp_restore(struct bpf_sock_addr *ctx, __u16 fami
  * server's rail shows it. */
 static __always_inline int dp_recvmsg(struct bpf_sock_addr *ctx, __u16 family)
 {
-	if (!dp_restore_placed(ctx, family))
+	if (dp_connect_config(ctx) && !dp_restore_placed(ctx, family))
 		dp_udp_restore(ctx, family);
 	return 1;
 }

@@ -754,6 +754,34 @@ socklen_t if_addr(const std::string& ifname, int family, uint16_t port, sockaddr
   return len;
 }
 
+// A socket of `type` in the calling thread's namespace, with SO_REUSEADDR,
+// bound to interface `ifname`'s address ("*": the unspecified one) and
+// `port`, as frameworks given an interface bind; *bound is that address. -1
+// with *error set when it cannot be.
+int bind_on(const std::string& ifname, int family, uint16_t port, int type, std::string* bound,
+            std::string* error) {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  if (ifname == "*")
+    addr = make_addr(family == AF_INET ? "0.0.0.0" : "::", port, &len);
+  else
+    len = if_addr(ifname, family, port, &addr);
+  if (!len) {
+    *error = "no address on " + ifname;
+    return -1;
+  }
+  *bound = ip_of(addr);
+  int fd = ::socket(family, type, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    *error = "bind on " + *bound + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A server in dpl-b bound the way frameworks given an interface bind
 // (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, an RPC server's --host): to that
 // interface's address, found with getifaddrs(). It accepts one connection,
@@ -765,21 +793,15 @@ class BoundServer {
     std::atomic<bool> ready{false};
     thread_ = std::thread([this, ifname, family, port, &ready] {
       error_ = in_netns("dpl-b", [&]() -> std::string {
-        sockaddr_storage addr{};
-        socklen_t len = if_addr(ifname, family, port, &addr);
-        if (!len) {
-          ready = true;
-          return "no address on " + ifname;
-        }
-        bound_ = ip_of(addr);
-        int l = ::socket(family, SOCK_STREAM, 0);
-        int one = 1;
-        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (::bind(l, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(l, 8) != 0) {
-          ready = true;
-          return "bind/listen on " + bound_ + ": " + std::strerror(errno);
+        std::string err;
+        int l = bind_on(ifname, family, port, SOCK_STREAM, &bound_, &err);
+        if (l >= 0 && ::listen(l, 8) != 0) {
+          err = "listen on " + bound_ + ": " + std::strerror(errno);
+          ::close(l);
+          l = -1;
         }
         ready = true;
+        if (l < 0) return err;
         pollfd pfd{l, POLLIN, 0};
         if (::poll(&pfd, 1, 3000) <= 0) {
           ::close(l);
@@ -887,22 +909,12 @@ class BoundEcho {
     std::atomic<bool> ready{false};
     thread_ = std::thread([this, ifname, family, port, &ready] {
       error_ = in_netns("dpl-b", [&]() -> std::string {
-        sockaddr_storage addr{};
-        socklen_t len = 0;
-        if (ifname == "*")
-          addr = make_addr(family == AF_INET ? "0.0.0.0" : "::", port, &len);
-        else
-          len = if_addr(ifname, family, port, &addr);
-        int fd = len ? ::socket(family, SOCK_DGRAM, 0) : -1;
-        int one = 1;
-        if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-          std::string e = len ? std::strerror(errno) : "no address on " + ifname;
-          if (fd >= 0) ::close(fd);
+        std::string err;
+        int fd = bind_on(ifname, family, port, SOCK_DGRAM, &bound_, &err);
+        if (fd < 0) {
           ready = true;
-          return "bind: " + e;
+          return err;
         }
-        bound_ = ip_of(addr);
         timeval tv{0, 50000};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         // the daemon finds a new UDP server at its next tick (lib/listen.h)
