@@ -400,6 +400,8 @@ void Daemon::steer_multipath() {
     const PathHealth& h = controller_.health(i);
     w.usable.push_back(h.weight() > 0 && h.latency_ok() && datapath_->present(i));
   }
+  if (auto r = datapath_->set_rails_up(w.usable); !r)
+    spdlog::warn("marking the rails' health for multipath answers failed: {}", r.error().what());
   for (size_t c = 0; c < policy_.classes.size(); ++c)
     w.active.push_back(multipath::active_rails(policy_, c, controller_.written_shares(c), w.usable,
                                                controller_.operator_pinned(c)));

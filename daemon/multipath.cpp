@@ -136,8 +136,7 @@ Result<void> Multipath::restore_settings(const std::string& node) {
 }
 
 Result<void> Multipath::set_policy(const Policy& p, const Datapath& dp) {
-  bool wanted = std::any_of(p.classes.begin(), p.classes.end(),
-                            [](const ClassSpec& c) { return c.multipath; });
+  bool wanted = p.has_multipath();
   dp_ = &dp;
   if (!wanted) {
     if (pm_) {
@@ -236,6 +235,11 @@ void Multipath::on_event(const mptcp::Event& e) {
       multipath::Subflow s;
       s.ends = e.flow;
       s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      // the shared topology: a join accepted here is on the rail the peer
+      // bound it to, which it arrives and is answered on (bpf/lib/tc.h)
+      if (s.path == multipath::kNoPath && c.server_side)
+        s.path = dp_->flow_path(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport)
+                     .value_or(multipath::kNoPath);
       s.backup = e.backup;
       if (auto r = requested_.find({c.token, s.path}); r != requested_.end() && !c.server_side) {
         s.backup = r->second;

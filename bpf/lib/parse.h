@@ -35,8 +35,9 @@
 
 struct dp_pkt {
 	struct dp_flow_key key;
-	__u16 family; /* AF_INET or AF_INET6 */
-	__u16 l3_off; /* offset of the IP header from the start of the frame */
+	__u16 family;	/* AF_INET or AF_INET6 */
+	__u16 l3_off;	/* offset of the IP header from the start of the frame */
+	__u8 tcp_flags; /* TCP: the header's flags byte (FIN 0x01, SYN 0x02, ACK 0x10) */
 };
 
 /* Returns -1 on success, or the dp_exception reason the packet is passed for. */
@@ -126,6 +127,13 @@ static __always_inline int dp_parse(void *data, void *data_end, struct dp_pkt *p
 			return DP_EXC_SHORT;
 		pkt->key.sport = ports[0];
 		pkt->key.dport = ports[1];
+		if (l4proto == IPPROTO_TCP) {
+			__u8 *th = cursor;
+
+			if ((void *)(th + 14) > data_end)
+				return DP_EXC_SHORT;
+			pkt->tcp_flags = th[13];
+		}
 	}
 	pkt->key.proto = l4proto;
 	return -1;

@@ -149,6 +149,47 @@ static __always_inline __u32 dp_flow_begins(const struct dp_place_in *in, const 
 	return target;
 }
 
+/* A flow its own socket holds on `rail` (lib/tc.h, dp_socket_rail): in the
+ * flow table on that rail, for its statistics and dpctl flow list, and never
+ * placed. */
+static __always_inline void dp_flow_held(const struct dp_pkt *pkt, __u8 cls, __u8 rule, __u32 gen,
+					 __u32 rail, __u32 len)
+{
+	struct dp_flow *f = bpf_map_lookup_elem(&dp_flows, &pkt->key);
+	struct dp_counters *c;
+
+	if (!f) {
+		struct dp_flow nf = {};
+
+		nf.first_seen_ns = bpf_ktime_get_ns();
+		nf.last_seen_ns = nf.first_seen_ns;
+		nf.bytes = len;
+		nf.packets = 1;
+		nf.gen = gen;
+		nf.cls = cls;
+		nf.rule = rule;
+		nf.rail = rail;
+		nf.flowlet = 1;
+		nf.flags = DP_FLOW_F_COARSE_TIME;
+		if (bpf_map_update_elem(&dp_flows, &pkt->key, &nf, BPF_NOEXIST) == 0) {
+			c = dp_counters_of(rail, cls);
+			if (c)
+				c->flows_placed += 1;
+		}
+		return;
+	}
+	f->cls = cls;
+	f->rule = rule;
+	f->gen = gen;
+	if (f->rail != rail)
+		dp_flow_move(f, rail, cls);
+	f->flags |= DP_FLOW_F_COARSE_TIME;
+	if (!(f->packets & 15))
+		f->last_seen_ns = bpf_ktime_get_coarse_ns();
+	f->bytes += len;
+	f->packets += 1;
+}
+
 /* Bursts: a new burst (after an idle gap) goes where the daemon planned it,
  * if the class is split. The socket, when there is one, says more than the
  * idle gap. The plan took the last burst for this one's size, so a burst the

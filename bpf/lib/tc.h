@@ -15,6 +15,7 @@
 #define DP_BPF_TC_H
 
 #include <linux/bpf.h>
+#include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
@@ -84,6 +85,88 @@ static __always_inline void dp_apply_qos(struct __sk_buff *skb, const struct dp_
 	}
 }
 
+/* The kernel's types a multipath subflow's socket is read through, by name
+ * (CO-RE): where its packets last arrived (set by TCP from every packet that
+ * changes it), and whether its MPTCP connection was accepted here. */
+struct sock___dp {
+	int sk_rx_dst_ifindex;
+} __attribute__((preserve_access_index));
+
+struct mptcp_pm_data___dp {
+	__u8 server_side;
+} __attribute__((preserve_access_index));
+
+struct mptcp_sock {
+	struct mptcp_pm_data___dp pm;
+} __attribute__((preserve_access_index));
+
+#define DP_TCP_SYN 0x02
+#define DP_TCP_ACK 0x10
+
+/* Where the packet's own socket puts it, before any decision (DP_RAIL_NONE:
+ * the class's decision places it):
+ *   - a socket bound to a device stays on the rail the route chose: the
+ *     application chose the device, or the daemon did (a multipath class's
+ *     subflows, one per rail: daemon/multipath.cpp);
+ *   - in the shared topology, a multipath class's MPTCP connection accepted
+ *     here answers each subflow on the rail its packets arrive on, while
+ *     that rail is up: the connecting side makes a subflow per rail, bound
+ *     to it, and sets their roles. A SYN-ACK leaves from a request socket,
+ *     which records no arrival: it goes where its SYN came in
+ *     (dp_syn_rails). */
+static __always_inline __u32 dp_socket_rail(struct __sk_buff *skb, const struct dp_pkt *pkt,
+					    __u8 cls, __u32 rail_here)
+{
+	struct bpf_sock *sk = skb->sk, *full;
+	struct dp_class_tcp *ct;
+	struct mptcp_sock *msk;
+	struct tcp_sock *tp;
+	__u32 key = cls, *syn;
+
+	if (!sk)
+		return DP_RAIL_NONE;
+	full = bpf_sk_fullsock(sk);
+	if (full && full->bound_dev_if)
+		return rail_here;
+	if (pkt->key.proto != IPPROTO_TCP)
+		return DP_RAIL_NONE;
+	ct = bpf_map_lookup_elem(&dp_class_tcp, &key);
+	if (!ct || !(ct->flags & DP_CLASS_TCP_F_MULTIPATH))
+		return DP_RAIL_NONE;
+	if (!full) {
+		if ((pkt->tcp_flags & (DP_TCP_SYN | DP_TCP_ACK)) != (DP_TCP_SYN | DP_TCP_ACK))
+			return DP_RAIL_NONE;
+		syn = bpf_map_lookup_elem(&dp_syn_rails, &pkt->key);
+		key = syn ? *syn : DP_RAIL_NONE;
+	} else {
+		msk = bpf_skc_to_mptcp_sock(full);
+		if (!msk || !msk->pm.server_side)
+			return DP_RAIL_NONE;
+		tp = bpf_skc_to_tcp_sock(full);
+		if (!tp)
+			return DP_RAIL_NONE;
+		key = dp_rail_of_ifindex((__u32)((struct sock___dp *)tp)->sk_rx_dst_ifindex);
+	}
+	return dp_rail_usable_for(key, DP_RAIL_F_MP_UP) ? key : DP_RAIL_NONE;
+}
+
+/* tc ingress: a TCP SYN's rail, for its SYN-ACK (dp_socket_rail). */
+static __always_inline void dp_note_syn(const struct dp_pkt *pkt, __u32 rail_here)
+{
+	struct dp_flow_key back = {};
+
+	if (pkt->key.proto != IPPROTO_TCP ||
+	    (pkt->tcp_flags & (DP_TCP_SYN | DP_TCP_ACK)) != DP_TCP_SYN ||
+	    !dp_rail_usable_for(rail_here, DP_RAIL_F_MP_UP))
+		return;
+	__builtin_memcpy(back.saddr, pkt->key.daddr, sizeof(back.saddr));
+	__builtin_memcpy(back.daddr, pkt->key.saddr, sizeof(back.daddr));
+	back.sport = pkt->key.dport;
+	back.dport = pkt->key.sport;
+	back.proto = IPPROTO_TCP;
+	bpf_map_update_elem(&dp_syn_rails, &back, &rail_here, BPF_ANY);
+}
+
 /* tc egress: classify, place the flow on a rail, redirect when the decided
  * rail is not the one the route chose. */
 static __always_inline int dp_tc_egress(struct __sk_buff *skb)
@@ -129,8 +212,12 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 		return DP_PASS;
 	}
 
-	target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
-			      cfg->flowlet_gap_ns, dp_mono_tstamp(skb), skb);
+	target = dp_socket_rail(skb, &pkt, cls, rail_here);
+	if (target != DP_RAIL_NONE)
+		dp_flow_held(&pkt, cls, rule, cfg->active_gen & 1, target, skb->len);
+	else
+		target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
+				      cfg->flowlet_gap_ns, dp_mono_tstamp(skb), skb);
 	dp_apply_qos(skb, &pkt, cls);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);
@@ -188,8 +275,10 @@ static __always_inline int dp_tc_ingress(struct __sk_buff *skb)
 		return DP_PASS;
 	exc = dp_parse(data, data_end, &pkt);
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
-	if (exc < 0 && cfg)
+	if (exc < 0 && cfg) {
 		cls = dp_classify(&pkt, 0, cfg);
+		dp_note_syn(&pkt, rail_here);
+	}
 	c = dp_counters_of(rail_here, cls);
 	if (c) {
 		c->rx_bytes += skb->len;

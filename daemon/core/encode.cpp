@@ -88,10 +88,12 @@ std::optional<int> decision_single_rail(const dp_decision& d) {
   return std::nullopt;
 }
 
-dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled, Topology t) {
+dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled, Topology t, bool multipath) {
   dp_rail r{};
   r.ifindex = ifindex;
-  if (enabled && ifindex) r.flags = t == Topology::Separate ? DP_RAIL_F_CONNECT : DP_RAIL_F_ENABLED;
+  if (enabled && ifindex && t == Topology::Separate) r.flags = DP_RAIL_F_CONNECT;
+  if (enabled && ifindex && t == Topology::Shared)
+    r.flags = DP_RAIL_F_ENABLED | (multipath ? uint32_t{DP_RAIL_F_MP_UP} : 0u);
   if (p.gateway) {
     r.flags |= DP_RAIL_F_GW4;
     std::memcpy(&r.gw4, p.gateway->bytes.data(), 4);

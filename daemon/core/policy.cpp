@@ -214,11 +214,12 @@ const PeerSpec* Policy::peer_of(const IpAddr& a, size_t* path) const {
   return nullptr;
 }
 
-size_t responder_ports(const Policy& p) {
-  bool multipath = std::any_of(p.classes.begin(), p.classes.end(),
-                               [](const ClassSpec& c) { return c.multipath; });
-  return p.paths.size() * (multipath ? 2 : 1);
+bool Policy::has_multipath() const {
+  return std::any_of(classes.begin(), classes.end(),
+                     [](const ClassSpec& c) { return c.multipath; });
 }
+
+size_t responder_ports(const Policy& p) { return p.paths.size() * (p.has_multipath() ? 2 : 1); }
 
 std::vector<Prefix> Policy::responder_allowed() const {
   if (!responder.allow.empty()) return responder.allow;
@@ -1242,8 +1243,7 @@ void parse_class_qos(Checker& c, const toml::table& t, const std::string& sectio
 }
 
 // A class's TCP settings: its minimum RTO, and whether it is multipath.
-void parse_class_tcp(Checker& c, const toml::table& t, const std::string& section, const Policy& p,
-                     ClassSpec& cs) {
+void parse_class_tcp(Checker& c, const toml::table& t, const std::string& section, ClassSpec& cs) {
   if (cs.kind == ClassKind::LatencySensitive) cs.rto_min = kDefaultLatencyRtoMin;
   if (t.get("rto_min")) {
     if (auto v = c.duration(t, "rto_min", section, std::chrono::nanoseconds(0),
@@ -1259,17 +1259,8 @@ void parse_class_tcp(Checker& c, const toml::table& t, const std::string& sectio
   if (auto v = c.boolean(t, "multipath", section)) {
     cs.multipath = *v;
     const toml::node& mn = *t.get("multipath");
-    // the socket is made MPTCP at socket(), when only its cgroup is known;
-    // one address on every rail: a subflow bound to the other rail is
-    // answered on whichever rail the peer's datapath picks, and a bound
-    // socket takes nothing that arrives on another device
-    if (cs.multipath && p.topology != Topology::Separate)
-      c.error(mn, fmt::format("multipath in {} needs [node] topology = \"separate\": in the "
-                              "shared topology dualpath does not make MPTCP subflows yet (a "
-                              "split elastic class there is placed by flowlets, cells or "
-                              "bursts)",
-                              section));
-    else if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
+    // the socket is made MPTCP at socket(), when only its cgroup is known
+    if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
       c.error(mn, fmt::format("multipath in {} needs the class to match by cgroups or units: "
                               "its sockets are made MPTCP when they are created, before a "
                               "port or a mark is known",
@@ -1386,7 +1377,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
       }
     }
     parse_cgroups(c, t, section, cs, cgroup_owner);
-    parse_class_tcp(c, t, section, p, cs);
+    parse_class_tcp(c, t, section, cs);
     size_t rules_written = 0;  // a rule written wrong has its own error already
     for (auto key : {"ports", "cgroups", "units"})
       if (const toml::node* rn = t.get(key))

@@ -246,8 +246,7 @@ Result<void> Datapath::attach(const Policy& next, const Staged& s) {
   }
   // multipath classes: every socket() of the node runs their hook, so only
   // while the policy has one
-  bool multipath = std::any_of(next.classes.begin(), next.classes.end(),
-                               [](const ClassSpec& c) { return c.multipath; });
+  bool multipath = next.has_multipath();
   auto owned = skel_->dp_owned();
   for (const auto& spec : kPrograms) {
     bpf_program* prog = skel_->program(spec.name);
@@ -315,7 +314,7 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   auto nets = skel_->dp_rail_nets();
   for (size_t i = 0; i < next.paths.size(); ++i) {
     auto slot = static_cast<uint32_t>(s.rail_slot[i]);
-    dp_rail r = encode_rail(next.paths[i], s.ifindex[i], true, next.topology);
+    dp_rail r = encode_rail(next.paths[i], s.ifindex[i], true, next.topology, next.has_multipath());
     dp_rail_net net = encode_rail_net(next.paths[i], next.topology);
     DP_TRY(nets.update(slot, net));
     dp_local_addr local = encode_local_addr(next.paths[i], next.topology);
@@ -406,6 +405,9 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   rail_slot_ = s.rail_slot;
   rail_ifindex_ = s.ifindex;
   vanished_.assign(s.ifindex.size(), false);
+  // what commit wrote: every rail up, where the flag applies
+  rails_up_.assign(next.topology == Topology::Shared && next.has_multipath() ? s.ifindex.size() : 0,
+                   true);
   topology_ = next.topology;
   cgroups_ = s.cgroups;
   cgroup_cache_dirty_ = true;
@@ -592,6 +594,23 @@ Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const 
   return {};
 }
 
+Result<void> Datapath::set_rails_up(const std::vector<bool>& up) {
+  if (rails_up_.empty() || up == rails_up_) return {};
+  auto rails = skel_->dp_rails();
+  for (size_t i = 0; i < up.size() && i < rail_slot_.size(); ++i) {
+    auto slot = static_cast<uint32_t>(rail_slot_[i]);
+    dp_rail r{};
+    DP_TRY(rails.lookup(slot, &r));
+    uint32_t flags = up[i] && (r.flags & DP_RAIL_F_ENABLED) ? r.flags | DP_RAIL_F_MP_UP
+                                                            : r.flags & ~uint32_t{DP_RAIL_F_MP_UP};
+    if (flags == r.flags) continue;
+    r.flags = flags;
+    DP_TRY(rails.update(slot, r));
+  }
+  rails_up_ = up;
+  return {};
+}
+
 bool Datapath::check_present(size_t path, const PathSpec& ps) {
   if (path >= vanished_.size() || vanished_[path]) return false;
   if (ifindex_of(ps.interface) == rail_ifindex_[path]) return false;
@@ -683,6 +702,15 @@ std::optional<size_t> Datapath::flow_class(const IpAddr& local, uint16_t lport,
   if (!f) return std::nullopt;
   for (size_t c = 0; c < class_slot_.size(); ++c)
     if (class_slot_[c] == f->cls) return c;
+  return std::nullopt;
+}
+
+std::optional<size_t> Datapath::flow_path(const IpAddr& local, uint16_t lport, const IpAddr& remote,
+                                          uint16_t rport) const {
+  auto f = find_flow(local, lport, remote, rport);
+  if (!f) return std::nullopt;
+  for (size_t p = 0; p < rail_slot_.size(); ++p)
+    if (rail_slot_[p] >= 0 && static_cast<uint32_t>(rail_slot_[p]) == f->rail) return p;
   return std::nullopt;
 }
 

@@ -22,6 +22,9 @@ constexpr uint32_t kRuleRange = 100;
 // Failover rules ("to <a failed path's route> lookup <survivor's table>") use
 // the upper half of the range; the fwmark rules the lower.
 constexpr uint32_t kFailoverRuleOffset = 50;
+// The shared topology's "oif <rail> lookup <its table>" rules, for sockets
+// bound to a rail (a multipath class's subflows, one per rail), sit between.
+constexpr uint32_t kOifRuleOffset = 40;
 
 template <class T, void (*F)(T*)>
 struct Deleter {
@@ -63,18 +66,21 @@ struct WantedRule {
   uint32_t prio, mark, table;
   std::optional<Prefix> to;     // failover: traffic to a failed path's routes
   uint32_t mask = 0xffffffffu;  // [routing] mark_mask: others' bits do not matter
+  std::string oif;              // sockets bound to this interface
 };
 
 std::string rule_key(int family, uint32_t prio, uint32_t mark, uint32_t table,
-                     const std::string& to = "", uint32_t mask = 0xffffffffu) {
-  std::string sel = !to.empty()           ? "to " + to
+                     const std::string& to = "", uint32_t mask = 0xffffffffu,
+                     const std::string& oif = "") {
+  std::string sel = !oif.empty()          ? "oif " + oif
+                    : !to.empty()         ? "to " + to
                     : mask == 0xffffffffu ? fmt::format("fwmark {:#x}", mark)
                                           : fmt::format("fwmark {:#x}/{:#x}", mark, mask);
   return fmt::format("rule {} pref {} {} lookup {}", family == AF_INET ? "ipv4" : "ipv6", prio, sel,
                      table);
 }
 std::string rule_key(const WantedRule& w) {
-  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? w.to->str() : "", w.mask);
+  return rule_key(w.family, w.prio, w.mark, w.table, w.to ? w.to->str() : "", w.mask, w.oif);
 }
 std::string rule_key(rtnl_rule* r) {
   std::string to;
@@ -84,9 +90,10 @@ std::string rule_key(rtnl_rule* r) {
     to = buf;
     if (to.find('/') == std::string::npos) to += fmt::format("/{}", nl_addr_get_prefixlen(d));
   }
+  const char* oif = rtnl_rule_get_oif(r);
   return rule_key(rtnl_rule_get_family(r), rtnl_rule_get_prio(r),
                   to.empty() ? rtnl_rule_get_mark(r) : 0, rtnl_rule_get_table(r), to,
-                  to.empty() ? rtnl_rule_get_mask(r) : 0xffffffffu);
+                  to.empty() ? rtnl_rule_get_mask(r) : 0xffffffffu, oif ? oif : "");
 }
 
 std::string route_key(uint32_t table, const std::string& dst, const std::string& gw, int ifindex,
@@ -172,14 +179,28 @@ std::vector<WantedRule> wanted_rules(const Policy& p, const std::vector<bool>& f
                      p.paths[i].fwmark,
                      table,
                      {},
-                     p.routing.mark_mask});
+                     p.routing.mark_mask,
+                     {}});
+    // A multipath class's subflow bound to this rail is routed by its
+    // table (in the shared topology every rail reaches the peers' address,
+    // so the bound device alone decides); a failed rail keeps its own
+    // table, whose routes are gone, and the daemon removes its subflows.
+    if (p.topology == Topology::Shared && p.has_multipath())
+      for (int fam : {AF_INET, AF_INET6})
+        out.push_back({fam,
+                       p.routing.rule_priority + kOifRuleOffset + static_cast<uint32_t>(i),
+                       0,
+                       p.paths[i].table,
+                       {},
+                       0xffffffffu,
+                       p.paths[i].interface});
     // In the separate topology a failed rail's networks are reached through
     // it alone: the survivor's table has no route there, so no "to" rule
     // (connections were ended and reconnect to the survivor's network).
     if (!is_failed(i) || p.topology == Topology::Separate) continue;
     for (const auto& r : p.paths[i].routes)
       if (next_to < p.routing.rule_priority + kRuleRange)
-        out.push_back({r.addr.family, next_to++, 0, p.paths[survivor].table, r});
+        out.push_back({r.addr.family, next_to++, 0, p.paths[survivor].table, r, 0xffffffffu, {}});
   }
   return out;
 }
@@ -219,7 +240,9 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
     rtnl_rule_set_family(r.get(), w.family);
     rtnl_rule_set_prio(r.get(), w.prio);
     AddrPtr to;
-    if (w.to) {
+    if (!w.oif.empty()) {
+      rtnl_rule_set_oif(r.get(), w.oif.c_str());
+    } else if (w.to) {
       to = make_addr(w.to->addr, w.to->len);
       rtnl_rule_set_dst(r.get(), to.get());
     } else {

@@ -119,6 +119,10 @@ enum dp_rail_flags {
   DP_RAIL_F_GW4 = 1u << 1,     /* gw4 is valid */
   DP_RAIL_F_GW6 = 1u << 2,     /* gw6 is valid */
   DP_RAIL_F_CONNECT = 1u << 3, /* separate topology: a target of connect-time placement */
+  /* shared topology with a multipath class: the daemon counts the rail usable
+   * (health), so a multipath subflow accepted here is answered on the rail it
+   * arrives on (bpf/lib/tc.h) */
+  DP_RAIL_F_MP_UP = 1u << 4,
 };
 
 /* dp_rails: ARRAY, key = rail slot. */
@@ -491,6 +495,15 @@ struct dp_sock_orig {
  * rail they were addressed to), which a connected client requires.
  */
 #define DP_LISTENERS_SIZE 16384
+
+/*
+ * dp_syn_rails: LRU_HASH, flow key as the answer leaves (local side first)
+ * -> the rail slot its SYN arrived on. Kept by tc ingress for rails with
+ * DP_RAIL_F_MP_UP only (the shared topology, with a multipath class), so
+ * that the SYN-ACK of a subflow the peer bound to one rail goes back on it:
+ * the answering socket is a request socket, which records no arrival.
+ */
+#define DP_SYN_RAILS_SIZE 4096
 struct dp_local_addr {
   __u32 addr4;
   __u32 addr6[4];

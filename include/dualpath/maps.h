@@ -81,6 +81,8 @@
 	X(dp_bound_by, BPF_MAP_TYPE_HASH, DP_LISTENERS_SIZE, __u64, struct dp_listen_key)           \
 	X(dp_udp_handed, BPF_MAP_TYPE_LRU_HASH, DP_UDP_HANDED_SIZE, struct dp_udp_peer,            \
 	  struct dp_udp_handed)                                                                     \
+	/* multipath classes in the shared topology: the rail each TCP SYN arrived on */         \
+	X(dp_syn_rails, BPF_MAP_TYPE_LRU_HASH, DP_SYN_RAILS_SIZE, struct dp_flow_key, __u32)        \
 	/* the layout version of these maps (abi.h); its own definition never changes */           \
 	X(dp_abi, BPF_MAP_TYPE_ARRAY, 1, __u32, struct dp_abi)
 /* clang-format on */

@@ -52,7 +52,8 @@ std::vector<uint8_t> build_packet(const PacketSpec& s) {
     t.source = htons(s.sport);
     t.dest = htons(s.dport);
     t.doff = 5;
-    t.ack = 1;
+    t.syn = s.syn ? 1 : 0;
+    t.ack = s.ack ? 1 : 0;
     put(l4, &t, sizeof(t));
   } else if (s.proto == IPPROTO_UDP) {
     udphdr u{};

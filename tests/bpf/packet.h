@@ -23,6 +23,8 @@ struct PacketSpec {
   uint8_t tos = 0;               // IPv4 TOS / IPv6 traffic class (DSCP << 2 | ECN)
   size_t payload = 64;
   size_t truncate_to = 0;  // 0: full packet
+  bool syn = false;        // TCP: SYN (with ack: a SYN-ACK)
+  bool ack = true;         // TCP: ACK
 };
 
 std::vector<uint8_t> build_packet(const PacketSpec& s);

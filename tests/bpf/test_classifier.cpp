@@ -793,6 +793,39 @@ TEST_F(Classifier, IngressCountsReceivedBytesPerClass) {
   EXPECT_EQ(counters(0, DP_CLASS_UNCLASSIFIED).rx_packets, 1u);
 }
 
+// The shared topology with a multipath class: the rail a TCP SYN arrived on,
+// kept for its SYN-ACK (which a request socket sends, with no arrival of its
+// own), under the key the answer leaves with. Only SYNs, only on such rails.
+TEST_F(Classifier, ASynsRailIsKeptForItsSynAckOnRailsUpForMultipath) {
+  auto syn = [](uint16_t sport) {
+    return with(tcp4(sport, 45000), [](PacketSpec& s) {
+      s.syn = true;
+      s.ack = false;
+    });
+  };
+  auto kept = [&](const PacketSpec& s) {
+    dp_flow_key k = flow_key_of(s), back{};  // the key as the SYN-ACK leaves
+    std::memcpy(back.saddr, k.daddr, sizeof(back.saddr));
+    std::memcpy(back.daddr, k.saddr, sizeof(back.daddr));
+    back.sport = k.dport;
+    back.dport = k.sport;
+    back.proto = k.proto;
+    uint32_t rail = 99;
+    return skel_->dp_syn_rails().lookup(back, &rail).ok() ? rail : 99u;
+  };
+  run(skel_->ingress_fd(), syn(41000));
+  EXPECT_EQ(kept(syn(41000)), 99u) << "a rail without DP_RAIL_F_MP_UP keeps nothing";
+  dp_rail r = dp::encode_rail(policy_.paths[0], kLoIfindex, true, dp::Topology::Shared, true);
+  ASSERT_TRUE(skel_->dp_rails().update(0, r));
+  run(skel_->ingress_fd(), syn(41001));
+  EXPECT_EQ(kept(syn(41001)), 0u);
+  auto synack = with(syn(41002), [](PacketSpec& s) { s.ack = true; });
+  run(skel_->ingress_fd(), synack);
+  EXPECT_EQ(kept(synack), 99u) << "only a SYN";
+  run(skel_->ingress_fd(), tcp4(41003, 45000));
+  EXPECT_EQ(kept(tcp4(41003, 45000)), 99u) << "only a SYN";
+}
+
 TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   uint32_t slot = kControl;
   dp_class_qos q{0x10010, 46, DP_QOS_F_PRIORITY | DP_QOS_F_DSCP, {}};

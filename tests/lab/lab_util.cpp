@@ -100,6 +100,26 @@ json dpctl(const std::string& node, const std::string& args) {
   return j;
 }
 
+json mptcp_conns(const std::string& node) {
+  json f = dpctl(node, "flow list");
+  return f.is_object() && f.contains("mptcp") ? f["mptcp"] : json::array();
+}
+
+json mptcp_conn(const std::string& node, uint16_t port) {
+  for (auto& c : mptcp_conns(node))
+    if (c["rport"] == port || c["lport"] == port) return c;
+  return json();
+}
+
+std::set<std::string> subflow_paths(const json& c, const char* role) {
+  std::set<std::string> out;
+  if (!c.is_object()) return out;
+  for (auto& s : c["subflows"])
+    if (s["path"].is_string() && (!role || s["role"] == role))
+      out.insert(s["path"].get<std::string>());
+  return out;
+}
+
 namespace {
 
 bool enter_netns(const std::string& ns) {

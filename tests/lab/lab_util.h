@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace lab {
@@ -40,6 +42,24 @@ bool wait_rails_up(std::chrono::milliseconds timeout);
 
 // Where the cgroup v2 hierarchy is mounted.
 std::string cgroup2_mount();
+
+// A node's MPTCP connections of the multipath classes (dpctl flow list); the
+// one whose remote port (or, accepted, local port) is `port`, or null.
+json mptcp_conns(const std::string& node);
+json mptcp_conn(const std::string& node, uint16_t port);
+// The paths of a connection's subflows (with that role: "active", "backup").
+std::set<std::string> subflow_paths(const json& c, const char* role = nullptr);
+// Polls until pred(connection on `node`) holds, up to `ms`; returns the last read.
+template <class P>
+json wait_conn(const std::string& node, uint16_t port, int ms, P pred) {
+  json c;
+  for (int waited = 0; waited <= ms; waited += 50) {
+    c = mptcp_conn(node, port);
+    if (c.is_object() && pred(c)) return c;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return c;
+}
 
 struct TransferSpec {
   std::string client_ns = "dpl-a";

@@ -24,6 +24,7 @@ namespace {
 
 constexpr auto kHolddown = 3s;
 constexpr auto kRampStep = 500ms;
+constexpr const char* kCollective = "/dpl-collective";
 
 class Failover : public Fixture {
  protected:
@@ -214,6 +215,53 @@ TEST_F(Failover, BlackholeBothWaysIsDetectedAndNothingIsLost) {
   w.expect_intact();
   EXPECT_EQ(attach_drop("dpl-a", "rail0", 0, true), "");
   EXPECT_EQ(attach_drop("dpl-b", "rail0", 0, true), "");
+  expect_failback();
+}
+
+// The shared topology's multipath class ("collective", elastic, prefer
+// rail0; added by main()): a connection gets a subflow bound to each rail,
+// the peer answers each on the rail it arrives on, and through a blackhole of
+// the active rail it goes on over the other with no reset and every byte
+// delivered, and gets its rail0 subflow back after the hold-down.
+TEST_F(Failover, AMultipathConnectionHasASubflowOnEachRailAndSurvivesABlackholeOfOne) {
+  TransferSpec spec;
+  spec.dport = 45201;
+  spec.bytes = 25'000'000;  // 10 s at 20 Mbit/s
+  spec.rate_bps = 20e6;
+  spec.cgroup = kCollective;
+  spec.mptcp = true;
+  Transfer t(spec);
+  json a = wait_conn("a", 45201, 3000, [](const json& c) {
+    return subflow_paths(c) == std::set<std::string>{"rail0", "rail1"};
+  });
+  ASSERT_EQ(subflow_paths(a), (std::set<std::string>{"rail0", "rail1"})) << a.dump();
+  // elastic, its decision all on rail0, and rail1 a quarter of rail0: rail0
+  // carries, rail1 stands by
+  EXPECT_EQ(subflow_paths(a, "active"), std::set<std::string>{"rail0"}) << a.dump();
+  EXPECT_EQ(subflow_paths(a, "backup"), std::set<std::string>{"rail1"}) << a.dump();
+  // b answered each join on its rail (its flow table says where each left)
+  json b = wait_conn("b", 45201, 1000, [](const json& c) { return subflow_paths(c).size() == 2; });
+  EXPECT_EQ(subflow_paths(b), (std::set<std::string>{"rail0", "rail1"})) << b.dump();
+
+  ASSERT_EQ(attach_drop("dpl-a", "rail0", 100000), "");
+  ASSERT_EQ(attach_drop("dpl-b", "rail0", 100000), "");
+  a = wait_conn("a", 45201, 2500, [](const json& c) { return !subflow_paths(c).count("rail0"); });
+  EXPECT_EQ(subflow_paths(a), std::set<std::string>{"rail1"}) << a.dump();
+  EXPECT_EQ(subflow_paths(a, "active"), std::set<std::string>{"rail1"}) << a.dump();
+  // the subflow went on suspicion; BFD confirms it (1.5 s), so the rail is
+  // held down when the blackhole ends
+  for (int i = 0; i < 50 && health("a", "rail0") != "down"; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(health("a", "rail0"), "down");
+  EXPECT_EQ(attach_drop("dpl-a", "rail0", 0, true), "");
+  EXPECT_EQ(attach_drop("dpl-b", "rail0", 0, true), "");
+  // back after the hold-down (3 s) and the ramp's first step
+  a = wait_conn("a", 45201, 6000, [](const json& c) { return subflow_paths(c).count("rail0"); });
+  EXPECT_EQ(subflow_paths(a), (std::set<std::string>{"rail0", "rail1"})) << a.dump();
+  auto r = t.wait();
+  EXPECT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "the connection fell back to TCP";
+  std::printf("    multipath, blackhole of the active rail: longest gap at the receiver %.0f ms\n",
+              static_cast<double>(r.max_gap_us) / 1000);
   expect_failback();
 }
 
@@ -449,9 +497,13 @@ TEST_F(Failover, FrrBfddInteroperates) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   auto* env = new Env;
+  // a multipath class on both nodes, matched by a cgroup the tests' children join
+  fs::create_directories(cgroup2_mount() + kCollective);
   env->edit = [](const std::string& text) {
     return std::regex_replace(text, std::regex("holddown = \"5m\""),
-                              "holddown = \"3s\"\nramp_interval = \"500ms\"");
+                              "holddown = \"3s\"\nramp_interval = \"500ms\"") +
+           "\n[[class]]\nname = \"collective\"\nkind = \"elastic\"\npriority = 4\n"
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n";
   };
   // a clsact on b's rails for the drop filters (dualpathd adds its own on a's)
   env->prepare = [] {
@@ -460,5 +512,8 @@ int main(int argc, char** argv) {
     return std::string();
   };
   ::testing::AddGlobalTestEnvironment(env);
-  return RUN_ALL_TESTS();
+  int rc = RUN_ALL_TESTS();
+  std::error_code ec;
+  fs::remove(cgroup2_mount() + kCollective, ec);  // empty once the children exit
+  return rc;
 }

@@ -481,40 +481,6 @@ bool events_say(const std::string& text) {
 
 constexpr const char* kCollective = "/dpl-collective";
 
-// a's (or b's) MPTCP connections of the multipath classes, from dpctl flow list.
-json mptcp_conns(const std::string& node) {
-  json f = lab::dpctl(node, "flow list");
-  return f.is_object() && f.contains("mptcp") ? f["mptcp"] : json::array();
-}
-
-// The connection whose remote port (or, accepted, local port) is `port`.
-json mptcp_conn(const std::string& node, uint16_t port) {
-  for (auto& c : mptcp_conns(node))
-    if (c["rport"] == port || c["lport"] == port) return c;
-  return json();
-}
-
-std::set<std::string> subflow_paths(const json& c, const char* role = nullptr) {
-  std::set<std::string> out;
-  if (!c.is_object()) return out;
-  for (auto& s : c["subflows"])
-    if (s["path"].is_string() && (!role || s["role"] == role))
-      out.insert(s["path"].get<std::string>());
-  return out;
-}
-
-// Polls until pred(connection on `node`) holds, up to `ms`; returns the last read.
-template <class P>
-json wait_conn(const std::string& node, uint16_t port, int ms, P pred) {
-  json c;
-  for (int waited = 0; waited <= ms; waited += 50) {
-    c = mptcp_conn(node, port);
-    if (c.is_object() && pred(c)) return c;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return c;
-}
-
 TransferSpec collective_transfer(uint16_t port, uint64_t bytes, double rate_bps) {
   TransferSpec t;
   t.dst = kB4[0];

@@ -103,6 +103,21 @@ TEST(Encode, RailCarriesGatewaysInNetworkOrder) {
       << "a rail without an ifindex is never a redirect target";
 }
 
+TEST(Encode, RailIsUpForMultipathAnswersOnlyInTheSharedTopologyWithAMultipathClass) {
+  auto p = lab_policy();
+  EXPECT_EQ(dp::encode_rail(p.paths[1], 42, true).flags & DP_RAIL_F_MP_UP, 0u);
+  EXPECT_NE(
+      dp::encode_rail(p.paths[1], 42, true, dp::Topology::Shared, true).flags & DP_RAIL_F_MP_UP,
+      0u);
+  EXPECT_EQ(dp::encode_rail(p.paths[1], 42, true, dp::Topology::Separate, true).flags &
+                (DP_RAIL_F_MP_UP | DP_RAIL_F_ENABLED),
+            0u)
+      << "the separate topology places connections, it never redirects";
+  EXPECT_EQ(
+      dp::encode_rail(p.paths[1], 42, false, dp::Topology::Shared, true).flags & DP_RAIL_F_MP_UP,
+      0u);
+}
+
 TEST(Encode, SlotNamesRoundTripAndTruncate) {
   EXPECT_EQ(dp::decode_name(dp::encode_name("expert-dispatch")), "expert-dispatch");
   std::string longname(40, 'x');

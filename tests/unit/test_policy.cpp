@@ -728,11 +728,19 @@ TEST(Policy, ADurationWithoutItsUnitShowsTheExpectedForm) {
                    "(not the bare number 300)");
 }
 
-// multipath = true (tests/unit/test_multipath.cpp has the separate topology's
-// cases): in the shared topology dualpath makes no subflows, and says so.
-TEST(Policy, MultipathNeedsTheSeparateTopology) {
+// multipath = true in the shared topology (tests/unit/test_multipath.cpp has
+// the separate topology's cases): a class matched by unit is accepted, one
+// matched by port alone is refused where the key is.
+TEST(Policy, MultipathInTheSharedTopologyNeedsACgroupOrUnit) {
+  auto r = dp::parse_policy(replace(kBase, "ports = [\"tcp:50000-50999\"]",
+                                    "ports = [\"tcp:50000-50999\"]\nunits = [\"trainer.service\"]\n"
+                                    "multipath = true"),
+                            "p.toml");
+  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
+  EXPECT_EQ(r.policy->topology, dp::Topology::Shared);
+  EXPECT_TRUE(r.policy->has_multipath());
   expect_one_error(replace(kBase, "ports = [\"tcp:50000-50999\"]",
-                           "ports = [\"tcp:50000-50999\"]\nunits = [\"trainer.service\"]\n"
-                           "multipath = true"),
-                   27, "multipath in class \"dispatch\" needs [node] topology = \"separate\"");
+                           "ports = [\"tcp:50000-50999\"]\nmultipath = true"),
+                   26,
+                   "multipath in class \"dispatch\" needs the class to match by cgroups or units");
 }

@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
   CLI::App app{"dp-lab bench - the A/B benchmark: one workload in every mode"};
   app.add_option("--modes", o.modes,
                  "modes to run (default: every mode of the topology: single, static, ecmp, "
-                 "mptcp, dualpath, flowlets, cells, cells-any (and bursts when asked for); "
+                 "mptcp, dualpath, flowlets, cells, cells-any, multipath (and bursts when asked "
+                 "for); "
                  "separate: single, static, mptcp, dualpath, multipath)")
       ->delimiter(',');
   app.add_option("--topology", o.topology,

@@ -48,8 +48,9 @@ const std::vector<Workload>& all_workloads() {
 
 const std::vector<std::string>& topology_modes(const std::string& topology) {
   // (bursts, the same as dualpath's defaults written out, runs when asked for)
-  static const std::vector<std::string> shared{"single",   "static",   "ecmp",  "mptcp",
-                                               "dualpath", "flowlets", "cells", "cells-any"};
+  static const std::vector<std::string> shared{"single", "static",    "ecmp",
+                                               "mptcp",  "dualpath",  "flowlets",
+                                               "cells",  "cells-any", "multipath"};
   static const std::vector<std::string> separate{"single", "static", "mptcp", "dualpath",
                                                  "multipath"};
   return topology == "separate" ? separate : shared;

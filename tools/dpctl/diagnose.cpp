@@ -223,8 +223,7 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
   std::map<std::string, int> local_mtu;
   for (const auto& m : (*node)["mtu"].items()) local_mtu[m.key()] = m.value();
 
-  const bool multipath = std::any_of(pol->classes.begin(), pol->classes.end(),
-                                     [](const dp::ClassSpec& c) { return c.multipath; });
+  const bool multipath = pol->has_multipath();
   json peers_json = json::array();
   for (const auto& addr : *peers) {
     Peer peer = discover(*pol, addr, a.port);
@@ -572,8 +571,7 @@ int cmd_diagnose(const Globals& g, const DiagnoseArgs& a) {
   dp::DiagnoseInput in;
   in.seconds = a.seconds;
   in.cpu_busy = cpus;
-  in.multipath = std::any_of(pol->classes.begin(), pol->classes.end(),
-                             [](const dp::ClassSpec& c) { return c.multipath; });
+  in.multipath = pol->has_multipath();
   in.mptcp_fallbacks = fallbacks;
   in.mptcp_fallbacks_window = fallbacks - std::min(fallbacks, fallbacks_before);
   in.events = (*events)["events"];

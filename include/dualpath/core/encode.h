@@ -45,9 +45,11 @@ dp_decision decision_all_on(int rail_slot, bool pinned, uint32_t version);
 std::optional<int> decision_single_rail(const dp_decision& d);
 
 // A rail: a redirect target (shared topology) or a target of connect-time
-// placement (separate), when enabled.
+// placement (separate), when enabled; in the shared topology with a
+// multipath class, also up for the answers of multipath subflows (until the
+// daemon's health says otherwise: Datapath::set_rails_up).
 dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled,
-                    Topology t = Topology::Shared);
+                    Topology t = Topology::Shared, bool multipath = false);
 // The rail's networks for connect-time placement (zero in the shared topology).
 dp_rail_net encode_rail_net(const PathSpec& p, Topology t);
 // dp_peers entries of the policy's [[peer]] table: one per address, keyed

@@ -250,6 +250,8 @@ struct Policy {
   // The peer table's entry holding `a`, and the path index `a` is on.
   const PeerSpec* peer_of(const IpAddr& a, size_t* path = nullptr) const;
   const ClassSpec* klass(const std::string& name) const;
+  // A class asks for multipath (its TCP sockets are made MPTCP).
+  bool has_multipath() const;
   int path_index(const std::string& name) const;   // -1 if none
   int class_index(const std::string& name) const;  // -1 if none
   // The class of a socket, in the datapath's order: its mark (a path's

@@ -117,6 +117,11 @@ class Datapath {
   // being a redirect target: returns true when `path` has just vanished.
   bool check_present(size_t path, const PathSpec& ps);
   bool present(size_t path) const { return path < vanished_.size() && !vanished_[path]; }
+  // Shared topology: the rails the daemon counts usable (health), per path.
+  // A multipath subflow accepted here is answered on the rail it arrives on
+  // while that rail is (DP_RAIL_F_MP_UP; bpf/lib/tc.h). Written when it
+  // changes; nothing outside the shared topology or without a multipath class.
+  Result<void> set_rails_up(const std::vector<bool>& up);
 
   // Counters, summed over CPUs.
   void read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const;
@@ -125,6 +130,10 @@ class Datapath {
   // as the datapath classified it; nullopt if it is not in the flow table.
   std::optional<size_t> flow_class(const IpAddr& local, uint16_t lport, const IpAddr& remote,
                                    uint16_t rport) const;
+  // The path it last left on (the shared topology's multipath subflows
+  // accepted here leave on the rail they arrive on); nullopt if none.
+  std::optional<size_t> flow_path(const IpAddr& local, uint16_t lport, const IpAddr& remote,
+                                  uint16_t rport) const;
   // Bytes the flow table holds for it (what left this node; 0 if none).
   uint64_t flow_bytes(const IpAddr& local, uint16_t lport, const IpAddr& remote,
                       uint16_t rport) const;
@@ -192,6 +201,7 @@ class Datapath {
   std::vector<SweptFlow> swept_;
   std::vector<uint32_t> rail_ifindex_;  // as attached
   std::vector<bool> vanished_;          // interface gone: not a redirect target
+  std::vector<bool> rails_up_;          // as set_rails_up() last wrote it; empty: not used
   Topology topology_ = Topology::Shared;
   Fd ifreq_fd_;  // for SIOCGIFINDEX (ifindex_of)
   std::string cgroup_root_;
