@@ -1,25 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a rail failure costs established connections of multipath classes
-// (dualpath-policy(5), "multipath") in the separate topology, against plain
-// TCP connections of the same run. Each trial runs, from dpl-a to b's rail0
-// address, on rail0:
+// (dualpath-policy(5), "multipath"), against plain TCP connections of the
+// same run. Each trial runs, from dpl-a to b's rail0 address (the separate
+// topology) or b's one address (--topology shared), on rail0:
 //   - a multipath latency-sensitive stream (class collective-ls, prefer rail0:
 //     its rail1 subflow a backup) and a multipath elastic stream (class
 //     collective), each paced at 20 Mbit/s in 64 KiB writes;
 //   - a plain TCP latency-sensitive stream (expert-dispatch), paced the same:
-//     what the same fault does to a connection that cannot move.
+//     what the same fault does to a connection that cannot move (separate),
+//     or that the datapath moves (shared).
 // With --busy, rail0 is also full: a plain TCP line-rate expert-dispatch stream.
 // One second in, the fault, cleared 1.5 s later:
-//   blackhole - rail0's router drops everything, both ways (carrier stays up);
+//   blackhole - rail0's router drops everything, both ways (carrier stays up;
+//               shared: both nodes drop what arrives on rail0);
 //   carrier   - b's rail0 loses its carrier (`ip link set rail0 down` in b).
+// The shared lab runs BFD (500 ms x 3) between the daemons; the separate
+// one's rails are routed.
 // Measured at each receiver: the longest gap between reads that returned
 // data (what the application sees), and whether every byte arrived intact
 // (FNV-1a over the stream) or the connection was reset.
 // Hold-down 1 s and ramp steps of 100 ms so that trials follow quickly.
 //
 //   build/tests/bench/dp-bench-multipath [--trials N] [--faults blackhole,carrier] [--busy]
+//                                        [--topology separate|shared]
 //
-// Needs root and the lab down; brings the separate lab up and down.
+// Needs root and the lab down; brings the lab up and down.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -37,7 +42,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr const char* kPeer = "10.10.2.2";  // b on rail0
+const char* g_peer = "10.10.2.2";  // b on rail0 (separate), b (shared)
+bool g_shared = false;
 const char* kCgroups[] = {"/dpl-collective", "/dpl-collective-ls"};
 
 struct Stats {
@@ -83,8 +89,8 @@ void record(Stream& s, const TransferResult& r) {
 
 TransferSpec stream(uint16_t port, const char* cgroup, uint64_t bytes, double rate) {
   TransferSpec t;
-  t.dst = kPeer;
-  t.server_bind = kPeer;
+  t.dst = g_peer;
+  t.server_bind = g_peer;
   t.dport = port;
   t.bytes = bytes;
   t.rate_bps = rate;
@@ -101,6 +107,22 @@ struct Fault {
 };
 
 std::vector<Fault> faults() {
+  if (g_shared)
+    return {
+        {"blackhole",
+         [] {
+           for (const char* ns : {"dpl-a", "dpl-b"}) attach_drop(ns, "rail0", 100000);
+         },
+         [] {
+           for (const char* ns : {"dpl-a", "dpl-b"}) attach_drop(ns, "rail0", 0, true);
+         }},
+        {"carrier", [] { must(nsenter("dpl-b") + "ip link set rail0 down"); },
+         [] {
+           must(nsenter("dpl-b") + "ip link set rail0 up");
+           restore_lab_routes("dpl-b");
+           restore_lab_routes("dpl-a");
+         }},
+    };
   return {
       {"blackhole",
        [] {
@@ -121,18 +143,23 @@ std::vector<Fault> faults() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dualpath multipath failover benchmark (separate topology)"};
+  CLI::App app{"dualpath multipath failover benchmark"};
   int trials = 20;
-  std::string only;
+  std::string only, topology = "separate";
   bool busy = false;
   app.add_option("--trials", trials, "trials of each fault")->capture_default_str();
   app.add_option("--faults", only, "comma-separated faults to run (blackhole, carrier)");
   app.add_flag("--busy", busy, "a line-rate plain TCP stream on rail0 beside the others");
+  app.add_option("--topology", topology, "separate or shared")
+      ->check(CLI::IsMember({"shared", "separate"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  g_shared = topology == "shared";
+  if (g_shared) g_peer = "10.99.0.2";
 
   for (const char* cg : kCgroups) std::filesystem::create_directories(cgroup2_mount() + cg);
   Env env;
-  env.topology = "separate";
+  env.topology = topology;
   env.edit = [](const std::string& text) {
     return std::regex_replace(text, std::regex("holddown = \"5m\""),
                               "holddown = \"1s\"\nramp_interval = \"100ms\"") +
@@ -142,8 +169,14 @@ int main(int argc, char** argv) {
            "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective-ls\"]\n";
   };
   env.prepare = [] {
-    for (const char* dev : {"to-a", "to-b"})
-      must(nsenter("dpl-r0") + "tc qdisc add dev " + dev + " clsact");
+    // the drop filters' clsact: on rail0's router, or on b's rails (shared:
+    // dualpathd adds its own on a's)
+    if (g_shared)
+      for (const char* dev : {"rail0", "rail1"})
+        must(nsenter("dpl-b") + "tc qdisc add dev " + dev + " clsact");
+    else
+      for (const char* dev : {"to-a", "to-b"})
+        must(nsenter("dpl-r0") + "tc qdisc add dev " + dev + " clsact");
     return std::string();
   };
   env.SetUp();
@@ -198,9 +231,10 @@ int main(int argc, char** argv) {
   }
 
   std::printf(
-      "\nmultipath failover, separate topology: %d trials of each fault; streams paced at 20 "
+      "\nmultipath failover, %s topology: %d trials of each fault; streams paced at 20 "
       "Mbit/s in 64 KiB writes%s\n",
-      trials, busy ? "; rail0 busy: a line-rate plain TCP stream beside them" : "");
+      topology.c_str(), trials,
+      busy ? "; rail0 busy: a line-rate plain TCP stream beside them" : "");
   std::printf("%-10s %-22s %7s %6s %6s %9s %9s %9s  %s\n", "fault", "stream", "intact", "ended",
               "other", "gap p50", "gap p99", "gap max", "goal (p99)");
   for (size_t f = 0; f < list.size(); ++f) {
@@ -213,7 +247,7 @@ int main(int argc, char** argv) {
     };
     line(st.mp_ls, "0 resets, <= 300 ms");
     line(st.mp_el, "0 resets, <= 500 ms");
-    line(st.tcp_ls, "(today's: ended, reconnects)");
+    line(st.tcp_ls, g_shared ? "(moved by the datapath)" : "(today's: ended, reconnects)");
     if (busy) line(st.busy, "");
   }
   std::printf("gaps in ms, of the transfers that delivered every byte intact\n");
