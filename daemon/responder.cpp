@@ -25,10 +25,11 @@ using probe::Clock;
 
 // `mptcp`: an MPTCP listener, which answers MPTCP probes (dpctl validate's
 // check for multipath classes) and plain TCP as before; plain TCP where this
-// kernel makes no MPTCP socket.
-Result<Fd> listen_on(const IpAddr& addr, uint16_t port, uint32_t mark, bool mptcp) {
-  constexpr int kType = SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC;
-  Fd fd(mptcp ? ::socket(addr.family, kType, IPPROTO_MPTCP) : -1);
+// kernel makes no MPTCP socket. `udp`: the UDP echo socket instead.
+Result<Fd> listen_on(const IpAddr& addr, uint16_t port, uint32_t mark, bool mptcp,
+                     bool udp = false) {
+  const int kType = (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC;
+  Fd fd(mptcp && !udp ? ::socket(addr.family, kType, IPPROTO_MPTCP) : -1);
   if (!fd.valid()) fd.reset(::socket(addr.family, kType, 0));
   if (!fd.valid()) return make_error(errno, "socket failed");
   int one = 1;
@@ -46,7 +47,7 @@ Result<Fd> listen_on(const IpAddr& addr, uint16_t port, uint32_t mark, bool mptc
   auto sa = dp::sockaddr_of(addr, port);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa.ss), sa.len) != 0)
     return make_error(errno, "bind failed");
-  if (::listen(fd.get(), 128) != 0) return make_error(errno, "listen failed");
+  if (!udp && ::listen(fd.get(), 128) != 0) return make_error(errno, "listen failed");
   return fd;
 }
 
@@ -80,7 +81,24 @@ Result<void> Responder::start(const Policy& p) {
         spdlog::warn("responder: cannot listen on {}: {}", where, fd.error().what());
         continue;
       }
-      listeners_.push_back({std::move(*fd), i, where});
+      listeners_.push_back({std::move(*fd), i, where, false});
+    }
+  }
+  udp_echo_ = false;
+  for (size_t i = 0; i < P; ++i) {
+    const auto& ps = p.paths[i];
+    auto port = static_cast<uint16_t>(p.responder.port + i);
+    for (const auto& src : {ps.source, ps.source6}) {
+      if (!src) continue;
+      auto where = fmt::format("{} ({}, UDP)", endpoint(*src, port), ps.name);
+      auto fd = listen_on(*src, port, ps.fwmark, false, true);
+      if (!fd) {
+        errors_.push_back(fmt::format("{}: {}", where, fd.error().what()));
+        spdlog::warn("responder: cannot bind {}: {}", where, fd.error().what());
+        continue;
+      }
+      listeners_.push_back({std::move(*fd), i, where, true});
+      udp_echo_ = true;
     }
   }
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -141,6 +159,10 @@ void Responder::accept_loop() {
     if (n <= 0) continue;
     for (size_t i = 1; i < fds.size(); ++i) {
       if (!(fds[i].revents & POLLIN)) continue;
+      if (listeners_[i - 1].udp) {
+        echo_udp(fds[i].fd);
+        continue;
+      }
       for (;;) {  // the whole backlog: a burst of connects must not overflow it
         sockaddr_storage ss{};
         socklen_t len = sizeof(ss);
@@ -184,6 +206,35 @@ void Responder::accept_loop() {
   }
 }
 
+// Every datagram waiting, back to its sender if the policy allows it; at
+// most 64 a wake-up, so that a flood cannot hold the TCP listeners back.
+void Responder::echo_udp(int fd) {
+  char buf[512];
+  auto allowed = policy_.responder_allowed();
+  for (int k = 0; k < 64; ++k) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    ssize_t n = ::recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC,
+                           reinterpret_cast<sockaddr*>(&ss), &len);
+    if (n < 0) return;
+    IpAddr peer = dp::address_of(ss);
+    bool ok = std::any_of(allowed.begin(), allowed.end(),
+                          [&](const Prefix& pf) { return pf.contains(peer); });
+    std::lock_guard lock(mu_);
+    if (!ok) {
+      ++refused_address_;
+      continue;
+    }
+    if (n > static_cast<ssize_t>(sizeof(buf))) {  // larger than an echo asks
+      ++bad_requests_;
+      continue;
+    }
+    if (::sendto(fd, buf, static_cast<size_t>(n), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&ss),
+                 len) == n)
+      ++udp_echoed_;
+  }
+}
+
 void Responder::drain_closing(bool all) {
   auto now = std::chrono::steady_clock::now();
   char buf[4096];
@@ -224,6 +275,7 @@ json Responder::hello_json(size_t path) const {
           {"topology", to_string(policy_.topology)},
           {"path", policy_.paths[path].name},
           {"paths", paths},
+          {"udp_echo", udp_echo_},
           {"limits",
            {{"sessions", policy_.responder.max_sessions},
             {"seconds", std::chrono::duration<double>(policy_.responder.max_duration).count()}}}};
@@ -306,7 +358,8 @@ json Responder::status() const {
           {"served", served_},
           {"refused_address", refused_address_},
           {"refused_busy", refused_busy_},
-          {"bad_requests", bad_requests_}};
+          {"bad_requests", bad_requests_},
+          {"udp_echoed", udp_echoed_}};
 }
 
 }  // namespace dp

@@ -4,7 +4,11 @@
 //
 // One listener per rail and address family, on the rail's source address
 // and port [responder] port + the rail's index, marked with the rail's
-// fwmark so that handshake and replies return over the rail they measure.
+// fwmark so that handshake and replies return over the rail they measure;
+// beside each, a UDP socket on the same address and port that echoes every
+// datagram (up to 512 bytes) back to its sender: what dpctl validate sends
+// to check a peer's UDP handover (a datagram to its rail-N address on rail
+// M's port reaches the rail-M socket only through sk_lookup).
 // It runs on its own thread, so that a throughput test never delays the
 // daemon's loop (BFD, the tick). Limits, so that it cannot be used to load
 // the node from outside: only addresses the policy routes to (or
@@ -46,6 +50,7 @@ class Responder {
     Fd fd;
     size_t path = 0;
     std::string where;  // "10.99.0.1:7862 (rail0)"
+    bool udp = false;   // the UDP echo socket
   };
   struct Session {
     std::thread thread;
@@ -53,6 +58,7 @@ class Responder {
     int fd = -1;
   };
   void accept_loop();
+  void echo_udp(int fd);
   void serve(int fd, size_t path, Session* self);
   json hello_json(size_t path) const;
   void reap(bool all);
@@ -76,6 +82,8 @@ class Responder {
   std::vector<Closing> closing_;
   void drain_closing(bool all);
   uint64_t served_ = 0, refused_address_ = 0, refused_busy_ = 0, bad_requests_ = 0;
+  uint64_t udp_echoed_ = 0;
+  bool udp_echo_ = false;  // a UDP echo socket opened (hello says so)
 };
 
 }  // namespace dp

@@ -214,6 +214,51 @@ ConnectStats connects(const Target& t, int count, milliseconds timeout) {
   return s;
 }
 
+UdpEchoStats udp_echoes(const Target& t, int count, milliseconds timeout) {
+  UdpEchoStats s;
+  Fd c(::socket(t.addr.family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!c.valid()) {
+    s.error = std::string("socket failed: ") + std::strerror(errno);
+    return s;
+  }
+  int fd = c.get();
+  if (t.mark && ::setsockopt(fd, SOL_SOCKET, SO_MARK, &t.mark, sizeof(t.mark)) != 0) {
+    s.error = fmt::format("setting mark {:#x} failed (needs CAP_NET_ADMIN)", t.mark);
+    return s;
+  }
+  if (t.source) {
+    auto src = sockaddr_of(*t.source, 0);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&src.ss), src.len) != 0) {
+      s.error = fmt::format("bind to {} failed: {}", t.source->str(), std::strerror(errno));
+      return s;
+    }
+  }
+  auto dst = sockaddr_of(t.addr, t.port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&dst.ss), dst.len) != 0) {
+    s.error = std::string("connect failed: ") + std::strerror(errno);
+    return s;
+  }
+  for (int i = 0; i < count; ++i) {
+    std::string out = fmt::format("dualpath udp echo {}", i);
+    if (::send(fd, out.data(), out.size(), 0) != static_cast<ssize_t>(out.size())) {
+      ++s.refused;  // an earlier datagram's ICMP unreachable, reported here
+      continue;
+    }
+    auto deadline = Clock::now() + timeout;
+    bool got = false, refused = false;
+    while (!got && !refused && wait_for(fd, POLLIN, deadline) == 1) {
+      char in[64];
+      ssize_t n = ::recv(fd, in, sizeof(in), 0);
+      if (n < 0) refused = errno == ECONNREFUSED;
+      got = n == static_cast<ssize_t>(out.size()) && std::memcmp(in, out.data(), out.size()) == 0;
+    }
+    s.answered += got;
+    s.refused += refused;
+    s.lost += !got && !refused;
+  }
+  return s;
+}
+
 Result<EchoStats> echo(const Target& t, int count, int size, milliseconds interval) {
   auto session = open_session(t, {{"op", "echo"}, {"size", size}}, milliseconds(2000));
   if (!session) return session.error();

@@ -224,16 +224,22 @@ TEST_F(Separate, ValidateMeasuresEachRailToThePeersAddressOnItAndNamesABlackhole
     return ok;
   };
   auto handover = [&](const json& reply) { return check(reply, "handover"); };
+  auto udp = [&](const json& reply) { return check(reply, "udp handover"); };
   EXPECT_EQ(handover(v), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}))
+      << v["checks"].dump(2);
+  EXPECT_EQ(udp(v), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}))
       << v["checks"].dump(2);
   lab::must("rm /sys/fs/bpf/dualpath/dpl-b/link_sk_lookup");
   json refused = validate();
   lab::dpctl("b", "policy reload");
   EXPECT_EQ(handover(refused), (std::map<std::string, bool>{{"rail0", false}, {"rail1", false}}))
       << refused["checks"].dump(2);
+  EXPECT_EQ(udp(refused), (std::map<std::string, bool>{{"rail0", false}, {"rail1", false}}))
+      << refused["checks"].dump(2);
   EXPECT_FALSE(refused.value("go", true));
   json again = validate();
   EXPECT_EQ(handover(again), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}));
+  EXPECT_EQ(udp(again), (std::map<std::string, bool>{{"rail0", true}, {"rail1", true}}));
 
   // a has a multipath class: b answers MPTCP over each rail while its policy
   // has one too, and is a NO on each without

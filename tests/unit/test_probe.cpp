@@ -107,6 +107,12 @@ TEST_F(Responder, AnswersHelloEchoSinkAndSource) {
   EXPECT_EQ(c.ms.size(), 5u);
   EXPECT_EQ(c.lost + c.refused, 0);
 
+  // the UDP echo on the same address and port
+  EXPECT_EQ((*h)["udp_echo"], true);
+  auto u = probe::udp_echoes(t, 3, 1000ms);
+  EXPECT_EQ(u.answered, 3) << u.error;
+  EXPECT_EQ(r.status()["udp_echoed"], 3);
+
   for (bool up : {true, false}) {
     auto bps = probe::throughput(t, up, 2, 0.2);
     ASSERT_TRUE(bps) << bps.error().what();
@@ -124,6 +130,11 @@ TEST_F(Responder, RefusesAddressesItDoesNotServeAndBadRequests) {
   auto h = probe::hello(target(port), 1000ms);
   EXPECT_FALSE(h) << "127.0.0.1 is not allowed";
   EXPECT_EQ(r.status()["refused_address"], 1);
+  auto u = probe::udp_echoes(target(port), 2, 200ms);
+  EXPECT_EQ(u.answered, 0);
+  EXPECT_EQ(u.lost, 2);
+  EXPECT_EQ(r.status()["refused_address"], 3);
+  EXPECT_EQ(r.status()["udp_echoed"], 0);
 
   ASSERT_TRUE(r.start(loopback_policy(port, "127.0.0.0/8")));
   auto c = probe::connect_to(target(port), 1000ms);

@@ -390,6 +390,27 @@ int cmd_validate(const Globals& g, const ValidateArgs& a) {
                               other.peer_path, r.peer_path)});
         for (auto& rj : pj["rails"])
           if (rj["path"] == ps.name) rj["handover"] = ok;
+        // the same for UDP: a datagram to the rail-N address on rail M's
+        // port, which the peer's responder echoes from its rail-M socket
+        // (a peer whose dualpathd predates the echo is not asked)
+        if (!peer.hello.value("udp_echo", false)) continue;
+        auto us = probe::udp_echoes(t, 3, milliseconds(500));
+        bool uok = us.answered > 0;
+        rows.push_back(
+            {ps.name, who + " udp handover", uok,
+             uok ? fmt::format("{} of 3 datagrams to {} on {}'s port {} echoed: a UDP server "
+                               "bound to one rail's address there gets what is placed on another",
+                               us.answered, probe::to_string(t), other.peer_path, t.port)
+             : !us.error.empty()
+                 ? fmt::format("no datagram could be sent to {}: {}", probe::to_string(t), us.error)
+                 : fmt::format("0 of 3 datagrams to {} echoed ({} refused, {} unanswered): a UDP "
+                               "server bound to {}'s address there would not get what dualpath "
+                               "places on {}; run dualpathd with topology = \"separate\" there "
+                               "(its sk_lookup handover)",
+                               probe::to_string(t), us.refused, us.lost, other.peer_path,
+                               r.peer_path)});
+        for (auto& rj : pj["rails"])
+          if (rj["path"] == ps.name) rj["udp_handover"] = uok;
       }
     }
     peers_json.push_back(pj);

@@ -94,6 +94,16 @@ struct ConnectStats {
 };
 ConnectStats connects(const Target& t, int count, std::chrono::milliseconds timeout);
 
+// `count` datagrams to t's UDP echo (the responder's UDP socket on the same
+// address and port), one at a time from a socket connected from t.source
+// with t.mark: how many came back (a connected socket takes them only from
+// t's address and port), and how many were refused (ICMP unreachable).
+struct UdpEchoStats {
+  int answered = 0, refused = 0, lost = 0;
+  std::string error;  // why no datagram could be sent, if so
+};
+UdpEchoStats udp_echoes(const Target& t, int count, std::chrono::milliseconds timeout);
+
 // `count` round trips of `size` bytes on one connection: each one's time (us),
 // and the connection's retransmitted segments (tcp_info) at the end.
 struct EchoStats {
