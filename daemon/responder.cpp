@@ -65,40 +65,29 @@ Result<void> Responder::start(const Policy& p) {
   policy_ = p;
   errors_.clear();
   if (!p.responder.enable) return {};
-  // rail i's port, and with a multipath class its MPTCP port after all of them
-  const size_t P = p.paths.size();
-  for (size_t j = 0; j < responder_ports(p); ++j) {
-    const size_t i = j % P;
-    const bool mptcp = j >= P;
+  // rail i's port, and with a multipath class its MPTCP port after all of
+  // them; then rail i's UDP echo on its TCP port
+  const size_t P = p.paths.size(), tcp_ports = responder_ports(p);
+  udp_echo_ = false;
+  for (size_t j = 0; j < tcp_ports + P; ++j) {
+    const bool udp = j >= tcp_ports, mptcp = !udp && j >= P;
+    const size_t i = udp ? j - tcp_ports : j % P;
     const auto& ps = p.paths[i];
-    auto port = static_cast<uint16_t>(p.responder.port + j);
+    auto port = static_cast<uint16_t>(p.responder.port + (udp ? i : j));
     for (const auto& src : {ps.source, ps.source6}) {
       if (!src) continue;
-      auto where = fmt::format("{} ({}{})", endpoint(*src, port), ps.name, mptcp ? ", MPTCP" : "");
-      auto fd = listen_on(*src, port, ps.fwmark, mptcp);
+      auto where = fmt::format("{} ({}{})", endpoint(*src, port), ps.name,
+                               udp     ? ", UDP"
+                               : mptcp ? ", MPTCP"
+                                       : "");
+      auto fd = listen_on(*src, port, ps.fwmark, mptcp, udp);
       if (!fd) {
         errors_.push_back(fmt::format("{}: {}", where, fd.error().what()));
         spdlog::warn("responder: cannot listen on {}: {}", where, fd.error().what());
         continue;
       }
-      listeners_.push_back({std::move(*fd), i, where, false});
-    }
-  }
-  udp_echo_ = false;
-  for (size_t i = 0; i < P; ++i) {
-    const auto& ps = p.paths[i];
-    auto port = static_cast<uint16_t>(p.responder.port + i);
-    for (const auto& src : {ps.source, ps.source6}) {
-      if (!src) continue;
-      auto where = fmt::format("{} ({}, UDP)", endpoint(*src, port), ps.name);
-      auto fd = listen_on(*src, port, ps.fwmark, false, true);
-      if (!fd) {
-        errors_.push_back(fmt::format("{}: {}", where, fd.error().what()));
-        spdlog::warn("responder: cannot bind {}: {}", where, fd.error().what());
-        continue;
-      }
-      listeners_.push_back({std::move(*fd), i, where, true});
-      udp_echo_ = true;
+      listeners_.push_back({std::move(*fd), i, where, udp});
+      udp_echo_ = udp_echo_ || udp;
     }
   }
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
