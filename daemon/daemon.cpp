@@ -257,8 +257,11 @@ void Daemon::tick() {
   }
   measurements_.collect(policy_, *datapath_, state_.ticks);
   adapt_flowlet_gap();
-  carry_out(controller_.tick(measurements_.tick_input(policy_, *datapath_)));
+  auto in = measurements_.tick_input(policy_, *datapath_);
+  note_class_tx(in.class_tx_bytes, began);
+  carry_out(controller_.tick(in));
   place_bursts();
+  keep_reserves(began);
   // the tick's own time, shown by the metrics it is about to publish
   state_.tick_times.record(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
@@ -312,6 +315,59 @@ void Daemon::place_bursts() {
   if (auto r = datapath_->write_plans(*flows, plan); !r)
     spdlog::warn("writing the burst plans failed: {}", r.error().what());
   plans_written_ = true;
+}
+
+// When each class last sent anything: a reserve counts on a rail only while
+// its class is carried (core/police.h).
+void Daemon::note_class_tx(const std::vector<uint64_t>& tx,
+                           std::chrono::steady_clock::time_point now) {
+  auto& seen = state_.class_tx_bytes;
+  auto& at = state_.class_tx_at;
+  if (seen.size() != tx.size()) {  // a new policy: nothing is known to be carried yet
+    seen = tx;
+    at.assign(tx.size(), std::chrono::steady_clock::time_point{});
+    return;
+  }
+  for (size_t c = 0; c < tx.size(); ++c)
+    if (tx[c] != seen[c]) {
+      seen[c] = tx[c];
+      at[c] = now;
+    }
+}
+
+// Reserves: each rail's policer follows the decisions and which reserved
+// classes are carried (core/police.h); nothing when no class has one.
+void Daemon::keep_reserves(std::chrono::steady_clock::time_point now) {
+  const size_t C = policy_.classes.size(), P = policy_.paths.size();
+  bool any = std::any_of(policy_.classes.begin(), policy_.classes.end(),
+                         [](const ClassSpec& c) { return c.reserve_bps || c.reserve_share > 0; });
+  std::vector<RailPolice> want(P);
+  if (any) {
+    std::vector<Shares> written;
+    std::vector<bool> carried(C, false);
+    for (size_t c = 0; c < C; ++c) {
+      written.push_back(controller_.written_shares(c));
+      carried[c] =
+          c < state_.class_tx_at.size() && now - state_.class_tx_at[c] < std::chrono::seconds(1);
+    }
+    want = plan_police(policy_, written, carried);
+  }
+  if (want == state_.police) return;
+  if (auto r = datapath_->write_police(want); !r) {
+    spdlog::error("writing the reserves' policers failed: {}", r.error().what());
+    return;  // tried again on the next tick
+  }
+  for (size_t i = 0; i < P; ++i) {
+    uint64_t was = i < state_.police.size() ? state_.police[i].rate_bps : 0;
+    if (want[i].rate_bps == was) continue;
+    if (want[i].rate_bps)
+      spdlog::info("path {}: classes without a reserve held to {} (reserves carried there: {})",
+                   policy_.paths[i].name, format_bandwidth(static_cast<double>(want[i].rate_bps)),
+                   format_bandwidth(static_cast<double>(want[i].reserved_bps)));
+    else
+      spdlog::info("path {}: no reserve carried, nothing policed", policy_.paths[i].name);
+  }
+  state_.police = std::move(want);
 }
 
 // PathMonitor whose delays differ need a longer flowlet gap, or a re-placed

@@ -69,6 +69,8 @@ class Daemon : private Node {
   void check_interfaces();
   void adapt_flowlet_gap();
   void place_bursts();
+  void note_class_tx(const std::vector<uint64_t>& tx, std::chrono::steady_clock::time_point now);
+  void keep_reserves(std::chrono::steady_clock::time_point now);
   void restart_responder(const Policy& next);
   // Carries a controller plan out: events, decisions first, then routing.
   void carry_out(Plan plan);

@@ -22,6 +22,7 @@ MetricsView metrics_view(const Node& n) {
   v.last_reload_ok = st.last_reload_ok;
   const auto& counters = n.measurements().counters();
   const auto& tcp = n.measurements().tcp();
+  const auto drops = dpath.police_drops();
   for (size_t i = 0; i < pol.paths.size(); ++i) {
     auto slot = dpath.rail_slot(i);
     MetricsView::Path p;
@@ -34,6 +35,11 @@ MetricsView metrics_view(const Node& n) {
     p.weight = h.weight();
     p.failures = h.failures();
     if (auto b = n.monitor().bfd(i)) p.bfd = bfd::to_string(b->session->state());
+    if (i < st.police.size()) p.police_rate_bps = st.police[i].rate_bps;
+    if (i < drops.size()) {
+      p.policed_packets = drops[i].packets;
+      p.policed_bytes = drops[i].bytes;
+    }
     v.paths.push_back(std::move(p));
     for (size_t c = 0; c <= pol.classes.size(); ++c) {
       bool unclassified = c == pol.classes.size();

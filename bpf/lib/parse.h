@@ -38,6 +38,7 @@ struct dp_pkt {
 	__u16 family;	/* AF_INET or AF_INET6 */
 	__u16 l3_off;	/* offset of the IP header from the start of the frame */
 	__u8 tcp_flags; /* TCP: the header's flags byte (FIN 0x01, SYN 0x02, ACK 0x10) */
+	__u32 tcp_seq;	/* TCP: the sequence number, host order */
 };
 
 /* Returns -1 on success, or the dp_exception reason the packet is passed for. */
@@ -133,6 +134,7 @@ static __always_inline int dp_parse(void *data, void *data_end, struct dp_pkt *p
 			if ((void *)(th + 14) > data_end)
 				return DP_EXC_SHORT;
 			pkt->tcp_flags = th[13];
+			pkt->tcp_seq = bpf_ntohl(((struct tcphdr *)th)->seq);
 		}
 	}
 	pkt->key.proto = l4proto;

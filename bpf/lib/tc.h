@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The tc hooks, attached with clsact on every rail (bpf/dp_tc.bpf.c):
- *   egress  - classify, place the flow on a rail (lib/place.h), stamp the
+ *   egress  - classify, place the flow on a rail (lib/place.h), police the
+ *             classes without a reserve where one is kept, stamp the
  *             class's QoS, redirect when the decided rail is not the one the
  *             route chose;
  *   ingress - per-rail, per-class receive accounting.
@@ -167,6 +168,71 @@ static __always_inline void dp_note_syn(const struct dp_pkt *pkt, __u32 rail_her
 	bpf_map_update_elem(&dp_syn_rails, &back, &rail_here, BPF_ANY);
 }
 
+/* Whether the TCP segment is the first its socket has not had acknowledged:
+ * a retransmission after a timeout, or a send with nothing in flight. TCP
+ * takes no ACK-clocked second chance at such a segment when it is dropped
+ * locally: it waits for a timer (500 ms for a retransmission). */
+static __always_inline int dp_tcp_head_segment(struct __sk_buff *skb, const struct dp_pkt *pkt)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct bpf_tcp_sock *tp;
+
+	if (pkt->key.proto != IPPROTO_TCP || !sk)
+		return 0;
+	sk = bpf_sk_fullsock(sk);
+	tp = sk ? bpf_tcp_sock(sk) : 0;
+	return tp && pkt->tcp_seq == tp->snd_una;
+}
+
+/* Reserves (dp_police): 1 when a packet of class `cls` leaving on `rail`
+ * fits the rate the rail's policed classes are held to, else 0; a TCP
+ * socket's head segment (dp_tcp_head_segment) always goes, on credit, so
+ * that the class still keeps to the rate over time. Tokens are kept in units of 1e-9 byte, so that refills
+ * between packets microseconds apart are not lost to rounding; a refill
+ * covers at most 100 ms. */
+static __always_inline int dp_police_admit(struct __sk_buff *skb, const struct dp_pkt *pkt,
+					   __u32 rail, __u8 cls)
+{
+	__u32 len = skb->len;
+	struct dp_police *p = bpf_map_lookup_elem(&dp_police, &rail);
+	struct dp_police_drops *d;
+	__s64 tokens, burst, cost = (__s64)len * 1000000000ll;
+	__u64 now, elapsed;
+	int head, ok;
+
+	if (!p || !p->rate || cls >= 32 || !(p->classes & (1u << cls)))
+		return 1;
+	head = dp_tcp_head_segment(skb, pkt);
+	now = bpf_ktime_get_ns();
+	bpf_spin_lock(&p->lock);
+	elapsed = now > p->last_ns ? now - p->last_ns : 0;
+	if (elapsed > 100000000ull)
+		elapsed = 100000000ull;
+	burst = (__s64)p->burst * 1000000000ll;
+	tokens = p->tokens + (__s64)(elapsed * p->rate);
+	if (tokens > burst)
+		tokens = burst;
+	/* a head segment always goes, on credit repaid before others go; the
+	 * debt is forgiven beyond 100 ms of the rate (and fits an s64 up to
+	 * 736 Gbit/s) */
+	ok = tokens >= cost || head;
+	if (ok)
+		tokens -= cost;
+	if (tokens < -(__s64)(p->rate * 100000000ull))
+		tokens = -(__s64)(p->rate * 100000000ull);
+	p->tokens = tokens;
+	p->last_ns = now;
+	bpf_spin_unlock(&p->lock);
+	if (!ok) {
+		d = bpf_map_lookup_elem(&dp_police_drops, &rail);
+		if (d) {
+			d->packets += 1;
+			d->bytes += len;
+		}
+	}
+	return ok;
+}
+
 /* tc egress: classify, place the flow on a rail, redirect when the decided
  * rail is not the one the route chose. */
 static __always_inline int dp_tc_egress(struct __sk_buff *skb)
@@ -218,6 +284,8 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 	else
 		target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
 				      cfg->flowlet_gap_ns, dp_mono_tstamp(skb), skb);
+	if (!dp_police_admit(skb, &pkt, target < DP_MAX_RAILS ? target : rail_here, cls))
+		return TC_ACT_SHOT;
 	dp_apply_qos(skb, &pkt, cls);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);

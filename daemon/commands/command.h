@@ -41,6 +41,11 @@ struct NodeState {
   uint64_t reloads_applied = 0, reloads_refused = 0;
   bool last_reload_ok = true;
   TickTimes tick_times;  // how long each tick took
+  // reserves: each path's policer as last written (core/police.h)
+  std::vector<RailPolice> police;
+  // per policy class: when it last sent anything (reserves count only then)
+  std::vector<uint64_t> class_tx_bytes;
+  std::vector<std::chrono::steady_clock::time_point> class_tx_at;
 };
 
 // The daemon as the commands and the metrics see it (the Daemon implements it).

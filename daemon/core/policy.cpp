@@ -1268,6 +1268,56 @@ void parse_class_tcp(Checker& c, const toml::table& t, const std::string& sectio
   }
 }
 
+// A class's reserve: a rate ("50mbit") or a share of a rail ("10%").
+void parse_class_reserve(Checker& c, const toml::table& t, const std::string& section,
+                         ClassSpec& cs) {
+  auto v = c.string(t, "reserve", section, false);
+  if (!v) return;
+  const toml::node& rn = *t.get("reserve");
+  if (!v->empty() && v->back() == '%') {
+    std::string num = v->substr(0, v->size() - 1);
+    char* end = nullptr;
+    double pct = std::strtod(num.c_str(), &end);
+    if (num.empty() || end != num.c_str() + num.size() || !(pct > 0) || !(pct < 100))
+      c.error(rn, fmt::format("reserve = \"{}\" of {}: a share must be above 0% and below 100%", *v,
+                              section));
+    else
+      cs.reserve_share = pct / 100;
+    return;
+  }
+  auto bw = parse_bandwidth(*v);
+  if (!bw)
+    c.error(rn, fmt::format("reserve of {}: {} (or a share of a rail such as \"10%\")", section,
+                            bw.error().message));
+  else
+    cs.reserve_bps = *bw;
+}
+
+// The reserves on each rail leave room for the classes without one.
+void check_reserves(Checker& c, const toml::table& root, const Policy& p) {
+  auto* arr = root.get("class") ? root.get("class")->as_array() : nullptr;
+  if (!arr) return;
+  for (const auto& ps : p.paths) {
+    if (!ps.capacity_bps) continue;
+    uint64_t sum = 0;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < p.classes.size() && i < arr->size(); ++i) {
+      uint64_t r = p.classes[i].reserve_on(ps.capacity_bps);
+      if (!r) continue;
+      sum += r;
+      names.push_back(p.classes[i].name);
+      if (sum < ps.capacity_bps) continue;
+      const auto& t = *(*arr)[i].as_table();
+      c.error(where(t, "reserve"),
+              fmt::format("the reserves of {} add up to {} on path \"{}\", whose capacity is "
+                          "{}: the classes without a reserve would have nothing left there",
+                          fmt::join(names, ", "), format_bandwidth(static_cast<double>(sum)),
+                          ps.name, format_bandwidth(static_cast<double>(ps.capacity_bps))));
+      return;
+    }
+  }
+}
+
 // A class's socket mark: inside the policy's mark bits, not the redirect
 // bit, not another class's or a path's fwmark.
 void parse_class_mark(Checker& c, const toml::table& t, const std::string& section, const Policy& p,
@@ -1341,7 +1391,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     std::string section = "[[class]]";
     c.only_keys(t,
                 {"name", "kind", "priority", "prefer", "mark", "ports", "cgroups", "units", "match",
-                 "pinned", "dscp", "skb_priority", "rto_min", "multipath"},
+                 "pinned", "dscp", "skb_priority", "rto_min", "multipath", "reserve"},
                 section);
     if (auto v = c.string(t, "name", section, true)) {
       cs.name = *v;
@@ -1378,6 +1428,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     }
     parse_cgroups(c, t, section, cs, cgroup_owner);
     parse_class_tcp(c, t, section, cs);
+    parse_class_reserve(c, t, section, cs);
     size_t rules_written = 0;  // a rule written wrong has its own error already
     for (auto key : {"ports", "cgroups", "units"})
       if (const toml::node* rn = t.get(key))
@@ -1390,6 +1441,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
   }
 
   check_port_overlaps(c, p);
+  check_reserves(c, root, p);
 
   if (p.default_class && !p.klass(*p.default_class)) {
     auto* t = root.get_as<toml::table>("node");

@@ -611,6 +611,46 @@ Result<void> Datapath::set_rails_up(const std::vector<bool>& up) {
   return {};
 }
 
+Result<void> Datapath::write_police(const std::vector<RailPolice>& rails) {
+  std::vector<dp_police> want(DP_MAX_RAILS);
+  for (size_t i = 0; i < rails.size() && i < rail_slot_.size(); ++i) {
+    auto& w = want[static_cast<size_t>(rail_slot_[i])];
+    if (!rails[i].rate_bps) continue;
+    w.rate = rails[i].rate_bps / 8;
+    w.burst = police_burst_bytes(rails[i].rate_bps);
+    for (size_t c = 0; c < rails[i].policed.size() && c < class_slot_.size(); ++c)
+      if (rails[i].policed[c]) w.classes |= 1u << class_slot_[c];
+  }
+  // the first write covers every slot: pins adopted from an earlier run may hold a policer
+  bool first = police_.size() != want.size();
+  if (first) police_.assign(want.size(), dp_police{});
+  auto police = skel_->dp_police();
+  for (uint32_t slot = 0; slot < want.size(); ++slot) {
+    const auto& w = want[slot];
+    auto& had = police_[slot];
+    if (!first && w.rate == had.rate && w.burst == had.burst && w.classes == had.classes) continue;
+    dp_police v = w;
+    v.tokens = static_cast<__s64>(v.burst) * 1000000000;  // a new rate starts with a full bucket
+    DP_TRY(police.update(slot, v));
+    had = w;
+  }
+  return {};
+}
+
+std::vector<dp_police_drops> Datapath::police_drops() const {
+  std::vector<dp_police_drops> out(rail_slot_.size());
+  auto drops = skel_->dp_police_drops();
+  for (size_t i = 0; i < rail_slot_.size(); ++i) {
+    auto v = drops.lookup(static_cast<uint32_t>(rail_slot_[i]));
+    if (!v) continue;
+    for (const auto& cpu : *v) {
+      out[i].packets += cpu.packets;
+      out[i].bytes += cpu.bytes;
+    }
+  }
+  return out;
+}
+
 bool Datapath::check_present(size_t path, const PathSpec& ps) {
   if (path >= vanished_.size() || vanished_[path]) return false;
   if (ifindex_of(ps.interface) == rail_ifindex_[path]) return false;

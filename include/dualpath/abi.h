@@ -15,6 +15,7 @@
 #ifndef DUALPATH_ABI_H
 #define DUALPATH_ABI_H
 
+#include <linux/bpf.h> /* struct bpf_spin_lock */
 #include <linux/types.h>
 
 /*
@@ -504,6 +505,30 @@ struct dp_sock_orig {
  * the answering socket is a request socket, which records no arrival.
  */
 #define DP_SYN_RAILS_SIZE 4096
+
+/*
+ * dp_police: ARRAY, key = rail slot. Reserves (dualpath-policy(5), a class's
+ * "reserve"): while a class with a reserve is carried on the rail, the
+ * classes in `classes` (those without one) are policed together there to
+ * `rate`, so that the reserves stay free whatever the rail's qdisc serves
+ * first. A token bucket of `burst` bytes refilled at `rate`; a packet that
+ * finds too few tokens is dropped at egress, which TCP sees at once as a
+ * local drop: it keeps the segment to send again and lowers its window.
+ * Written by the daemon when it changes; rate 0: nothing is policed.
+ */
+struct dp_police {
+  struct bpf_spin_lock lock;
+  __u32 classes; /* bit per class slot */
+  __u64 rate;    /* bytes per second; 0: off */
+  __u64 burst;   /* bytes */
+  __s64 tokens;  /* the datapath's: bytes x 1e9, below 0 on credit */
+  __u64 last_ns; /* the datapath's: the last refill */
+};
+/* dp_police_drops: PERCPU_ARRAY, key = rail slot: what the policer dropped. */
+struct dp_police_drops {
+  __u64 packets;
+  __u64 bytes;
+};
 struct dp_local_addr {
   __u32 addr4;
   __u32 addr6[4];

@@ -83,6 +83,9 @@
 	  struct dp_udp_handed)                                                                     \
 	/* multipath classes in the shared topology: the rail each TCP SYN arrived on */         \
 	X(dp_syn_rails, BPF_MAP_TYPE_LRU_HASH, DP_SYN_RAILS_SIZE, struct dp_flow_key, __u32)        \
+	/* reserves: the classes policed on each rail, and what was dropped */                  \
+	X(dp_police, BPF_MAP_TYPE_ARRAY, DP_MAX_RAILS, __u32, struct dp_police)                     \
+	X(dp_police_drops, BPF_MAP_TYPE_PERCPU_ARRAY, DP_MAX_RAILS, __u32, struct dp_police_drops)  \
 	/* the layout version of these maps (abi.h); its own definition never changes */           \
 	X(dp_abi, BPF_MAP_TYPE_ARRAY, 1, __u32, struct dp_abi)
 /* clang-format on */

@@ -233,6 +233,10 @@ int main(int argc, char** argv) {
                  "comma-separated faults to run (blackhole, one way, loss 30%, carrier, none)");
   bool busy = false;
   app.add_flag("--busy", busy, "a line-rate latency-sensitive stream on rail0 beside the others");
+  std::string reserve;
+  app.add_option("--reserve", reserve,
+                 "give expert-combine (the elastic stream's class) this reserve, a rate or a "
+                 "share of a rail (dualpath-policy(5)), e.g. 10%");
   std::string topology = "shared";
   app.add_option("--topology", topology, "the lab's topology")
       ->check(CLI::IsMember({"shared", "separate"}))
@@ -242,9 +246,13 @@ int main(int argc, char** argv) {
 
   Env env;
   env.topology = topology;
-  env.edit = [](const std::string& text) {
-    return std::regex_replace(text, std::regex("holddown = \"5m\""),
-                              "holddown = \"1s\"\nramp_interval = \"100ms\"");
+  env.edit = [reserve](const std::string& text) {
+    std::string t = std::regex_replace(text, std::regex("holddown = \"5m\""),
+                                       "holddown = \"1s\"\nramp_interval = \"100ms\"");
+    if (!reserve.empty())
+      t = std::regex_replace(t, std::regex("name = \"expert-combine\""),
+                             "name = \"expert-combine\"\nreserve = \"" + reserve + "\"");
+    return t;
   };
   env.prepare = [] {
     for (const char* dev : {"rail0", "rail1"})
@@ -361,6 +369,7 @@ int main(int argc, char** argv) {
         "\nfailover: %d trials of each fault, BFD 500 ms x 3 (detection 1500 ms); "
         "streams paced at 20 Mbit/s in 64 KiB writes%s\n",
         trials, busy ? "; rail0 busy: a line-rate expert-dispatch stream beside them" : "");
+  if (!reserve.empty()) std::printf("expert-combine has reserve = \"%s\"\n", reserve.c_str());
   std::printf("%-10s %-34s %7s %9s %9s %9s  %s\n", "fault", "measure (ms)", "trials", "p50", "p99",
               "max", "goal");
   for (size_t f = 0; f < list.size(); ++f) {

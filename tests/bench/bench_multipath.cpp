@@ -150,6 +150,10 @@ int main(int argc, char** argv) {
   app.add_option("--trials", trials, "trials of each fault")->capture_default_str();
   app.add_option("--faults", only, "comma-separated faults to run (blackhole, carrier)");
   app.add_flag("--busy", busy, "a line-rate plain TCP stream on rail0 beside the others");
+  std::string reserve;
+  app.add_option("--reserve", reserve,
+                 "give both multipath classes this reserve, a rate or a share of a rail "
+                 "(dualpath-policy(5)), e.g. 10%");
   app.add_option("--topology", topology, "separate or shared")
       ->check(CLI::IsMember({"shared", "separate"}))
       ->capture_default_str();
@@ -160,13 +164,16 @@ int main(int argc, char** argv) {
   for (const char* cg : kCgroups) std::filesystem::create_directories(cgroup2_mount() + cg);
   Env env;
   env.topology = topology;
-  env.edit = [](const std::string& text) {
+  env.edit = [reserve](const std::string& text) {
+    std::string r = reserve.empty() ? "" : "reserve = \"" + reserve + "\"\n";
     return std::regex_replace(text, std::regex("holddown = \"5m\""),
                               "holddown = \"1s\"\nramp_interval = \"100ms\"") +
            "\n[[class]]\nname = \"collective\"\nkind = \"elastic\"\npriority = 4\n"
-           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n"
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n" +
+           r +
            "\n[[class]]\nname = \"collective-ls\"\nkind = \"latency_sensitive\"\npriority = 6\n"
-           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective-ls\"]\n";
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective-ls\"]\n" +
+           r;
   };
   env.prepare = [] {
     // the drop filters' clsact: on rail0's router, or on b's rails (shared:
@@ -235,6 +242,8 @@ int main(int argc, char** argv) {
       "Mbit/s in 64 KiB writes%s\n",
       topology.c_str(), trials,
       busy ? "; rail0 busy: a line-rate plain TCP stream beside them" : "");
+  if (!reserve.empty())
+    std::printf("both multipath classes have reserve = \"%s\"\n", reserve.c_str());
   std::printf("%-10s %-22s %7s %6s %6s %9s %9s %9s  %s\n", "fault", "stream", "intact", "ended",
               "other", "gap p50", "gap p99", "gap max", "goal (p99)");
   for (size_t f = 0; f < list.size(); ++f) {

@@ -826,6 +826,41 @@ TEST_F(Classifier, ASynsRailIsKeptForItsSynAckOnRailsUpForMultipath) {
   EXPECT_EQ(kept(tcp4(41003, 45000)), 99u) << "only a SYN";
 }
 
+TEST_F(Classifier, APolicedClassIsHeldToItsRateOnThatRailAndNoOtherIs) {
+  // rail 0 polices the dispatch class: a bucket of 3 packets' bytes refilled
+  // at 1 byte a second, so that nothing refills during the test
+  const PacketSpec dispatch = tcp4(40000, 50001), control = tcp6(40000, 53000);
+  const uint64_t len = build_packet(dispatch).size();
+  dp_police p{};
+  p.classes = 1u << kDispatch;
+  p.rate = 1;
+  p.burst = 3 * len;
+  p.tokens = static_cast<__s64>(p.burst) * 1000000000;
+  uint32_t rail = 0;
+  ASSERT_TRUE(skel_->dp_police().update(rail, p));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(egress(dispatch).ret, DP_PASS) << "packet " << i;
+  EXPECT_EQ(egress(dispatch).ret, TC_ACT_SHOT) << "the bucket is empty";
+  EXPECT_EQ(egress(dispatch).ret, TC_ACT_SHOT);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(egress(control).ret, DP_PASS) << "control is not policed";
+  EXPECT_EQ(counters(0, kDispatch).tx_packets, 3u) << "a dropped packet was not sent";
+  auto drops = skel_->dp_police_drops().lookup(rail);
+  ASSERT_TRUE(drops);
+  dp_police_drops sum{};
+  for (const auto& d : *drops) {
+    sum.packets += d.packets;
+    sum.bytes += d.bytes;
+  }
+  EXPECT_EQ(sum.packets, 2u);
+  EXPECT_EQ(sum.bytes, 2 * len);
+  // a class placed on another rail is policed by that rail's bucket: rail 1's is off
+  set_decision(kDispatch, 1);
+  EXPECT_EQ(egress(tcp4(40001, 50001)).ret, TC_ACT_REDIRECT);
+  set_decision(kDispatch, 0);
+  p.rate = 0;  // off
+  ASSERT_TRUE(skel_->dp_police().update(rail, p));
+  EXPECT_EQ(egress(dispatch).ret, DP_PASS);
+}
+
 TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   uint32_t slot = kControl;
   dp_class_qos q{0x10010, 46, DP_QOS_F_PRIORITY | DP_QOS_F_DSCP, {}};

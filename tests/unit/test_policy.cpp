@@ -731,6 +731,31 @@ TEST(Policy, ADurationWithoutItsUnitShowsTheExpectedForm) {
 // multipath = true in the shared topology (tests/unit/test_multipath.cpp has
 // the separate topology's cases): a class matched by unit is accepted, one
 // matched by port alone is refused where the key is.
+TEST(Policy, AReserveIsARateOrAShareAndTheReservesLeaveRoomOnEveryRail) {
+  auto r =
+      dp::parse_policy(replace(kBase, "mark = 0x54", "mark = 0x54\nreserve = \"10%\""), "p.toml");
+  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
+  EXPECT_DOUBLE_EQ(r.policy->classes[1].reserve_share, 0.10);
+  EXPECT_EQ(r.policy->classes[1].reserve_on(50'000'000'000), 5'000'000'000u);
+  EXPECT_EQ(r.policy->classes[0].reserve_on(50'000'000'000), 0u) << "no reserve by default";
+  r = dp::parse_policy(replace(kBase, "mark = 0x54", "mark = 0x54\nreserve = \"2Gbit\""), "p.toml");
+  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
+  EXPECT_EQ(r.policy->classes[1].reserve_on(200'000'000'000), 2'000'000'000u);
+
+  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x54\nreserve = \"100%\""), 32,
+                   "a share must be above 0% and below 100%");
+  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x54\nreserve = \"fast\""), 32,
+                   "reserve of class \"logs\"");
+  expect_one_error(replace(kBase, "mark = 0x54", "mark = 0x54\nreserve = \"0bit\""), 32,
+                   "out of range");
+  // 30 + 25 Gbit on rail1's 50: refused at the reserve that passes it
+  expect_one_error(replace(replace(kBase, "priority = 6", "priority = 6\nreserve = \"30Gbit\""),
+                           "mark = 0x54", "mark = 0x54\nreserve = \"25Gbit\""),
+                   33,
+                   "the reserves of dispatch, logs add up to 55 Gbit/s on path \"rail1\", whose "
+                   "capacity is 50 Gbit/s");
+}
+
 TEST(Policy, MultipathInTheSharedTopologyNeedsACgroupOrUnit) {
   auto r = dp::parse_policy(replace(kBase, "ports = [\"tcp:50000-50999\"]",
                                     "ports = [\"tcp:50000-50999\"]\nunits = [\"trainer.service\"]\n"

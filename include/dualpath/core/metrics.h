@@ -45,6 +45,10 @@ struct MetricsView {
     double weight = 1;   // share of its traffic the path may carry
     uint64_t failures = 0;
     std::string bfd;  // BFD session state, "" when off
+    // reserves (core/police.h): the rate the classes without one are held
+    // to on the path (0: not policed), and what the policer dropped
+    uint64_t police_rate_bps = 0;
+    uint64_t policed_packets = 0, policed_bytes = 0;
   };
   bool all_paths_down = false;
   // policy reloads (SIGHUP, dpctl policy reload/apply/rollback) since start

@@ -119,6 +119,15 @@ struct ClassSpec {
   std::chrono::nanoseconds rto_min{0};
   // MPTCP with a subflow per rail (core/multipath.h); needs cgroups or units.
   bool multipath = false;
+  // Capacity kept for the class on a rail that carries it (core/police.h):
+  // a rate in bits per second, or a share of the rail's capacity; 0: none.
+  uint64_t reserve_bps = 0;
+  double reserve_share = 0;
+  // The reserve on a rail of this capacity, in bits per second.
+  uint64_t reserve_on(uint64_t capacity_bps) const {
+    return reserve_bps ? reserve_bps
+                       : static_cast<uint64_t>(reserve_share * static_cast<double>(capacity_bps));
+  }
   bool operator==(const ClassSpec&) const = default;
 };
 

@@ -20,6 +20,7 @@
 #include "dualpath/core/bursts.h"
 #include "dualpath/core/encode.h"
 #include "dualpath/core/measure.h"
+#include "dualpath/core/police.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/result.h"
 #include "dualpath/core/scheduler.h"
@@ -122,6 +123,11 @@ class Datapath {
   // while that rail is (DP_RAIL_F_MP_UP; bpf/lib/tc.h). Written when it
   // changes; nothing outside the shared topology or without a multipath class.
   Result<void> set_rails_up(const std::vector<bool>& up);
+  // Reserves: each rail's policer (core/police.h), per policy path. Written
+  // when it changes (a write starts the bucket full).
+  Result<void> write_police(const std::vector<RailPolice>& rails);
+  // What the policers dropped, per policy path, summed over CPUs.
+  std::vector<dp_police_drops> police_drops() const;
 
   // Counters, summed over CPUs.
   void read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const;
@@ -186,6 +192,7 @@ class Datapath {
   std::string sockops_cgroup_;  // "" when TCP measurement is off
   std::vector<int> class_slot_;
   std::vector<int> rail_slot_;
+  std::vector<dp_police> police_;  // per rail slot, as written (lock and bucket zero)
   // dp_plans as this process wrote it (read back once: a restart adopts it)
   std::map<FlowKeyBytes, uint32_t> plans_;  // flow key -> rail slot
   bool plans_read_ = false;
