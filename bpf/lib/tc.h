@@ -186,8 +186,8 @@ static __always_inline int dp_tcp_head_segment(struct __sk_buff *skb, const stru
 
 /* Reserves (dp_police): 1 when a packet of class `cls` leaving on `rail`
  * fits the rate the rail's policed classes are held to, else 0; a TCP
- * socket's head segment (dp_tcp_head_segment) always goes, on credit, so
- * that the class still keeps to the rate over time. Tokens are kept in units of 1e-9 byte, so that refills
+ * socket's head segment (dp_tcp_head_segment) goes on credit, so that the
+ * class still keeps to the rate over time. Tokens are kept in units of 1e-9 byte, so that refills
  * between packets microseconds apart are not lost to rounding; a refill
  * covers at most 100 ms. */
 static __always_inline int dp_police_admit(struct __sk_buff *skb, const struct dp_pkt *pkt,
@@ -212,14 +212,12 @@ static __always_inline int dp_police_admit(struct __sk_buff *skb, const struct d
 	tokens = p->tokens + (__s64)(elapsed * p->rate);
 	if (tokens > burst)
 		tokens = burst;
-	/* a head segment always goes, on credit repaid before others go; the
-	 * debt is forgiven beyond 100 ms of the rate (and fits an s64 up to
-	 * 736 Gbit/s) */
-	ok = tokens >= cost || head;
+	/* a head segment may borrow up to a bucket, repaid before others go:
+	 * more would let a sender that keeps little in flight pass its heads
+	 * alone at more than the rate */
+	ok = tokens >= cost || (head && tokens - cost >= -burst);
 	if (ok)
 		tokens -= cost;
-	if (tokens < -(__s64)(p->rate * 100000000ull))
-		tokens = -(__s64)(p->rate * 100000000ull);
 	p->tokens = tokens;
 	p->last_ns = now;
 	bpf_spin_unlock(&p->lock);
