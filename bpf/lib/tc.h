@@ -171,7 +171,8 @@ static __always_inline void dp_note_syn(const struct dp_pkt *pkt, __u32 rail_her
 /* Whether the TCP segment is the first its socket has not had acknowledged:
  * a retransmission after a timeout, or a send with nothing in flight. TCP
  * takes no ACK-clocked second chance at such a segment when it is dropped
- * locally: it waits for a timer (500 ms for a retransmission). */
+ * locally: it waits for a timer (the 200 ms probe, or 500 ms after a
+ * retransmission timeout). */
 static __always_inline int dp_tcp_head_segment(struct __sk_buff *skb, const struct dp_pkt *pkt)
 {
 	struct bpf_sock *sk = skb->sk;
@@ -187,9 +188,9 @@ static __always_inline int dp_tcp_head_segment(struct __sk_buff *skb, const stru
 /* Reserves (dp_police): 1 when a packet of class `cls` leaving on `rail`
  * fits the rate the rail's policed classes are held to, else 0; a TCP
  * socket's head segment (dp_tcp_head_segment) goes on credit, so that the
- * class still keeps to the rate over time. Tokens are kept in units of 1e-9 byte, so that refills
- * between packets microseconds apart are not lost to rounding; a refill
- * covers at most 100 ms. */
+ * class still keeps to the rate over time. Tokens are kept in units of
+ * 1e-9 byte, so that refills between packets microseconds apart are not
+ * lost to rounding; a refill covers at most 100 ms. */
 static __always_inline int dp_police_admit(struct __sk_buff *skb, const struct dp_pkt *pkt,
 					   __u32 rail, __u8 cls)
 {

@@ -217,7 +217,7 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   auto& hf = b.family("dualpath_path_failures_total", "times the path failed", MetricType::Counter);
   auto& bs = b.family("dualpath_path_bfd_up", "1 when the path's BFD session is Up, 0 otherwise",
                       MetricType::Gauge);
-  auto& pr = b.family("dualpath_path_police_rate_bits_per_second",
+  auto& pr = b.family("dualpath_path_police_rate_bytes_per_second",
                       "what the classes without a reserve may send on the path while a class "
                       "with one is carried there; 0: not policed",
                       MetricType::Gauge);
@@ -228,7 +228,7 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
                       "packets of classes without a reserve dropped to keep the path's reserves",
                       MetricType::Counter);
   for (const auto& p : v.paths) {
-    Builder::add(pr, {L("path", p.name)}, static_cast<double>(p.police_rate_bps));
+    Builder::add(pr, {L("path", p.name)}, static_cast<double>(p.police_rate_bps) / 8);
     Builder::add(pb, {L("path", p.name)}, static_cast<double>(p.policed_bytes));
     Builder::add(pp, {L("path", p.name)}, static_cast<double>(p.policed_packets));
     if (p.health.empty()) continue;
