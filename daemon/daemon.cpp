@@ -317,22 +317,31 @@ void Daemon::place_bursts() {
   plans_written_ = true;
 }
 
-// When each class last sent anything: a reserve counts on a rail only while
-// its class is carried (core/police.h).
+// When each class last sent at more than 1% of its smallest reserve: a
+// reserve counts on a rail only while its class is carried (core/police.h),
+// and the ACKs and keepalives of a class that sends nothing else do not
+// keep it carried.
 void Daemon::note_class_tx(const std::vector<uint64_t>& tx,
                            std::chrono::steady_clock::time_point now) {
   auto& seen = state_.class_tx_bytes;
   auto& at = state_.class_tx_at;
-  if (seen.size() != tx.size()) {  // a new policy: nothing is known to be carried yet
-    seen = tx;
+  if (seen.size() != tx.size() || tx.size() != policy_.classes.size()) {
+    seen = tx;  // a new policy: nothing is known to be carried yet
     at.assign(tx.size(), std::chrono::steady_clock::time_point{});
     return;
   }
-  for (size_t c = 0; c < tx.size(); ++c)
-    if (tx[c] != seen[c]) {
-      seen[c] = tx[c];
-      at[c] = now;
+  const double tick_s = std::chrono::duration<double>(policy_.scheduler.tick).count();
+  for (size_t c = 0; c < tx.size(); ++c) {
+    uint64_t least = 0;
+    for (const auto& ps : policy_.paths) {
+      uint64_t r = policy_.classes[c].reserve_on(ps.capacity_bps);
+      if (r && (!least || r < least)) least = r;
     }
+    uint64_t sent = tx[c] - std::min(seen[c], tx[c]);
+    seen[c] = tx[c];
+    if (least && static_cast<double>(sent) * 8 > 0.01 * static_cast<double>(least) * tick_s)
+      at[c] = now;
+  }
 }
 
 // Reserves: each rail's policer follows the decisions and which reserved

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Reserves (policy key reserve on a class): capacity kept on a rail for the
 // classes that have one. While such a class is carried on a rail (its
-// decision gives the rail a share and it sent in the last second), the
+// decision gives the rail a share and it sent at more than 1% of its
+// reserve in a tick of the last second: daemon.cpp note_class_tx), the
 // classes without a reserve are policed together there (tc egress,
 // bpf/lib/tc.h dp_police_admit) to the rail's capacity less the reserves of
 // the classes carried, so that whatever the rail's qdisc or NIC serves
@@ -26,7 +27,7 @@ struct RailPolice {
 };
 
 // Per policy path. written: each class's decision as written (per path);
-// carried: per class, whether it sent anything lately.
+// carried: per class, whether it sent lately.
 std::vector<RailPolice> plan_police(const Policy& p, const std::vector<Shares>& written,
                                     const std::vector<bool>& carried);
 
