@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -243,6 +245,42 @@ void Env::TearDown() {
   if (!g_policies.empty()) {
     sh(dp_lab() + " down");
     fs::remove_all(g_policies);
+  }
+}
+
+namespace {
+
+std::string lab_state_dir() {
+  const char* s = std::getenv("DP_LAB_STATE");
+  return s && *s ? s : "/run/dualpath-lab";
+}
+
+}  // namespace
+
+void Fixture::mark_daemon_logs() {
+  log_marks_.clear();
+  for (const char* ns : {"dpl-a", "dpl-b"}) {
+    std::string f = lab_state_dir() + "/" + ns + ".log";
+    std::error_code ec;
+    auto size = fs::file_size(f, ec);
+    log_marks_.emplace_back(f, ec ? 0 : size);
+  }
+}
+
+void Fixture::print_daemon_log() const {
+  constexpr int kMaxLines = 40;
+  for (const auto& [file, from] : log_marks_) {
+    std::ifstream in(file);
+    if (!in) continue;
+    in.seekg(static_cast<std::streamoff>(from));
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);)
+      if (l.find(" debug ") == std::string::npos) lines.push_back(l);
+    if (lines.empty()) continue;
+    std::printf("    %s: %zu line(s) logged while the test ran%s\n", file.c_str(), lines.size(),
+                lines.size() > kMaxLines ? " (the last 40)" : "");
+    size_t first = lines.size() > kMaxLines ? lines.size() - kMaxLines : 0;
+    for (size_t i = first; i < lines.size(); ++i) std::printf("      %s\n", lines[i].c_str());
   }
 }
 

@@ -116,6 +116,11 @@ class Fixture : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!g_skip.empty()) GTEST_SKIP() << "skipped: " << g_skip;
+    mark_daemon_logs();
+  }
+  // A failed test prints what the lab's daemons logged while it ran.
+  void TearDown() override {
+    if (HasFailure()) print_daemon_log();
   }
 
   // Bytes each rail of dpl-a sent during fn().
@@ -130,6 +135,11 @@ class Fixture : public ::testing::Test {
   static void expect_on(int rail, std::pair<uint64_t, uint64_t> d, uint64_t bytes,
                         const std::string& what);
   static json klass(const std::string& node, const std::string& name);
+
+ private:
+  void mark_daemon_logs();
+  void print_daemon_log() const;
+  std::vector<std::pair<std::string, uintmax_t>> log_marks_;  // log file, size at SetUp
 };
 
 }  // namespace lab
