@@ -31,7 +31,8 @@ json classes_json(const Node& n) {
     for (size_t p = 0; p < pol.paths.size(); ++p) {
       size_t rs = n.datapath().rail_slot(p);
       v.paths.push_back({pol.paths[p].name, rs, n.measurements().counters()[rs][v.slot],
-                         n.measurements().tcp()[rs][v.slot], conns[rs][v.slot]});
+                         n.measurements().tcp()[rs][v.slot], conns[rs][v.slot],
+                         pol.paths[p].capacity_bps});
     }
     out.push_back(render_class(v));
   }

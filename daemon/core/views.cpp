@@ -169,6 +169,12 @@ json render_class(const ClassView& v) {
   for (auto& r : cs.ports) ports.push_back(r.str());
   json connections = json::object();
   for (const auto& p : v.paths) connections[p.name] = p.connections;
+  // kept for the class on each rail while it is carried there (bits a second)
+  json reserve = nullptr;
+  if (cs.reserve_bps || cs.reserve_share > 0) {
+    reserve = json::object();
+    for (const auto& p : v.paths) reserve[p.name] = cs.reserve_on(p.capacity_bps);
+  }
   json cgroups = json::array();
   for (const auto& g : v.cgroups)
     cgroups.push_back({{"rule", g.rule},
@@ -199,6 +205,8 @@ json render_class(const ClassView& v) {
       {"flows_replaced", replaced},
       {"dscp", cs.dscp ? json(*cs.dscp) : json(nullptr)},
       {"skb_priority", cs.skb_priority ? json(*cs.skb_priority) : json(nullptr)},
+      {"reserve_bps", reserve},
+      {"multipath", cs.multipath},
       // TCP's minimum RTO for the class's connections; null: the kernel's 200 ms
       {"rto_min_ms", cs.rto_min.count() > 0
                          ? json(std::chrono::duration<double, std::milli>(cs.rto_min).count())

@@ -4,6 +4,7 @@
 
 #include "dualpath/core/police.h"
 #include "dualpath/core/policy.h"
+#include "dualpath/core/views.h"
 
 namespace {
 
@@ -62,3 +63,24 @@ TEST(Police, TheBucketHoldsTenMillisecondsAndATsoBurst) {
 }
 
 }  // namespace
+
+// class.list shows each class's reserve per rail in bits a second: a share
+// is of that rail's capacity; no reserve is null.
+TEST(Police, TheClassListShowsAReservePerRail) {
+  const dp::Policy p = policy();
+  auto reserve_of = [&](size_t k) {
+    dp::ClassView v;
+    v.spec = &p.classes[k];
+    for (size_t i = 0; i < p.paths.size(); ++i) {
+      dp::ClassView::OnPath on;
+      on.name = p.paths[i].name;
+      on.rail_slot = i;
+      on.capacity_bps = p.paths[i].capacity_bps;
+      v.paths.push_back(on);
+    }
+    return dp::render_class(v)["reserve_bps"];
+  };
+  EXPECT_TRUE(reserve_of(0).is_null());
+  EXPECT_EQ(reserve_of(1), (nlohmann::json{{"rail0", 20'000'000}, {"rail1", 20'000'000}}));
+  EXPECT_EQ(reserve_of(2), (nlohmann::json{{"rail0", 100'000'000}, {"rail1", 25'000'000}}));
+}

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // dpctl class list | set CLASS PATH | unpin CLASS
 #include <iostream>
+#include <set>
 
 #include "dpctl.h"
 #include "dualpath/core/units.h"
@@ -46,15 +47,30 @@ int cmd_class_list(const Globals& g) {
       cgroups += fmt::format("{}{}{}", cgroups.empty() ? "" : ",", word,
                              cg["present"].get<bool>() ? "" : "(absent)");
     }
+    // kept for the class on each rail it is carried on: one figure when it
+    // is the same on every rail, else rail:rate for each
+    std::string reserve;
+    if (const json r = c.value("reserve_bps", json(nullptr)); r.is_object()) {
+      std::set<uint64_t> rates;
+      for (auto& [k, v] : r.items()) rates.insert(v.get<uint64_t>());
+      if (rates.size() == 1)
+        reserve = dp::format_bandwidth(static_cast<double>(*rates.begin()));
+      else
+        for (auto& [k, v] : r.items())
+          reserve += fmt::format("{}{}:{}", reserve.empty() ? "" : ",", k,
+                                 dp::format_bandwidth(v.get<double>()));
+    }
     // the class's minimum RTO, "-" for the kernel's (200 ms)
     const json rto = c.value("rto_min_ms", json(nullptr));
     rows.push_back({str(c["name"]), str(c["kind"]), std::to_string(c["priority"].get<int>()),
                     ports.empty() ? "-" : ports, cgroups.empty() ? "-" : cgroups,
                     c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),
                     rto.is_number() ? fmt::format("{:g}ms", rto.get<double>()) : "-",
+                    reserve.empty() ? "-" : reserve,
                     rail + (c["pinned"].get<bool>() ? " (pinned)" : ""), by_path});
   }
-  print_table({"CLASS", "KIND", "PRIO", "PORTS", "CGROUPS", "MARK", "RTO MIN", "RAIL", "TX BYTES"},
+  print_table({"CLASS", "KIND", "PRIO", "PORTS", "CGROUPS", "MARK", "RTO MIN", "RESERVE", "RAIL",
+               "TX BYTES"},
               rows);
   return 0;
 }
