@@ -186,11 +186,17 @@ static __always_inline int dp_tcp_head_segment(struct __sk_buff *skb, const stru
 }
 
 /* Reserves (dp_police): 1 when a packet of class `cls` leaving on `rail`
- * fits the rate the rail's policed classes are held to, else 0; a TCP
- * socket's head segment (dp_tcp_head_segment) goes on credit, so that the
- * class still keeps to the rate over time. Tokens are kept in units of
- * 1e-9 byte, so that refills between packets microseconds apart are not
- * lost to rounding; a refill covers at most 100 ms. */
+ * fits the rate the rail's policed classes are held to; 0 when it does not
+ * (dropped: TCP sees a local drop, keeps the segment, sends less and tries
+ * it again at its next ACK); -1 for a TCP socket's head segment that does
+ * not (dp_tcp_head_segment), which is taken as if sent and lost. A head has
+ * no ACK to wait for: after a local drop TCP would send it again only on
+ * its probe timer, at least 200 ms later, while a segment it counts as sent
+ * is recovered by its loss probe or its RTO, within milliseconds at a rail's
+ * RTT and the class's rto_min. A head first goes on credit of up to one
+ * bucket, so that the class still keeps to the rate over time. Tokens are
+ * kept in units of 1e-9 byte, so that refills between packets microseconds
+ * apart are not lost to rounding; a refill covers at most 100 ms. */
 static __always_inline int dp_police_admit(struct __sk_buff *skb, const struct dp_pkt *pkt,
 					   __u32 rail, __u8 cls)
 {
@@ -219,10 +225,12 @@ static __always_inline int dp_police_admit(struct __sk_buff *skb, const struct d
 	ok = tokens >= cost || (head && tokens - cost >= -burst);
 	if (ok)
 		tokens -= cost;
+	else if (head)
+		ok = -1;
 	p->tokens = tokens;
 	p->last_ns = now;
 	bpf_spin_unlock(&p->lock);
-	if (!ok) {
+	if (ok <= 0) {
 		d = bpf_map_lookup_elem(&dp_police_drops, &rail);
 		if (d) {
 			d->packets += 1;
@@ -246,7 +254,7 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 	struct dp_rail *rail;
 	__u32 zero = 0, target, mark = skb->mark, mark_mask, redirect_bit;
 	long ret;
-	int exc;
+	int exc, admit;
 	__u8 cls, rule = DP_RULE_NONE;
 
 	if (rail_here == DP_RAIL_NONE) {
@@ -283,8 +291,10 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 	else
 		target = dp_flow_rail(&pkt, cls, rule, cfg->active_gen & 1, rail_here, skb->len,
 				      cfg->flowlet_gap_ns, dp_mono_tstamp(skb), skb);
-	if (!dp_police_admit(skb, &pkt, target < DP_MAX_RAILS ? target : rail_here, cls))
-		return TC_ACT_SHOT;
+	/* over a reserve's policer: dropped, or a head segment taken and lost */
+	admit = dp_police_admit(skb, &pkt, target < DP_MAX_RAILS ? target : rail_here, cls);
+	if (admit <= 0)
+		return admit < 0 ? TC_ACT_STOLEN : TC_ACT_SHOT;
 	dp_apply_qos(skb, &pkt, cls);
 	if (target == rail_here || target >= DP_MAX_RAILS) {
 		dp_count_tx(rail_here, cls, skb->len);

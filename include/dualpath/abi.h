@@ -513,7 +513,8 @@ struct dp_sock_orig {
  * `rate`, so that the reserves stay free whatever the rail's qdisc serves
  * first. A token bucket of `burst` bytes refilled at `rate`; a packet that
  * finds too few tokens is dropped at egress, which TCP sees at once as a
- * local drop: it keeps the segment to send again and lowers its window.
+ * local drop: it keeps the segment to send again and lowers its window (a
+ * TCP socket's head segment is taken as lost instead: bpf/lib/tc.h).
  * Written by the daemon when it changes; rate 0: nothing is policed.
  */
 struct dp_police {
