@@ -43,11 +43,18 @@ constexpr double kAckRateWeight = 0.2;  // EWMA of a rail's acknowledgement rate
 // rail after its RTOs, without this end's ACKs, which still leave on the
 // failed rail: a receiver's flows never retransmit, so they have no RTOs to
 // tell it. A move the peer made for its own reasons (latency, spill, return)
-// arrives at the class's full rate, and traffic that stopped arrives nowhere.
+// arrives at the class's full rate, and traffic that stopped arrives nowhere,
+// or almost: a conversation that ends on one rail as a bare ACK or a FIN of
+// the class happens to arrive on the other looks like a move in that one
+// tick. So an arrival of under kMovedBytes (a few bare ACKs; a retransmitted
+// data segment is more) is a move only when the class arrives on that rail
+// again within kMoveConfirm while it stays collapsed where it was.
 constexpr double kRxCollapsed = 0.05;
 constexpr double kMinRxRate = 125e3;  // 1 Mbit/s
 constexpr double kTrickle = 0.25;
 constexpr double kRxRateWeight = 0.2;
+constexpr uint64_t kMovedBytes = 1000;
+constexpr auto kMoveConfirm = std::chrono::milliseconds(500);
 
 Shares all_on(size_t paths, size_t path) {
   Shares s(paths, 0);
@@ -101,6 +108,7 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
                           std::vector<RateEstimator>(P, RateEstimator(next.scheduler.ewma_weight)));
   rx_prev_.assign(C, std::vector<uint64_t>(P, 0));
   rx_rate_.assign(C, std::vector<double>(P, 0));
+  move_seen_.assign(C, std::vector<std::optional<MoveSeen>>(P));
   rx_primed_ = false;
   policy_ = next;
 }
@@ -192,20 +200,37 @@ void Controller::check_evidence(const TickInput& in) {
   };
   auto ack_rate = [&](size_t i) { return dt[i] > 0 ? static_cast<double>(acks[i]) / dt[i] : 0.0; };
   // a class the peer moved off rail i without getting on with it, and where
-  auto moved_off = [&](size_t i) -> std::optional<std::pair<size_t, size_t>> {
-    if (dt[i] <= 0) return std::nullopt;
-    for (size_t c = 0; c < rx_now.size(); ++c) {
+  // (with the bytes that arrived there: in this tick, or in the tick before
+  // that a small arrival waited for)
+  std::vector<std::optional<std::pair<size_t, size_t>>> moved(R);
+  for (size_t i = 0; i < R; ++i) {
+    if (dt[i] <= 0) continue;
+    for (size_t c = 0; c < rx_now.size() && !moved[i]; ++c) {
       double usual = rx_rate_[c][i], here = static_cast<double>(rx_now[c][i]) / dt[i];
+      auto& seen = move_seen_[c][i];
+      if (seen) {
+        if (in.now - seen->at > kMoveConfirm || here > kRxCollapsed * seen->usual)
+          seen.reset();  // not confirmed, or it came back
+        else if (rx_now[c][seen->to] > 0) {
+          moved[i] = std::pair{c, seen->to};
+          seen.reset();
+          continue;
+        }
+      }
       if (usual < kMinRxRate || here > kRxCollapsed * usual) continue;
-      for (size_t j = 0; j < R; ++j)
-        if (j != i && rx_now[c][j] > 0 && rx_rate_[c][j] <= kRxCollapsed * usual &&
-            static_cast<double>(rx_now[c][j]) / dt[i] <
+      for (size_t j = 0; j < R && !moved[i]; ++j) {
+        if (j == i || rx_now[c][j] == 0 || rx_rate_[c][j] > kRxCollapsed * usual ||
+            static_cast<double>(rx_now[c][j]) / dt[i] >=
                 kTrickle *
                     std::min(usual, static_cast<double>(policy_.paths.at(j).capacity_bps) / 8))
-          return std::pair{c, j};
+          continue;
+        if (rx_now[c][j] >= kMovedBytes)
+          moved[i] = std::pair{c, j};
+        else if (!seen)
+          seen = MoveSeen{in.now, j, usual};
+      }
     }
-    return std::nullopt;
-  };
+  }
   // Congestion, not failure: busy, and delivering about as it did when clean.
   auto congested = [&](size_t i) {
     if (in.rails[i].utilisation < kBusy || acks[i] == 0) return false;
@@ -223,8 +248,8 @@ void Controller::check_evidence(const TickInput& in) {
       why = fmt::format("{} RTO{} and {} of {} segments retransmitted in {}, {} acknowledged",
                         rto[i], rto[i] == 1 ? "" : "s", retrans[i], segs[i],
                         format_duration(policy_.scheduler.tick), acks[i]);
-    } else if (auto moved = moved_off(i)) {
-      auto [c, j] = *moved;
+    } else if (moved[i]) {
+      auto [c, j] = *moved[i];
       why = fmt::format(
           "{} bytes of {} arrived in {} (usually {:.0f}/s), {} on {}: the peer moved it off "
           "and gets no answer",

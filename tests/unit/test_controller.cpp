@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -293,8 +294,10 @@ TEST(Controller, ABusyRailBlackholedIsSuspectedByWhatItDeliversBeforeBfdCanTell)
 // The receiving end of the same traces (node b): what arrived of each class
 // on each rail, tick by tick. b's flows only acknowledge, so they never have
 // an RTO of their own.
-EvidenceReplay replay_receiver(const std::string& name) {
+EvidenceReplay replay_receiver(const std::string& name,
+                               const std::function<void(nlohmann::json&)>& edit = nullptr) {
   auto trace = evidence_trace(name);
+  if (edit) edit(trace);
   EvidenceReplay out;
   if (!trace["fault_at_ms"].is_null()) out.fault_at_ms = trace["fault_at_ms"].get<int64_t>();
   Fixture f(false, "lab-b.toml");
@@ -331,6 +334,52 @@ TEST(Controller, AReceiverDoesNotSuspectARailThePeerLeftForItsOwnReasons) {
     EvidenceReplay r = replay_receiver(name);
     EXPECT_FALSE(r.suspected_at_ms) << name << ": suspected at " << *r.suspected_at_ms << " ms";
   }
+}
+
+// The saturated rail's trace (expert-dispatch at line rate on rail0), ended at
+// `end_ms`: nothing more arrives on rail0, and `extra` bytes of the class
+// arrive on rail1 at the given times (a bare ACK is 66 bytes).
+void end_and_arrive(nlohmann::json& trace, int64_t end_ms,
+                    std::vector<std::pair<int64_t, uint64_t>> extra) {
+  uint64_t frozen = 0, on1 = 0;
+  for (auto& step : trace["b_steps"]) {
+    int64_t t = step["t_ms"].get<int64_t>();
+    auto& by_path = step["rx_bytes"]["expert-dispatch"];
+    if (t < end_ms) {
+      frozen = by_path[0].get<uint64_t>();
+      continue;
+    }
+    by_path[0] = frozen;
+    for (auto [at, bytes] : extra)
+      if (t >= at && t < at + 50) on1 += bytes;
+    by_path[1] = on1;
+  }
+}
+
+TEST(Controller, AReceiverDoesNotSuspectARailWhoseTrafficEndedWithAStrayPacketOnTheOther) {
+  // the class ends on rail0 and one bare ACK of it comes over rail1 in the
+  // same tick (the lab's spill test: a false suspicion in CI)
+  EvidenceReplay lone = replay_receiver("none", [](nlohmann::json& t) {
+    end_and_arrive(t, 4000, {{4000, 66}});
+  });
+  EXPECT_FALSE(lone.suspected_at_ms) << "suspected at " << *lone.suspected_at_ms << " ms";
+  // a second arrival on rail1 a few ticks later confirms the move
+  EvidenceReplay again = replay_receiver("none", [](nlohmann::json& t) {
+    end_and_arrive(t, 4000, {{4000, 66}, {4150, 66}});
+  });
+  ASSERT_TRUE(again.suspected_at_ms) << "two arrivals on rail1 while rail0 stays silent";
+  EXPECT_GE(*again.suspected_at_ms, 4150);
+  // a retransmitted data segment alone is a move
+  EvidenceReplay segment = replay_receiver("none", [](nlohmann::json& t) {
+    end_and_arrive(t, 4000, {{4000, 1514}});
+  });
+  ASSERT_TRUE(segment.suspected_at_ms);
+  EXPECT_LT(*segment.suspected_at_ms, 4050);
+  // a second arrival after the confirmation window is another lone packet
+  EvidenceReplay late = replay_receiver("none", [](nlohmann::json& t) {
+    end_and_arrive(t, 4000, {{4000, 66}, {4700, 66}});
+  });
+  EXPECT_FALSE(late.suspected_at_ms) << "suspected at " << *late.suspected_at_ms << " ms";
 }
 
 TEST(Controller, ASaturatedHealthyRailIsNeverSuspected) {

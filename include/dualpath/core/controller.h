@@ -178,7 +178,16 @@ class Controller {
   // before, and per second smoothed over ticks (data-path evidence)
   std::vector<std::vector<uint64_t>> rx_prev_;
   std::vector<std::vector<double>> rx_rate_;
-  bool rx_primed_ = false;            // rx_prev_ holds a tick's counters (not so after set_policy)
+  bool rx_primed_ = false;  // rx_prev_ holds a tick's counters (not so after set_policy)
+  // per policy class, per policy path: a move off the path seen with only a
+  // few bytes on the other (to, and the class's usual rate there), waiting
+  // for a second arrival to confirm it
+  struct MoveSeen {
+    Time at;
+    size_t to = 0;
+    double usual = 0;
+  };
+  std::vector<std::vector<std::optional<MoveSeen>>> move_seen_;
   std::optional<Plan::Cells> cells_;  // as last planned (written by the daemon)
   Shares by_bytes(size_t klass, const Shares& shares) const;
   bool all_down_ = false;
