@@ -197,7 +197,9 @@ void Multipath::on_event(const mptcp::Event& e) {
       s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
       s.backup = e.backup;
       c.subflows.push_back(s);
-      c.retry_after.assign(policy_.paths.size(), Clock::time_point{});
+      c.since = now;
+      c.retry_after.assign(policy_.paths.size(),
+                           e.server_side ? Clock::time_point{} : now + multipath::kFirstJoinAfter);
       c.failures.assign(policy_.paths.size(), 0);
       spdlog::debug("MPTCP connection {:#x} of class {}: {}:{} -> {}:{}{}", e.token,
                     policy_.classes[*k].name, e.flow.local.str(), e.flow.lport, e.flow.remote.str(),

@@ -9,6 +9,9 @@ namespace dp::multipath {
 
 namespace {
 
+constexpr auto kYoung = std::chrono::seconds(1);
+constexpr auto kYoungRetry = std::chrono::milliseconds(100);
+
 const std::optional<IpAddr>& source_of(const PathSpec& ps, int family) {
   return family == AF_INET6 ? ps.source6 : ps.source;
 }
@@ -135,8 +138,12 @@ void note_failure(Connection& c, size_t path, Time now) {
   if (c.failures.size() <= path) c.failures.resize(path + 1, 0);
   if (c.retry_after.size() <= path) c.retry_after.resize(path + 1, Time{});
   int f = std::min(++c.failures[path], 6);
-  auto wait = std::min(std::chrono::seconds(1) * (1 << (f - 1)), std::chrono::seconds(8));
-  c.retry_after[path] = now + std::chrono::duration_cast<Time::duration>(wait);
+  Time::duration wait = std::min(std::chrono::seconds(1) * (1 << (f - 1)), std::chrono::seconds(8));
+  // a join refused in the connection's first second most likely overtook
+  // the first subflow's handshake at the peer (sent on another rail, it
+  // found no connection there): the first time, it is tried again soon
+  if (f == 1 && c.since != Time{} && now - c.since < kYoung) wait = kYoungRetry;
+  c.retry_after[path] = now + wait;
 }
 
 }  // namespace dp::multipath

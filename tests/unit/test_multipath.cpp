@@ -262,6 +262,22 @@ TEST(Multipath, ARailWhoseSubflowFailedIsTriedAgainAfterABackoffThatDoubles) {
   EXPECT_EQ(c.retry_after[1] - t0, std::chrono::seconds(8)) << "capped";
 }
 
+TEST(Multipath, AJoinRefusedInTheConnectionsFirstSecondIsTriedAgainSoonOnce) {
+  auto p = policy();
+  auto c = connected();
+  Time t0 = Time{} + std::chrono::hours(1);
+  c.since = t0;
+  note_failure(c, 1, t0 + std::chrono::milliseconds(30));
+  EXPECT_EQ(c.retry_after[1] - t0, std::chrono::milliseconds(130))
+      << "it likely overtook the first subflow's handshake at the peer";
+  note_failure(c, 1, t0 + std::chrono::milliseconds(140));
+  EXPECT_EQ(c.retry_after[1] - t0, std::chrono::milliseconds(2140)) << "then the usual backoff";
+  auto old = connected();
+  old.since = t0;
+  note_failure(old, 1, t0 + std::chrono::seconds(5));
+  EXPECT_EQ(old.retry_after[1] - t0, std::chrono::seconds(6)) << "an older connection backs off";
+}
+
 TEST(Multipath, TheResponderTakesAnMptcpPortPerRailAfterItsOwn) {
   // two rails: 7862 and 7863, and with a multipath class 7864 and 7865 for
   // dpctl validate's MPTCP check

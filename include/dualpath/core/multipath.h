@@ -11,6 +11,7 @@
 //     side sets the roles; its MP_PRIO holds for both directions, and the
 //     accepting side's decisions (its own policy) are not consulted.
 //   - A rail whose subflow failed is tried again after a backoff.
+//   - The first joins wait for the connection to be known at the peer.
 // daemon/multipath.cpp carries the actions out over the path manager.
 #pragma once
 
@@ -35,6 +36,12 @@ struct Ends {
 
 constexpr size_t kNoPath = static_cast<size_t>(-1);
 
+// How long the connecting side waits after a connection is established
+// before it asks for its joins: sent at once on another rail, a join can
+// reach the peer ahead of the first subflow's third ACK (queued on a busy
+// rail), find no connection there and be refused.
+constexpr auto kFirstJoinAfter = std::chrono::milliseconds(20);
+
 struct Subflow {
   Ends ends;
   size_t path = kNoPath;  // kNoPath: not bound to a rail (the shared topology's first one)
@@ -49,6 +56,7 @@ struct Connection {
   std::vector<Subflow> subflows;
   std::vector<Time> retry_after;  // per path: no new subflow before this
   std::vector<int> failures;      // per path: subflows that ended since the last that worked
+  Time since{};                   // when the connection was established here
 };
 
 struct Want {
