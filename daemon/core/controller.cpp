@@ -44,16 +44,18 @@ constexpr double kAckRateWeight = 0.2;  // EWMA of a rail's acknowledgement rate
 // failed rail: a receiver's flows never retransmit, so they have no RTOs to
 // tell it. A move the peer made for its own reasons (latency, spill, return)
 // arrives at the class's full rate, and traffic that stopped arrives nowhere,
-// or almost: a conversation that ends on one rail as a bare ACK or a FIN of
-// the class happens to arrive on the other looks like a move in that one
-// tick. So an arrival of under kMovedBytes (a few bare ACKs; a retransmitted
-// data segment is more) is a move only when the class arrives on that rail
-// again within kMoveConfirm while it stays collapsed where it was.
+// or almost: a conversation that ends on one rail may send its last bare
+// ACKs or FIN over the other (a flowlet placed anew after an idle gap), which
+// looks like a move. So a move needs kMovedBytes to arrive on the other rail,
+// in the tick or within kMoveConfirm of the first arrival while the class
+// stays collapsed where it was: a retransmitted data segment is that much (a
+// sender retransmits a stalled window's head, small writes collapsed into
+// one segment), the end of a conversation is a few bare packets.
 constexpr double kRxCollapsed = 0.05;
 constexpr double kMinRxRate = 125e3;  // 1 Mbit/s
 constexpr double kTrickle = 0.25;
 constexpr double kRxRateWeight = 0.2;
-constexpr uint64_t kMovedBytes = 1000;
+constexpr uint64_t kMovedBytes = 1200;
 constexpr auto kMoveConfirm = std::chrono::milliseconds(500);
 
 Shares all_on(size_t paths, size_t path) {
@@ -199,35 +201,43 @@ void Controller::check_evidence(const TickInput& in) {
     return ratio > kRetransRatio && rto[i] > 0;
   };
   auto ack_rate = [&](size_t i) { return dt[i] > 0 ? static_cast<double>(acks[i]) / dt[i] : 0.0; };
-  // a class the peer moved off rail i without getting on with it, and where
-  // (with the bytes that arrived there: in this tick, or in the tick before
-  // that a small arrival waited for)
-  std::vector<std::optional<std::pair<size_t, size_t>>> moved(R);
+  // a class the peer moved off rail i without getting on with it: the
+  // class, where it went and the bytes that arrived there (in this tick, or
+  // since a smaller arrival began to wait for more)
+  struct Moved {
+    size_t klass, to;
+    uint64_t bytes;
+  };
+  std::vector<std::optional<Moved>> moved(R);
+  // what the peer sends on rail j when it moved there without an answer
+  auto trickle = [&](size_t j, double of) {
+    return kTrickle * std::min(of, static_cast<double>(policy_.paths.at(j).capacity_bps) / 8);
+  };
   for (size_t i = 0; i < R; ++i) {
     if (dt[i] <= 0) continue;
     for (size_t c = 0; c < rx_now.size() && !moved[i]; ++c) {
       double usual = rx_rate_[c][i], here = static_cast<double>(rx_now[c][i]) / dt[i];
       auto& seen = move_seen_[c][i];
       if (seen) {
-        if (in.now - seen->at > kMoveConfirm || here > kRxCollapsed * seen->usual)
-          seen.reset();  // not confirmed, or it came back
-        else if (rx_now[c][seen->to] > 0) {
-          moved[i] = std::pair{c, seen->to};
-          seen.reset();
+        if (in.now - seen->at > kMoveConfirm || here > kRxCollapsed * seen->usual ||
+            static_cast<double>(rx_now[c][seen->to]) / dt[i] >= trickle(seen->to, seen->usual)) {
+          seen.reset();  // too little in time, back where it was, or a move at full rate
+        } else {
+          seen->bytes += rx_now[c][seen->to];
+          if (seen->bytes >= kMovedBytes) moved[i] = Moved{c, seen->to, seen->bytes};
+          if (moved[i]) seen.reset();
           continue;
         }
       }
       if (usual < kMinRxRate || here > kRxCollapsed * usual) continue;
       for (size_t j = 0; j < R && !moved[i]; ++j) {
         if (j == i || rx_now[c][j] == 0 || rx_rate_[c][j] > kRxCollapsed * usual ||
-            static_cast<double>(rx_now[c][j]) / dt[i] >=
-                kTrickle *
-                    std::min(usual, static_cast<double>(policy_.paths.at(j).capacity_bps) / 8))
+            static_cast<double>(rx_now[c][j]) / dt[i] >= trickle(j, usual))
           continue;
         if (rx_now[c][j] >= kMovedBytes)
-          moved[i] = std::pair{c, j};
+          moved[i] = Moved{c, j, rx_now[c][j]};
         else if (!seen)
-          seen = MoveSeen{in.now, j, usual};
+          seen = MoveSeen{in.now, j, usual, rx_now[c][j]};
       }
     }
   }
@@ -249,12 +259,12 @@ void Controller::check_evidence(const TickInput& in) {
                         rto[i], rto[i] == 1 ? "" : "s", retrans[i], segs[i],
                         format_duration(policy_.scheduler.tick), acks[i]);
     } else if (moved[i]) {
-      auto [c, j] = *moved[i];
+      auto [c, j, bytes] = *moved[i];
       why = fmt::format(
           "{} bytes of {} arrived in {} (usually {:.0f}/s), {} on {}: the peer moved it off "
           "and gets no answer",
           rx_now[c][i], policy_.classes.at(c).name, format_duration(policy_.scheduler.tick),
-          rx_rate_[c][i], rx_now[c][j], policy_.paths.at(j).name);
+          rx_rate_[c][i], bytes, policy_.paths.at(j).name);
     } else {
       continue;
     }

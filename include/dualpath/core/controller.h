@@ -179,13 +179,14 @@ class Controller {
   std::vector<std::vector<uint64_t>> rx_prev_;
   std::vector<std::vector<double>> rx_rate_;
   bool rx_primed_ = false;  // rx_prev_ holds a tick's counters (not so after set_policy)
-  // per policy class, per policy path: a move off the path seen with only a
-  // few bytes on the other (to, and the class's usual rate there), waiting
-  // for a second arrival to confirm it
+  // per policy class, per policy path: a move off the path seen with too
+  // few bytes on the other (to; the class's usual rate here when it began;
+  // the bytes that arrived there since), waiting for more to confirm it
   struct MoveSeen {
     Time at;
     size_t to = 0;
     double usual = 0;
+    uint64_t bytes = 0;
   };
   std::vector<std::vector<std::optional<MoveSeen>>> move_seen_;
   std::optional<Plan::Cells> cells_;  // as last planned (written by the daemon)
