@@ -58,6 +58,7 @@ void PathHealth::go(RailState to, std::string reason, Time now) {
   if (to == RailState::Down || (to == RailState::Holddown && state_ != RailState::Down))
     ++failures_;
   events_.push_back({now, state_, to, reason});
+  unconfirmed_ramp_ = false;
   state_ = to;
   reason_ = std::move(reason);
   since_ = now;
@@ -98,6 +99,12 @@ void PathHealth::bfd(bfd::State s, bfd::Diag diag, bool peer_admin_down, Time no
     bfd_up_once_ = true;
     failed = false;
     why = "BFD up";
+    // the ramp stood in for the BFD session that was missing when the
+    // suspicion expired; a session now up clears it, as it would have then
+    if (unconfirmed_ramp_ && state_ == RailState::Ramping && !bfd_failed_) {
+      go(RailState::Up, "BFD up: the unconfirmed suspicion is cleared", now);
+      return;
+    }
   } else if (peer_admin_down || s == bfd::State::AdminDown) {
     failed = false;  // RFC 5882 3.2: not a forwarding failure
     bfd_up_once_ = false;
@@ -151,9 +158,11 @@ void PathHealth::tick(Time now) {
     // letting every class back onto a rail that may still drop everything.
     if (bfd_up_once_)
       go(RailState::Up, "suspicion not confirmed by BFD: restored", now);
-    else
+    else {
       go(RailState::Ramping, "suspicion not confirmed, and no BFD session to clear it: ramping",
          now);
+      unconfirmed_ramp_ = true;
+    }
   } else if (state_ == RailState::Holddown && now - since_ >= s_.holddown) {
     go(RailState::Ramping,
        fmt::format("up and clean for the hold-down {}: ramping", format_duration(s_.holddown)),

@@ -143,6 +143,25 @@ TEST(PathHealth, WithoutBfdAnUnconfirmedSuspicionRampsBackAndEvidenceOnTheRampFa
   EXPECT_EQ(g.state(), RailState::Up) << g.reason();
 }
 
+TEST(PathHealth, ABfdSessionThatComesUpEndsTheRampOfAnUnconfirmedSuspicion) {
+  T t{};
+  PathHealth h(fast(), t);  // no BFD session yet (the peer's daemon restarting)
+  h.evidence("a burst of RTOs", 1500ms, t + 1s);
+  h.tick(t + 2600ms);
+  ASSERT_EQ(h.state(), RailState::Ramping) << h.reason();
+  h.bfd(bfd::State::Up, bfd::Diag::None, false, t + 3s);
+  EXPECT_EQ(h.state(), RailState::Up) << "BFD clears the suspicion, as it would have at expiry";
+
+  PathHealth g(fast(), t);  // a ramp after a failure and its hold-down stays a ramp
+  g.carrier(false, t + 1s);
+  g.carrier(true, t + 2s);
+  for (int ms = 2100; ms <= 20000 && g.state() != RailState::Ramping; ms += 100)
+    g.tick(t + std::chrono::milliseconds(ms));
+  ASSERT_EQ(g.state(), RailState::Ramping) << g.reason();
+  g.bfd(bfd::State::Up, bfd::Diag::None, false, t + 12500ms);
+  EXPECT_EQ(g.state(), RailState::Ramping) << "a rail that failed is not let back at once";
+}
+
 TEST(PathHealth, DrainAndUndrainRampWithoutHolddown) {
   T t{};
   PathHealth h(fast(), t);

@@ -82,6 +82,7 @@ class PathHealth {
   bool bfd_up_once_ = false;
   bool bfd_failed_ = false;
   bool drained_ = false;
+  bool unconfirmed_ramp_ = false;  // ramping from a suspicion no BFD session could clear
   std::optional<Time> suspect_until_;
   std::deque<Time> suspicions_;  // recent, for escalation
   int step_ = 0;
