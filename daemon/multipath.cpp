@@ -135,9 +135,16 @@ Result<void> Multipath::restore_settings(const std::string& node) {
   return {};
 }
 
-Result<void> Multipath::set_policy(const Policy& p, const Datapath& dp) {
+Result<void> Multipath::set_policy(const Policy& p, Datapath& dp) {
   bool wanted = p.has_multipath();
+  if (!dp_) dp.forget_join_listeners();  // an earlier process's
   dp_ = &dp;
+  // a class a listener was opened for may be gone, or another's slot now
+  for (const auto& l : join_listeners_) {
+    int k = p.class_index(l.klass);
+    bool still = k >= 0 && p.classes[static_cast<size_t>(k)].multipath;
+    note_join_listener(l, still ? std::optional<size_t>(static_cast<size_t>(k)) : std::nullopt);
+  }
   if (!wanted) {
     if (pm_) {
       loop_.unwatch(pm_->event_fd());
@@ -204,7 +211,7 @@ void Multipath::on_event(const mptcp::Event& e) {
       spdlog::debug("MPTCP connection {:#x} of class {}: {}:{} -> {}:{}{}", e.token,
                     policy_.classes[*k].name, e.flow.local.str(), e.flow.lport, e.flow.remote.str(),
                     e.flow.rport, e.server_side ? " (accepted)" : "");
-      if (e.server_side) ensure_join_listeners(e.flow);
+      if (e.server_side) ensure_join_listeners(e.flow, *k);
       auto& ref = conns_.emplace(e.token, std::move(c)).first->second;
       if (!last_want_.usable.empty())
         carry_out(ref, multipath::reconcile(policy_, ref, last_want_, now));
@@ -216,7 +223,7 @@ void Multipath::on_event(const mptcp::Event& e) {
       if (!e.server_side) return;
       auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
       if (k && *k < policy_.classes.size() && policy_.classes[*k].multipath)
-        ensure_join_listeners(e.flow);
+        ensure_join_listeners(e.flow, *k);
       return;
     }
     case mptcp::EventType::Closed:
@@ -342,7 +349,12 @@ void Multipath::reconcile(const multipath::Want& want) {
   expire_join_listeners();
 }
 
-void Multipath::ensure_join_listeners(const multipath::Ends& accepted) {
+void Multipath::note_join_listener(const JoinListener& l, std::optional<size_t> klass) {
+  if (auto r = dp_->note_join_listener(l.addr, l.port, klass); !r)
+    spdlog::warn("the join listener on {} port {}: {}", l.addr.str(), l.port, r.error().what());
+}
+
+void Multipath::ensure_join_listeners(const multipath::Ends& accepted, size_t klass) {
   for (const auto& ps : policy_.paths) {
     const auto& src = accepted.local.family == AF_INET6 ? ps.source6 : ps.source;
     if (!src || *src == accepted.local) continue;
@@ -368,7 +380,8 @@ void Multipath::ensure_join_listeners(const multipath::Ends& accepted) {
                      std::strerror(err));
       continue;
     }
-    join_listeners_.push_back({fd, *src, accepted.lport, {}});
+    join_listeners_.push_back({fd, *src, accepted.lport, policy_.classes.at(klass).name, {}});
+    note_join_listener(join_listeners_.back(), klass);
     loop_.watch(fd, [this, fd] { on_join_listener(fd); });
     spdlog::info("multipath: listening for joins on {} port {} (the server listens on {} only)",
                  src->str(), accepted.lport, accepted.local.str());
@@ -401,6 +414,7 @@ void Multipath::expire_join_listeners() {
     }
     if (l.idle_since == Clock::time_point{}) l.idle_since = now;
     if (now - l.idle_since < std::chrono::seconds(30)) continue;
+    note_join_listener(l, std::nullopt);
     loop_.unwatch(l.fd);
     ::close(l.fd);
     l.fd = -1;

@@ -39,7 +39,7 @@ class Multipath {
 
   // A policy applied: starts (settings, path manager, events) when it has a
   // multipath class, stops and restores the settings when it has none.
-  Result<void> set_policy(const Policy& p, const Datapath& dp);
+  Result<void> set_policy(const Policy& p, Datapath& dp);
   bool running() const { return pm_ != nullptr; }
 
   // Every connection toward what `want` says (core/multipath.h).
@@ -79,19 +79,23 @@ class Multipath {
   // them: a join is matched to its connection by token, whatever listener
   // it reaches. One that cannot bind (the port is already listened on there,
   // or on every address) is not needed.
-  void ensure_join_listeners(const multipath::Ends& accepted);
+  void ensure_join_listeners(const multipath::Ends& accepted, size_t klass);
   void expire_join_listeners();
   void on_join_listener(int fd);
   struct JoinListener {
     int fd = -1;
     IpAddr addr;
     uint16_t port = 0;
+    std::string klass;  // the class of the connections it was opened for
     std::chrono::steady_clock::time_point idle_since{};
   };
   std::vector<JoinListener> join_listeners_;
+  // Tells the datapath (dp_joins) whose joins a listener accepts: sockops
+  // gives them the class's TCP settings and subflow pacing.
+  void note_join_listener(const JoinListener& l, std::optional<size_t> klass);
 
   EventLoop& loop_;
-  const Datapath* dp_ = nullptr;
+  Datapath* dp_ = nullptr;
   Policy policy_;
   std::unique_ptr<mptcp::PathManager> pm_;
   std::map<uint32_t, multipath::Connection> conns_;  // by token

@@ -18,6 +18,8 @@
 #include "steer.h"
 
 #define DP_SOL_TCP 6 /* SOL_TCP (IPPROTO_TCP) */
+#define DP_SOL_SOCKET 1
+#define DP_SO_MAX_PACING_RATE 47 /* asm-generic/socket.h */
 
 static __always_inline int dp_sock_key(const struct bpf_sock_ops *skops, struct dp_flow_key *k)
 {
@@ -91,6 +93,52 @@ static __always_inline void dp_tcp_segs(struct bpf_sock_ops *skops, struct dp_fl
 	f->data_segs_out = out;
 }
 
+/* A multipath class's subflow is paced at most at its rail's capacity. The
+ * kernel's MPTCP scheduler sends on the subflow whose queue would drain first
+ * at the subflow's pacing rate, and a congestion control's estimate can be
+ * several times the rail's rate (ACKs that arrive bunched): the narrow rail
+ * then got more than its share, and each burst waited for its last bytes
+ * there. Only sockets that stay on their rail, which cannot go faster than
+ * it: every one in the separate topology (a connection lives on its rail's
+ * addresses), the ones bound to a rail's device in the shared one (the
+ * daemon's joins; the first subflow and a plain connection may be moved to a
+ * wider rail there). A fallback to plain TCP is capped alike, harmlessly. */
+static __always_inline void dp_pace_subflow(struct bpf_sock_ops *skops, __u32 rail)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct dp_rail *r;
+	int v;
+
+	if (!sk)
+		return;
+	r = bpf_map_lookup_elem(&dp_rails, &rail);
+	if (!r || !r->subflow_pace)
+		return;
+	if (!(r->flags & DP_RAIL_F_CONNECT) && !sk->bound_dev_if)
+		return;
+	v = (int)r->subflow_pace;
+	bpf_setsockopt(skops, DP_SOL_SOCKET, DP_SO_MAX_PACING_RATE, &v, sizeof(v));
+}
+
+/* PASSIVE_ESTABLISHED of a socket the flow table does not hold: a join that
+ * reached one of the daemon's join listeners (a server bound to another
+ * rail's address), which is in the daemon's cgroup, not the class's. The
+ * daemon notes each listener's class in dp_joins. */
+static __always_inline __u32 dp_join_class(const struct dp_flow_key *k, __u32 *rail)
+{
+	struct dp_listen_key key = {.proto = IPPROTO_TCP};
+	__u16 family = dp_local_of(k, key.addr);
+	__u32 *cls;
+
+	key.family = (__u8)family;
+	key.port = bpf_ntohs(k->sport);
+	cls = bpf_map_lookup_elem(&dp_joins, &key);
+	if (!cls)
+		return DP_CLASS_NONE;
+	*rail = dp_local_rail(key.addr, family);
+	return *cls;
+}
+
 static __always_inline int dp_sockops_run(struct bpf_sock_ops *skops)
 {
 	struct dp_flow_key key = {};
@@ -120,11 +168,13 @@ static __always_inline int dp_sockops_run(struct bpf_sock_ops *skops)
 	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
 		struct dp_pkt pkt = {.key = key};
 		struct dp_class_tcp *ct;
-		__u32 cls;
+		__u32 cls, rail = f ? f->rail : DP_RAIL_NONE;
 
 		/* the handshake went out through a rail, so a classified flow is
 		 * in the table; if not, classify it by its ports */
 		cls = f ? f->cls : dp_classify(&pkt, 0, cfg);
+		if (cls >= DP_MAX_CLASSES && op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+			cls = dp_join_class(&key, &rail);
 		if (cls >= DP_MAX_CLASSES)
 			return 1;
 		bpf_sock_ops_cb_flags_set(
@@ -141,6 +191,8 @@ static __always_inline int dp_sockops_run(struct bpf_sock_ops *skops)
 
 			bpf_setsockopt(skops, DP_SOL_TCP, TCP_BPF_RTO_MIN, &v, sizeof(v));
 		}
+		if (ct && (ct->flags & DP_CLASS_TCP_F_MULTIPATH) && rail < DP_MAX_RAILS)
+			dp_pace_subflow(skops, rail);
 		return 1;
 	}
 	if (!f)

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace dp {
@@ -102,6 +103,9 @@ dp_rail encode_rail(const PathSpec& p, uint32_t ifindex, bool enabled, Topology 
     r.flags |= DP_RAIL_F_GW6;
     std::memcpy(r.gw6, p.gateway6->bytes.data(), 16);
   }
+  // bpf_setsockopt takes the rate as an int: a rail above 34 Gbit/s is not capped
+  const uint64_t pace = p.capacity_bps / 8;
+  if (pace > 0 && pace < UINT32_MAX) r.subflow_pace = static_cast<uint32_t>(pace);
   return r;
 }
 

@@ -637,6 +637,28 @@ Result<void> Datapath::write_police(const std::vector<RailPolice>& rails) {
   return {};
 }
 
+Result<void> Datapath::note_join_listener(const IpAddr& addr, uint16_t port,
+                                          std::optional<size_t> klass) {
+  dp_listen_key k{};
+  std::memcpy(k.addr, addr.bytes.data(), addr.family == AF_INET6 ? 16 : 4);
+  k.port = port;
+  k.proto = IPPROTO_TCP;
+  k.family = static_cast<__u8>(addr.family);
+  auto joins = skel_->dp_joins();
+  if (!klass) {
+    (void)joins.remove(k);  // none there already is fine
+    return {};
+  }
+  if (*klass >= class_slot_.size() || class_slot_[*klass] < 0)
+    return DP_SYS_ERROR(EINVAL, "a join listener for class {}, which the policy lacks", *klass);
+  return joins.update(k, static_cast<uint32_t>(class_slot_[*klass]));
+}
+
+void Datapath::forget_join_listeners() {
+  auto joins = skel_->dp_joins();
+  for (const auto& k : joins.keys()) (void)joins.remove(k);
+}
+
 std::vector<dp_police_drops> Datapath::police_drops() const {
   std::vector<dp_police_drops> out(rail_slot_.size());
   auto drops = skel_->dp_police_drops();

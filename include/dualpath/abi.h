@@ -35,7 +35,8 @@
 #ifdef DP_ABI_TEST_LAYOUT
 #define DP_LAYOUT_VERSION 0x8001u
 #else
-#define DP_LAYOUT_VERSION 3u /* 2: dp_flow.tail_ns, dp_cell_cfg.flags; 3: bursts */
+/* 2: dp_flow.tail_ns, dp_cell_cfg.flags; 3: bursts; 4: dp_rail.subflow_pace, dp_joins */
+#define DP_LAYOUT_VERSION 4u
 #endif
 
 /* dp_abi: ARRAY with one element, written by the daemon: the layout version
@@ -132,6 +133,10 @@ struct dp_rail {
   __u32 flags; /* enum dp_rail_flags */
   __u32 gw4;   /* network byte order */
   __u32 gw6[4];
+  /* the most a multipath class's subflow on this rail is paced at, in bytes
+   * per second (SO_MAX_PACING_RATE, bpf/lib/sockops.h): the rail's capacity;
+   * 0 = not capped (no capacity, or one above what the 32-bit option holds) */
+  __u32 subflow_pace;
 };
 
 /* Which rail a hook is on, by skb->ifindex: dp_rail_by_ifindex is an ARRAY
@@ -541,6 +546,13 @@ struct dp_listen_key {
   __u8 proto;    /* IPPROTO_TCP or IPPROTO_UDP */
   __u8 family;   /* AF_INET or AF_INET6 */
 };
+
+/* dp_joins: HASH, struct dp_listen_key -> class slot: a listener the daemon
+ * opened on a rail's address for the joins of a multipath class's
+ * connections accepted on another rail's (daemon/multipath.cpp). A join it
+ * accepts is the daemon's socket, in the daemon's cgroup: sockops finds its
+ * class here (bpf/lib/sockops.h). */
+#define DP_JOINS_SIZE 1024
 
 #define DP_UDP_HANDED_SIZE 16384
 struct dp_udp_peer {

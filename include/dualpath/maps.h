@@ -75,6 +75,8 @@
 	X(dp_listeners, BPF_MAP_TYPE_SOCKHASH, DP_LISTENERS_SIZE, struct dp_listen_key, __u64)      \
 	X(dp_handovers, BPF_MAP_TYPE_PERCPU_ARRAY, DP_MAX_RAILS, __u32, __u64)                      \
 	X(dp_handed, BPF_MAP_TYPE_LRU_HASH, DP_LISTENERS_SIZE, struct dp_flow_key, __u32)           \
+	/* the daemon's join listeners (multipath classes): address and port -> class slot */     \
+	X(dp_joins, BPF_MAP_TYPE_HASH, DP_JOINS_SIZE, struct dp_listen_key, __u32)                  \
 	/* UDP servers bound to one rail's address: binds counted, peers handed over */             \
 	X(dp_udp_binds, BPF_MAP_TYPE_ARRAY, 1, __u32, __u64)                                        \
 	X(dp_bound, BPF_MAP_TYPE_HASH, DP_LISTENERS_SIZE, struct dp_listen_key, __u64)              \

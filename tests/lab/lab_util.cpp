@@ -18,10 +18,25 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <thread>
 
 namespace lab {
+
+std::vector<std::string> tcp_sockets(const std::string& ns, const std::string& filter) {
+  std::vector<std::string> out;
+  std::istringstream in(sh("ip netns exec " + ns + " ss -tniH '" + filter + "'").out);
+  std::string first, info;
+  while (std::getline(in, first) && std::getline(in, info)) out.push_back(first + " " + info);
+  return out;
+}
+
+uint64_t max_pacing_bps(const std::string& socket) {
+  static const std::regex cap(R"(pacing_rate \d+bps/(\d+)bps)");
+  std::smatch m;
+  return std::regex_search(socket, m, cap) ? std::stoull(m[1]) : 0;
+}
 
 Cmd sh(const std::string& cmd) {
   Cmd r;

@@ -26,7 +26,13 @@ Cmd sh(const std::string& cmd);
 // Like sh(), but fails the current test when rc != 0.
 std::string must(const std::string& cmd);
 
-std::string dp_lab();                         // path of tools/dp-lab with the test's environment
+std::string dp_lab();  // path of tools/dp-lab with the test's environment
+// `ss -tniH FILTER` in network namespace ns: each TCP socket's line and its
+// information line, joined by a space.
+std::vector<std::string> tcp_sockets(const std::string& ns, const std::string& filter);
+// The most the socket is paced at, bits/s ("pacing_rate CUR/MAXbps"); 0 when
+// it has no cap.
+uint64_t max_pacing_bps(const std::string& socket);
 std::string read_file(const std::string& p);  // "" when it cannot be read
 // A process's CPU time so far (utime + stime from /proc/PID/stat), in seconds.
 double cpu_seconds(pid_t pid);

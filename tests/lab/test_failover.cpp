@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <regex>
 #include <set>
@@ -229,6 +230,16 @@ TEST_F(Failover, BlackholeBothWaysIsDetectedNothingIsLostAndMultipathGoesOn) {
   // b answered each join on its rail (its flow table says where each left)
   json b = wait_conn("b", 45201, 500, [](const json& c) { return subflow_paths(c).size() == 2; });
   EXPECT_EQ(subflow_paths(b), (std::set<std::string>{"rail0", "rail1"})) << b.dump();
+  // a subflow bound to a rail is paced at most at the rail's capacity (the lab
+  // policy's 1 Gbit and 250 Mbit); the first one, which the datapath may move
+  // to a wider rail, is not
+  std::map<std::string, uint64_t> caps;
+  for (const auto& sock : tcp_sockets("dpl-a", "( dport = :45201 )")) {
+    auto dev = sock.find('%');
+    caps[dev == std::string::npos ? "unbound" : sock.substr(dev + 1, 5)] = max_pacing_bps(sock);
+  }
+  EXPECT_EQ(caps, (std::map<std::string, uint64_t>{
+                      {"rail0", 1'000'000'000}, {"rail1", 250'000'000}, {"unbound", 0}}));
   std::this_thread::sleep_until(std::max(start + 1500ms, std::chrono::steady_clock::now() + 200ms));
 
   ASSERT_EQ(attach_drop("dpl-a", "rail0", 100000), "");

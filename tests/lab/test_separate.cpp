@@ -499,6 +499,19 @@ TransferSpec collective_transfer(uint16_t port, uint64_t bytes, double rate_bps)
   return t;
 }
 
+// The most each of ns's TCP sockets on port is paced at, by the address
+// of the node's end.
+std::map<std::string, uint64_t> max_pacing(const std::string& ns, uint16_t port) {
+  std::map<std::string, uint64_t> out;
+  static const std::regex local(R"(^\S+\s+\d+\s+\d+\s+\[?(?:::ffff:)?([0-9.]+)\]?(%\S+)?:\d+)");
+  auto p = std::to_string(port);
+  for (const auto& sock : tcp_sockets(ns, "( sport = :" + p + " or dport = :" + p + " )")) {
+    std::smatch m;
+    if (std::regex_search(sock, m, local)) out[m[1]] = max_pacing_bps(sock);
+  }
+  return out;
+}
+
 TEST_F(Separate, AMultipathConnectionGetsASubflowOnEachRailAndTheBoundServerAcceptsTheJoin) {
   // 20 Mbit/s for 3 s: long enough to look at it while it runs
   Transfer t(collective_transfer(45101, 7'500'000, 20e6));
@@ -506,7 +519,14 @@ TEST_F(Separate, AMultipathConnectionGetsASubflowOnEachRailAndTheBoundServerAcce
     return subflow_paths(c) == std::set<std::string>{"rail0", "rail1"};
   });
   json b = wait_conn("b", 45101, 1000, [](const json& c) { return c["subflows"].size() == 2; });
+  // each subflow, at both ends, is paced at most at its rail's capacity (the
+  // lab policies': 1 Gbit and 250 Mbit), so that MPTCP's scheduler weighs
+  // the rails by what they carry
+  auto pa = max_pacing("dpl-a", 45101), pb = max_pacing("dpl-b", 45101);
   auto r = t.wait();
+  EXPECT_EQ(pa, (std::map<std::string, uint64_t>{{"10.10.1.1", 1'000'000'000},
+                                                 {"10.20.1.1", 250'000'000}}));
+  EXPECT_EQ(pb, (std::map<std::string, uint64_t>{{kB4[0], 1'000'000'000}, {kB4[1], 250'000'000}}));
   ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
   EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "the connection fell back to TCP";
   ASSERT_TRUE(a.is_object()) << "dpctl flow list on a shows no MPTCP connection: "

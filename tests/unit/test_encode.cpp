@@ -118,6 +118,22 @@ TEST(Encode, RailIsUpForMultipathAnswersOnlyInTheSharedTopologyWithAMultipathCla
       0u);
 }
 
+TEST(Encode, RailPacesSubflowsAtItsCapacityWhereTheOptionHoldsIt) {
+  auto p = lab_policy();
+  auto path = p.paths[1];
+  path.capacity_bps = 250'000'000;
+  EXPECT_EQ(dp::encode_rail(path, 42, true).subflow_pace, 31'250'000u) << "bytes per second";
+  path.capacity_bps = 25'000'000'000;
+  EXPECT_EQ(dp::encode_rail(path, 42, true).subflow_pace, 3'125'000'000u);
+  // SO_MAX_PACING_RATE from BPF is 32 bits, and all ones means no cap
+  path.capacity_bps = 8ull * UINT32_MAX;
+  EXPECT_EQ(dp::encode_rail(path, 42, true).subflow_pace, 0u);
+  path.capacity_bps = 200'000'000'000;
+  EXPECT_EQ(dp::encode_rail(path, 42, true).subflow_pace, 0u) << "not capped below the rail's rate";
+  path.capacity_bps = 0;
+  EXPECT_EQ(dp::encode_rail(path, 42, true).subflow_pace, 0u);
+}
+
 TEST(Encode, SlotNamesRoundTripAndTruncate) {
   EXPECT_EQ(dp::decode_name(dp::encode_name("expert-dispatch")), "expert-dispatch");
   std::string longname(40, 'x');
@@ -130,7 +146,7 @@ TEST(AbiLayout, StructSizesAreStable) {
   EXPECT_EQ(sizeof(dp_mark_key), 8u);
   EXPECT_EQ(sizeof(dp_mark_bits), 8u);
   EXPECT_EQ(sizeof(dp_config), 24u);
-  EXPECT_EQ(sizeof(dp_rail), 28u);
+  EXPECT_EQ(sizeof(dp_rail), 32u);  // layout 4: subflow_pace
   EXPECT_EQ(sizeof(dp_decision), 16u);
   EXPECT_EQ(sizeof(dp_flow_key), 40u);
   EXPECT_EQ(sizeof(dp_counters), 72u);

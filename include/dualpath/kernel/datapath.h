@@ -126,6 +126,12 @@ class Datapath {
   // Reserves: each rail's policer (core/police.h), per policy path. Written
   // when it changes (a write starts the bucket full).
   Result<void> write_police(const std::vector<RailPolice>& rails);
+  // A join listener of the daemon's (daemon/multipath.cpp) on addr:port for
+  // the policy class klass (index), or none there any more (nullopt): the
+  // joins it accepts are the class's (dp_joins).
+  Result<void> note_join_listener(const IpAddr& addr, uint16_t port, std::optional<size_t> klass);
+  // Forgets every one: at start, the listeners were an earlier process's.
+  void forget_join_listeners();
   // What the policers dropped, per policy path, summed over CPUs.
   std::vector<dp_police_drops> police_drops() const;
 
