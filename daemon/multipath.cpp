@@ -262,19 +262,18 @@ void Multipath::on_event(const mptcp::Event& e) {
       auto s = std::find_if(c.subflows.begin(), c.subflows.end(), same);
       const bool listed = s != c.subflows.end();
       size_t path = listed ? s->path : multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      const std::string rail = path < policy_.paths.size() ? policy_.paths[path].name : "-";
+      const std::string why = e.error ? fmt::format(" ({})", std::strerror(e.error)) : "";
       // the connecting side: a subflow still listed was not removed by us,
       // so the kernel or the peer ended it (a join refused, a reset, a
       // timeout); it is made again after a backoff
       if (listed && !c.server_side)
         spdlog::info("class {} connection {:#x}: its subflow on {} closed{}",
-                     policy_.classes[c.klass].name, c.token,
-                     path < policy_.paths.size() ? policy_.paths[path].name : "-",
-                     e.error ? fmt::format(" ({})", std::strerror(e.error)) : "");
+                     policy_.classes[c.klass].name, c.token, rail, why);
       if (listed) c.subflows.erase(s);
       if (auto r = requested_.find({c.token, path}); !listed && r != requested_.end()) {
         spdlog::info("class {} connection {:#x}: its subflow on {} could not be made{}",
-                     policy_.classes[c.klass].name, c.token, policy_.paths[path].name,
-                     e.error ? fmt::format(" ({})", std::strerror(e.error)) : "");
+                     policy_.classes[c.klass].name, c.token, rail, why);
         requested_.erase(r);
       }
       multipath::note_failure(c, path, now);
