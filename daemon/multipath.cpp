@@ -26,6 +26,30 @@ using json = nlohmann::json;
 
 constexpr int kIpprotoMptcp = 262;  // IPPROTO_MPTCP (glibc's headers may lack it)
 
+// A port of `local` that no socket holds, on any device, for a join of the
+// shared topology. There every join leaves from the one address, bound to its
+// rail's device, and the kernel lets sockets bound to different devices take
+// the same port: two joins on one port would be the same four-tuple on the
+// wire, one connection to the peer, and the later one would stall. A socket
+// bound to no device conflicts with every holder of a port, so the port the
+// kernel gives it is free on all of them.
+Result<uint16_t> free_port(const IpAddr& local) {
+  int fd = ::socket(local.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return DP_ERROR("a socket to find a free port failed: {}", std::strerror(errno));
+  int one = 1;
+  if (local.family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  auto sa = sockaddr_of(local, 0);
+  sockaddr_storage got{};
+  socklen_t len = sizeof(got);
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&sa.ss), sa.len);
+  if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &len);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return DP_ERROR("finding a free port on {}: {}", local.str(), std::strerror(err));
+  return ntohs(got.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
+                                         : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+}
+
 // The namespace's MPTCP settings a multipath class needs, and why:
 //   enabled            MPTCP sockets can be made at all;
 //   path_manager       the daemon makes the subflows (userspace), not the
@@ -300,8 +324,24 @@ void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath:
     if (a.kind == Kind::Create) {
       // the pending join must not be asked for again on the next tick
       if (a.path < c.retry_after.size()) c.retry_after[a.path] = now + std::chrono::seconds(3);
-      r = pm_->create(c.token, a.ends.local, static_cast<int>(dp_->rail_ifindex(a.path)), a.backup,
-                      a.ends.remote, a.ends.rport);
+      // the shared topology: a port of its own for each join (free_port), and
+      // so an address id of its own (the kernel refuses one id for two ports;
+      // ids run 1-255 and come round again, and one still held is refused and
+      // the next tried at the next attempt)
+      uint16_t lport = 0;
+      uint8_t id = 0;
+      if (policy_.topology != Topology::Separate) {
+        auto p = free_port(a.ends.local);
+        if (p)
+          lport = *p;
+        else
+          r = p.error();
+        id = c.last_join_id = static_cast<uint8_t>(c.last_join_id % 255 + 1);
+      }
+      if (r)
+        r = pm_->create(c.token, a.ends.local, lport, id,
+                        static_cast<int>(dp_->rail_ifindex(a.path)), a.backup, a.ends.remote,
+                        a.ends.rport);
       if (r) {
         ++counters_.created;
         requested_[{c.token, a.path}] = a.backup;
@@ -460,12 +500,19 @@ bool Multipath::is_subflow(const IpAddr& local, uint16_t lport) const {
   return false;
 }
 
+size_t Multipath::path_now(const multipath::Connection& c, const multipath::Subflow& s) const {
+  if (!c.server_side || policy_.topology == Topology::Separate || s.ends == c.first) return s.path;
+  return dp_->flow_path(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport).value_or(s.path);
+}
+
 std::vector<std::vector<size_t>> Multipath::subflows_per_path() const {
   std::vector<std::vector<size_t>> out(policy_.classes.size(),
                                        std::vector<size_t>(policy_.paths.size(), 0));
   for (const auto& [token, c] : conns_)
-    for (const auto& s : c.subflows)
-      if (c.klass < out.size() && s.path < policy_.paths.size()) ++out[c.klass][s.path];
+    for (const auto& s : c.subflows) {
+      size_t path = path_now(c, s);
+      if (c.klass < out.size() && path < policy_.paths.size()) ++out[c.klass][path];
+    }
   return out;
 }
 
@@ -473,16 +520,17 @@ json Multipath::connections_json() const {
   json out = json::array();
   for (const auto& [token, c] : conns_) {
     json subs = json::array();
-    for (const auto& s : c.subflows)
+    for (const auto& s : c.subflows) {
+      size_t path = path_now(c, s);
       subs.push_back(
-          {{"path",
-            s.path < policy_.paths.size() ? json(policy_.paths[s.path].name) : json(nullptr)},
+          {{"path", path < policy_.paths.size() ? json(policy_.paths[path].name) : json(nullptr)},
            {"role", s.backup ? "backup" : "active"},
            {"local", s.ends.local.str()},
            {"lport", s.ends.lport},
            {"remote", s.ends.remote.str()},
            {"rport", s.ends.rport},
            {"bytes", dp_->flow_bytes(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport)}});
+    }
     out.push_back({{"token", token},
                    {"class", policy_.classes[c.klass].name},
                    {"side", c.server_side ? "accepted" : "connected"},

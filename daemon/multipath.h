@@ -72,6 +72,10 @@ class Multipath {
   void on_events();
   void on_event(const mptcp::Event& e);
   void carry_out(multipath::Connection& c, const std::vector<multipath::Action>& actions);
+  // The path a subflow's packets leave on now, for what is shown: an
+  // accepted subflow of the shared topology is answered on the rail it
+  // arrives on, which the flow table holds (s.path is that at its start).
+  size_t path_now(const multipath::Connection& c, const multipath::Subflow& s) const;
   Result<void> apply_settings(const std::string& node);
   // The accepting side: a server bound to one rail's address has no
   // listener where the peer's joins on the other rails arrive. A listener of

@@ -20,13 +20,14 @@ namespace {
 constexpr uint16_t kEventFlagServerSide = 1u << 0;
 
 Result<void> put_addr(nl_msg* m, int attr, const IpAddr& a, uint16_t port, int ifindex,
-                      uint32_t flags) {
+                      uint32_t flags, uint8_t id = 0) {
   nlattr* nest = nla_nest_start(m, attr);
   if (!nest) return DP_ERROR("building an MPTCP path manager request failed (no room)");
   int err = nla_put_u16(m, MPTCP_PM_ADDR_ATTR_FAMILY, static_cast<uint16_t>(a.family));
   if (!err && a.family == AF_INET) err = nla_put(m, MPTCP_PM_ADDR_ATTR_ADDR4, 4, a.bytes.data());
   if (!err && a.family == AF_INET6) err = nla_put(m, MPTCP_PM_ADDR_ATTR_ADDR6, 16, a.bytes.data());
   if (!err && port) err = nla_put_u16(m, MPTCP_PM_ADDR_ATTR_PORT, port);
+  if (!err && id) err = nla_put_u8(m, MPTCP_PM_ADDR_ATTR_ID, id);
   if (!err && ifindex) err = nla_put_s32(m, MPTCP_PM_ADDR_ATTR_IF_IDX, ifindex);
   if (!err && flags) err = nla_put_u32(m, MPTCP_PM_ADDR_ATTR_FLAGS, flags);
   if (err) return DP_ERROR("building an MPTCP path manager request failed: {}", nl_geterror(err));
@@ -159,18 +160,18 @@ Result<void> PathManager::command(uint8_t cmd, const std::function<Result<void>(
   return {};
 }
 
-Result<void> PathManager::create(uint32_t token, const IpAddr& local, int ifindex, bool backup,
-                                 const IpAddr& remote, uint16_t rport) {
+Result<void> PathManager::create(uint32_t token, const IpAddr& local, uint16_t lport, uint8_t id,
+                                 int ifindex, bool backup, const IpAddr& remote, uint16_t rport) {
   return command(
       MPTCP_PM_CMD_SUBFLOW_CREATE,
       [&](nl_msg* m) -> Result<void> {
         if (nla_put_u32(m, MPTCP_PM_ATTR_TOKEN, token) != 0)
           return DP_ERROR("building an MPTCP request failed");
-        DP_TRY(put_addr(m, MPTCP_PM_ATTR_ADDR, local, 0, ifindex,
-                        backup ? MPTCP_PM_ADDR_FLAG_BACKUP : 0));
+        DP_TRY(put_addr(m, MPTCP_PM_ATTR_ADDR, local, lport, ifindex,
+                        backup ? MPTCP_PM_ADDR_FLAG_BACKUP : 0, id));
         return put_addr(m, MPTCP_PM_ATTR_ADDR_REMOTE, remote, rport, 0, 0);
       },
-      fmt::format("creating a subflow {} -> {} port {} of MPTCP connection {:#x}", local.str(),
+      fmt::format("creating a subflow {}:{} -> {}:{} of MPTCP connection {:#x}", local.str(), lport,
                   remote.str(), rport, token));
 }
 

@@ -59,10 +59,12 @@ class PathManager {
   // Every event waiting; returns how many were read.
   Result<size_t> read_events(const std::function<void(const Event&)>& on);
 
-  // A subflow from `local` (bound to ifindex) to remote:rport, with the
-  // backup flag from the start (MP_JOIN's B bit).
-  Result<void> create(uint32_t token, const IpAddr& local, int ifindex, bool backup,
-                      const IpAddr& remote, uint16_t rport);
+  // A subflow from `local`:lport (bound to ifindex; lport 0: the kernel
+  // picks one) to remote:rport, with the backup flag from the start
+  // (MP_JOIN's B bit). `id` is the local address's id for the connection
+  // (0: the kernel's); one id is one address and port.
+  Result<void> create(uint32_t token, const IpAddr& local, uint16_t lport, uint8_t id, int ifindex,
+                      bool backup, const IpAddr& remote, uint16_t rport);
   Result<void> destroy(uint32_t token, const Subflow& s);
   // MP_PRIO: the subflow is used only when no active one is left (backup).
   Result<void> set_backup(uint32_t token, const Subflow& s, bool backup);
