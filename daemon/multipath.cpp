@@ -50,6 +50,32 @@ Result<uint16_t> free_port(const IpAddr& local) {
                                          : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
 }
 
+// A new subflow's local port (0: the kernel's choice) and address id. The
+// path manager keeps an id per local address and port of a connection and
+// refuses an id that another holds; its own choice for a subflow made by
+// command is 0, the first subflow's.
+//   separate: 0 for the first subflow's address (its rail's subflow made
+//   again after a failure), the rail's index + 1 for the others;
+//   shared: a port of its own for each join (free_port), so an id of its
+//   own too, 1-255 in turn (one still held is refused, and the next is
+//   tried at the next attempt).
+struct JoinSource {
+  uint16_t port = 0;
+  uint8_t id = 0;
+};
+Result<JoinSource> join_source(Topology t, multipath::Connection& c, const multipath::Action& a) {
+  JoinSource out;
+  if (t == Topology::Separate) {
+    if (a.ends.local != c.first.local) out.id = static_cast<uint8_t>(a.path + 1);
+    return out;
+  }
+  auto port = free_port(a.ends.local);
+  if (!port) return port.error();
+  out.port = *port;
+  out.id = c.last_join_id = static_cast<uint8_t>(c.last_join_id % 255 + 1);
+  return out;
+}
+
 // The namespace's MPTCP settings a multipath class needs, and why:
 //   enabled            MPTCP sockets can be made at all;
 //   path_manager       the daemon makes the subflows (userspace), not the
@@ -324,22 +350,10 @@ void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath:
     if (a.kind == Kind::Create) {
       // the pending join must not be asked for again on the next tick
       if (a.path < c.retry_after.size()) c.retry_after[a.path] = now + std::chrono::seconds(3);
-      // the shared topology: a port of its own for each join (free_port), and
-      // so an address id of its own (the kernel refuses one id for two ports;
-      // ids run 1-255 and come round again, and one still held is refused and
-      // the next tried at the next attempt)
-      uint16_t lport = 0;
-      uint8_t id = 0;
-      if (policy_.topology != Topology::Separate) {
-        auto p = free_port(a.ends.local);
-        if (p)
-          lport = *p;
-        else
-          r = p.error();
-        id = c.last_join_id = static_cast<uint8_t>(c.last_join_id % 255 + 1);
-      }
-      if (r)
-        r = pm_->create(c.token, a.ends.local, lport, id,
+      if (auto src = join_source(policy_.topology, c, a); !src)
+        r = src.error();
+      else
+        r = pm_->create(c.token, a.ends.local, src->port, src->id,
                         static_cast<int>(dp_->rail_ifindex(a.path)), a.backup, a.ends.remote,
                         a.ends.rport);
       if (r) {

@@ -57,7 +57,7 @@ struct Connection {
   std::vector<Time> retry_after;  // per path: no new subflow before this
   std::vector<int> failures;      // per path: subflows that ended since the last that worked
   Time since{};                   // when the connection was established here
-  uint8_t last_join_id = 0;       // shared topology: the local address id of the last join made
+  uint8_t last_join_id = 0;       // shared topology: the address id of the last join made
 };
 
 struct Want {
