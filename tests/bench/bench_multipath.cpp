@@ -4,8 +4,9 @@
 // same run. Each trial runs, from dpl-a to b's rail0 address (the separate
 // topology) or b's one address (--topology shared), on rail0:
 //   - a multipath latency-sensitive stream (class collective-ls, prefer rail0:
-//     its rail1 subflow a backup) and a multipath elastic stream (class
-//     collective), each paced at 20 Mbit/s in 64 KiB writes;
+//     its rail1 subflow a backup; in the lab HTB's priority leaf, as the lab
+//     policies' latency-sensitive classes are) and a multipath elastic stream
+//     (class collective), each paced at 20 Mbit/s in 64 KiB writes;
 //   - a plain TCP latency-sensitive stream (expert-dispatch), paced the same:
 //     what the same fault does to a connection that cannot move (separate),
 //     or that the datapath moves (shared).
@@ -29,6 +30,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -99,6 +101,20 @@ TransferSpec stream(uint16_t port, const char* cgroup, uint64_t bytes, double ra
     t.mptcp = true;
   }
   return t;
+}
+
+// The time of day (UTC, to the millisecond) as the daemons' logs show it: a
+// trial's fault, to read beside dpl-a.log and dpl-b.log.
+std::string time_of_day() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t secs = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms.count()));
+  return buf;
 }
 
 struct Fault {
@@ -172,7 +188,8 @@ int main(int argc, char** argv) {
            "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n" +
            r +
            "\n[[class]]\nname = \"collective-ls\"\nkind = \"latency_sensitive\"\npriority = 6\n"
-           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective-ls\"]\n" +
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective-ls\"]\n"
+           "skb_priority = \"1:10\"\n" +
            r;
   };
   env.prepare = [] {
@@ -214,6 +231,7 @@ int main(int argc, char** argv) {
       std::optional<Transfer> full;
       if (busy) full.emplace(stream(50302, nullptr, 400u << 20, 0));
       std::this_thread::sleep_for(1000ms);
+      std::string at = time_of_day();
       list[f].inject();
       std::this_thread::sleep_for(1500ms);
       list[f].clear();
@@ -223,10 +241,10 @@ int main(int argc, char** argv) {
       record(st.tcp_ls, c);
       if (full) record(st.busy, full->wait());
       std::fprintf(
-          stderr, "  %s: multipath gaps %.0f / %.0f ms%s%s; plain TCP %s\n", list[f].name,
-          static_cast<double>(a.max_gap_us) / 1000, static_cast<double>(b.max_gap_us) / 1000,
-          a.ok() ? "" : (" LS: " + a.error).c_str(), b.ok() ? "" : (" elastic: " + b.error).c_str(),
-          c.ok() ? "intact" : c.error.c_str());
+          stderr, "  %s at %s: multipath gaps %.0f / %.0f ms%s%s; plain TCP %s\n", list[f].name,
+          at.c_str(), static_cast<double>(a.max_gap_us) / 1000,
+          static_cast<double>(b.max_gap_us) / 1000, a.ok() ? "" : (" LS: " + a.error).c_str(),
+          b.ok() ? "" : (" elastic: " + b.error).c_str(), c.ok() ? "intact" : c.error.c_str());
     }
     std::fprintf(stderr, "trial %d/%d done\n", t + 1, trials);
   }
