@@ -20,6 +20,7 @@
 #define DP_SOL_TCP 6 /* SOL_TCP (IPPROTO_TCP) */
 #define DP_SOL_SOCKET 1
 #define DP_SO_MAX_PACING_RATE 47 /* asm-generic/socket.h */
+#define DP_SO_RCVBUF 8
 
 static __always_inline int dp_sock_key(const struct bpf_sock_ops *skops, struct dp_flow_key *k)
 {
@@ -120,6 +121,41 @@ static __always_inline void dp_pace_subflow(struct bpf_sock_ops *skops, __u32 ra
 	bpf_setsockopt(skops, DP_SOL_SOCKET, DP_SO_MAX_PACING_RATE, &v, sizeof(v));
 }
 
+/* The kernel's socket as far as a subflow's receive buffer is read (CO-RE by
+ * name; an MPTCP connection's socket begins with its struct sock too). */
+struct sock___rcvbuf {
+	int sk_rcvbuf;
+} __attribute__((preserve_access_index));
+
+/* A subflow that joins an MPTCP connection whose receive buffer has already
+ * grown gets that buffer. The kernel sizes a new subflow's buffer at
+ * tcp_rmem[1] and raises it only when the connection's own buffer grows
+ * again; a join made after the growth ended kept the default, and the
+ * window it advertises was clamped to it (~115 KB). With the subflow that
+ * advertises the connection's full window idle (the shared topology's first
+ * subflow stands by), the sender ran out of window at every large burst and
+ * waited for its 200 ms timer to learn that the window had opened. This runs
+ * before the kernel sizes the window (tcp_init_transfer), so the clamp
+ * follows. SO_RCVBUF fixes the subflow's size from then on (the kernel's
+ * growth skips a locked buffer), capped at net.core.rmem_max; a connection
+ * whose buffer has not grown yet is left to the kernel's growth, which takes
+ * its subflows along. */
+static __always_inline void dp_join_rcvbuf(struct bpf_sock_ops *skops)
+{
+	struct sock___rcvbuf *msk, *ssk;
+	struct bpf_sock *sk = skops->sk;
+	int v;
+
+	if (!sk)
+		return;
+	msk = (struct sock___rcvbuf *)bpf_skc_to_mptcp_sock(sk);
+	ssk = (struct sock___rcvbuf *)bpf_skc_to_tcp_sock(sk);
+	if (!msk || !ssk || msk->sk_rcvbuf <= ssk->sk_rcvbuf)
+		return;
+	v = (int)((__u32)msk->sk_rcvbuf >> 1); /* the kernel doubles what SO_RCVBUF asks */
+	bpf_setsockopt(skops, DP_SOL_SOCKET, DP_SO_RCVBUF, &v, sizeof(v));
+}
+
 /* PASSIVE_ESTABLISHED of a socket the flow table does not hold: a join that
  * reached one of the daemon's join listeners (a server bound to another
  * rail's address), which is in the daemon's cgroup, not the class's. The
@@ -191,8 +227,11 @@ static __always_inline int dp_sockops_run(struct bpf_sock_ops *skops)
 
 			bpf_setsockopt(skops, DP_SOL_TCP, TCP_BPF_RTO_MIN, &v, sizeof(v));
 		}
-		if (ct && (ct->flags & DP_CLASS_TCP_F_MULTIPATH) && rail < DP_MAX_RAILS)
-			dp_pace_subflow(skops, rail);
+		if (ct && (ct->flags & DP_CLASS_TCP_F_MULTIPATH)) {
+			dp_join_rcvbuf(skops);
+			if (rail < DP_MAX_RAILS)
+				dp_pace_subflow(skops, rail);
+		}
 		return 1;
 	}
 	if (!f)

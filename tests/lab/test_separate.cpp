@@ -25,6 +25,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "lab_fixture.h"
@@ -512,6 +513,30 @@ std::map<std::string, uint64_t> max_pacing(const std::string& ns, uint16_t port)
   return out;
 }
 
+// The receive buffers (ss's skmem rb) of ns's sockets on local port `port`:
+// the TCP subflows' by the node's address, the MPTCP connection's as "mptcp".
+std::map<std::string, uint64_t> receive_buffers(const std::string& ns, uint16_t port) {
+  std::map<std::string, uint64_t> out;
+  static const std::regex local(
+      R"(^(?:[A-Z-]+\s+)?\d+\s+\d+\s+\[?(?:::ffff:)?([0-9.]+)\]?(%\S+)?:\d+)");
+  static const std::regex rb(R"(skmem:\(r\d+,rb(\d+),)");
+  auto filter = "'( sport = :" + std::to_string(port) + " )'";
+  for (const char* kind : {"-t", "-M"}) {
+    std::istringstream in(
+        sh("ip netns exec " + ns + " ss " + kind + "nmH state established " + filter).out);
+    std::string first, info;
+    while (std::getline(in, first) && std::getline(in, info)) {
+      std::smatch a, b;
+      if (!std::regex_search(info, b, rb)) continue;
+      if (std::string(kind) == "-M")
+        out["mptcp"] = std::stoull(b[1]);
+      else if (std::regex_search(first, a, local))
+        out[a[1]] = std::stoull(b[1]);
+    }
+  }
+  return out;
+}
+
 TEST_F(Separate, AMultipathConnectionGetsASubflowOnEachRailAndTheBoundServerAcceptsTheJoin) {
   // 20 Mbit/s for 3 s: long enough to look at it while it runs
   Transfer t(collective_transfer(45101, 7'500'000, 20e6));
@@ -623,6 +648,23 @@ TEST_F(Separate, AMultipathConnectionSurvivesTheCarrierLossOfItsActiveRail) {
   sh(nsenter("dpl-b") + "ip -6 route replace fd10::/32 via fd10:0:2::fe dev rail0");
   c = wait_conn("a", 45103, 7000, [](const json& x) { return subflow_paths(x).size() == 2; });
   EXPECT_EQ(subflow_paths(c), (std::set<std::string>{"rail0", "rail1"})) << c.dump();
+  // Each subflow at the receiving end can take the connection's window: the
+  // kernel starts a subflow at tcp_rmem's default and raises it only when the
+  // connection's buffer grows again, so rail0's subflow, made again long after
+  // that growth, would stay there (the sender then stalls for 200 ms at each
+  // burst that outruns ~115 KB). The sockops program gives it the
+  // connection's buffer (bpf/lib/sockops.h, dp_join_rcvbuf).
+  uint64_t rmem_default =
+      std::stoull(sh(nsenter("dpl-b") + "sh -c 'cut -f2 /proc/sys/net/ipv4/tcp_rmem'").out);
+  std::map<std::string, uint64_t> rb;
+  for (int i = 0; i < 40; ++i) {
+    rb = receive_buffers("dpl-b", 45103);
+    if (rb.count(kB4[0]) && rb.count(kB4[1])) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(rb["mptcp"], rmem_default) << "the connection's buffer never grew";
+  for (const char* addr : {kB4[0], kB4[1]})
+    EXPECT_GT(rb[addr], rmem_default) << "b's subflow at " << addr << " kept tcp_rmem's default";
   auto r = t.wait();
   EXPECT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
   EXPECT_EQ(r.sent, 30'000'000u);
