@@ -103,8 +103,10 @@ static __always_inline void dp_tcp_segs(struct bpf_sock_ops *skops, struct dp_fl
  * it: every one in the separate topology (a connection lives on its rail's
  * addresses), the ones bound to a rail's device in the shared one (the
  * daemon's joins; the first subflow and a plain connection may be moved to a
- * wider rail there). A fallback to plain TCP is capped alike, harmlessly. */
-static __always_inline void dp_pace_subflow(struct bpf_sock_ops *skops, __u32 rail)
+ * wider rail there) and, at the accepting end there, the joins, which are
+ * answered on the rail they arrived on (dp_accepted_join_rail). A fallback to
+ * plain TCP is capped alike, harmlessly. */
+static __always_inline void dp_pace_subflow(struct bpf_sock_ops *skops, __u32 rail, int stays)
 {
 	struct bpf_sock *sk = skops->sk;
 	struct dp_rail *r;
@@ -115,16 +117,26 @@ static __always_inline void dp_pace_subflow(struct bpf_sock_ops *skops, __u32 ra
 	r = bpf_map_lookup_elem(&dp_rails, &rail);
 	if (!r || !r->subflow_pace)
 		return;
-	if (!(r->flags & DP_RAIL_F_CONNECT) && !sk->bound_dev_if)
+	if (!stays && !(r->flags & DP_RAIL_F_CONNECT) && !sk->bound_dev_if)
 		return;
 	v = (int)r->subflow_pace;
 	bpf_setsockopt(skops, DP_SOL_SOCKET, DP_SO_MAX_PACING_RATE, &v, sizeof(v));
 }
 
-/* The kernel's socket as far as a subflow's receive buffer is read (CO-RE by
- * name; an MPTCP connection's socket begins with its struct sock too). */
-struct sock___rcvbuf {
+/* The kernel's sockets as far as sockops reads a subflow's (CO-RE by name;
+ * an MPTCP connection's socket begins with its struct sock too). */
+struct sock_common___sub {
+	__be16 skc_dport;
+} __attribute__((preserve_access_index));
+
+struct sock___sub {
+	struct sock_common___sub __sk_common;
 	int sk_rcvbuf;
+	int sk_rx_dst_ifindex;
+} __attribute__((preserve_access_index));
+
+struct mptcp_sock___sub {
+	struct sock___sub *first;
 } __attribute__((preserve_access_index));
 
 /* A subflow that joins an MPTCP connection whose receive buffer has already
@@ -142,18 +154,45 @@ struct sock___rcvbuf {
  * its subflows along. */
 static __always_inline void dp_join_rcvbuf(struct bpf_sock_ops *skops)
 {
-	struct sock___rcvbuf *msk, *ssk;
+	struct sock___sub *msk, *ssk;
 	struct bpf_sock *sk = skops->sk;
 	int v;
 
 	if (!sk)
 		return;
-	msk = (struct sock___rcvbuf *)bpf_skc_to_mptcp_sock(sk);
-	ssk = (struct sock___rcvbuf *)bpf_skc_to_tcp_sock(sk);
+	msk = (struct sock___sub *)bpf_skc_to_mptcp_sock(sk);
+	ssk = (struct sock___sub *)bpf_skc_to_tcp_sock(sk);
 	if (!msk || !ssk || msk->sk_rcvbuf <= ssk->sk_rcvbuf)
 		return;
 	v = (int)((__u32)msk->sk_rcvbuf >> 1); /* the kernel doubles what SO_RCVBUF asks */
 	bpf_setsockopt(skops, DP_SOL_SOCKET, DP_SO_RCVBUF, &v, sizeof(v));
+}
+
+/* PASSIVE_ESTABLISHED in the shared topology: the rail a join (not its
+ * connection's first subflow, which floats with the class's decision) arrived
+ * on, where the datapath answers it while that rail is up (dp_socket_rail in
+ * lib/tc.h); or DP_RAIL_NONE. A join there has a port of its own (the
+ * connecting daemon's free_port), so the first subflow is the one whose peer
+ * port is the connection's first subflow's. */
+static __always_inline __u32 dp_accepted_join_rail(struct bpf_sock_ops *skops, __be16 dport)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct mptcp_sock___sub *msk;
+	struct sock___sub *ssk;
+	__u32 rail;
+	struct dp_rail *r;
+
+	if (!sk)
+		return DP_RAIL_NONE;
+	msk = (struct mptcp_sock___sub *)bpf_skc_to_mptcp_sock(sk);
+	ssk = (struct sock___sub *)bpf_skc_to_tcp_sock(sk);
+	if (!msk || !ssk || msk->first->__sk_common.skc_dport == dport)
+		return DP_RAIL_NONE;
+	rail = dp_rail_of_ifindex((__u32)ssk->sk_rx_dst_ifindex);
+	r = rail < DP_MAX_RAILS ? bpf_map_lookup_elem(&dp_rails, &rail) : 0;
+	if (!r || !(r->flags & DP_RAIL_F_MP_UP))
+		return DP_RAIL_NONE;
+	return rail;
 }
 
 /* PASSIVE_ESTABLISHED of a socket the flow table does not hold: a join that
@@ -228,9 +267,15 @@ static __always_inline int dp_sockops_run(struct bpf_sock_ops *skops)
 			bpf_setsockopt(skops, DP_SOL_TCP, TCP_BPF_RTO_MIN, &v, sizeof(v));
 		}
 		if (ct && (ct->flags & DP_CLASS_TCP_F_MULTIPATH)) {
+			__u32 joined = DP_RAIL_NONE;
+
 			dp_join_rcvbuf(skops);
-			if (rail < DP_MAX_RAILS)
-				dp_pace_subflow(skops, rail);
+			if (op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+				joined = dp_accepted_join_rail(skops, key.dport);
+			if (joined < DP_MAX_RAILS)
+				dp_pace_subflow(skops, joined, 1);
+			else if (rail < DP_MAX_RAILS)
+				dp_pace_subflow(skops, rail, 0);
 		}
 		return 1;
 	}

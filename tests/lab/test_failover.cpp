@@ -243,19 +243,32 @@ TEST_F(Failover, BlackholeBothWaysIsDetectedNothingIsLostAndMultipathGoesOn) {
   // and each has a port of its own: two bound to different rails may share
   // one, and are then one connection on the wire, where the later stalls
   std::map<std::string, uint64_t> caps;
-  std::set<std::string> ports;
+  std::map<std::string, std::string> rail_of_port;  // a's port -> its subflow's rail
   auto socks = tcp_sockets("dpl-a", "( dport = :45201 )");
   for (const auto& sock : socks) {
     auto dev = sock.find('%');
-    caps[dev == std::string::npos ? "unbound" : sock.substr(dev + 1, 5)] = max_pacing_bps(sock);
+    std::string rail = dev == std::string::npos ? "unbound" : sock.substr(dev + 1, 5);
+    caps[rail] = max_pacing_bps(sock);
     static const std::regex port(R"(10\.99\.0\.1(%\w+)?:(\d+))");
     std::smatch m;
-    if (std::regex_search(sock, m, port)) ports.insert(m[2]);
+    if (std::regex_search(sock, m, port)) rail_of_port[m[2]] = rail;
   }
   EXPECT_EQ(socks.size(), 3u);
-  EXPECT_EQ(ports.size(), socks.size()) << testing::PrintToString(socks);
-  EXPECT_EQ(caps, (std::map<std::string, uint64_t>{
-                      {"rail0", 1'000'000'000}, {"rail1", 250'000'000}, {"unbound", 0}}));
+  EXPECT_EQ(rail_of_port.size(), socks.size()) << testing::PrintToString(socks);
+  const std::map<std::string, uint64_t> want{
+      {"rail0", 1'000'000'000}, {"rail1", 250'000'000}, {"unbound", 0}};
+  EXPECT_EQ(caps, want);
+  // b answers each join on the rail it arrived on, so it paces it at that
+  // rail's capacity too; the first subflow floats and is not capped
+  std::map<std::string, uint64_t> caps_b;
+  for (const auto& sock : tcp_sockets("dpl-b", "( sport = :45201 )")) {
+    static const std::regex peer(R"(10\.99\.0\.1:(\d+))");
+    std::smatch m;
+    if (std::regex_search(sock, m, peer) && rail_of_port.count(m[1]))
+      caps_b[rail_of_port[m[1]]] = max_pacing_bps(sock);
+  }
+  EXPECT_EQ(caps_b, want) << "b's sockets:\n"
+                          << sh(nsenter("dpl-b") + "ss -tniO '( sport = :45201 )'").out;
   std::this_thread::sleep_until(std::max(start + 1500ms, std::chrono::steady_clock::now() + 200ms));
 
   ASSERT_EQ(attach_drop("dpl-a", "rail0", 100000), "");
