@@ -32,6 +32,15 @@ constexpr double kRetransRatio = 0.10;
 // acknowledged, and heavy loss cuts its deliveries many times over.
 constexpr double kBusy = 0.80;
 constexpr double kStillDelivering = 0.25;
+// An RTO of a rail whose inbound traffic arrives at kBusy of its capacity or
+// more, in a tick in which its flows' data was also acknowledged, is the
+// peer's queue, not a failure: the ACKs for this end's data leave the peer
+// behind that line-rate traffic, and a class with a short rto_min (10 ms for
+// latency-sensitive ones) times out before they come. A rail that failed both
+// ways delivers nothing inbound, heavy loss cuts the peer's rate far below
+// line rate, and a rail whose outbound failed acknowledges nothing (the peer
+// moves off it, and the receiver's evidence below follows).
+constexpr double kInboundFull = kBusy;
 constexpr double kAckRateWeight = 0.2;  // EWMA of a rail's acknowledgement rate in clean ticks
 // The peer moved a class off a rail and cannot get on with it: in one tick,
 // what arrived of the class on the rail fell to at most kRxCollapsed of its
@@ -246,13 +255,22 @@ void Controller::check_evidence(const TickInput& in) {
     if (in.rails[i].utilisation < kBusy || acks[i] == 0) return false;
     return ack_rate(i) >= kStillDelivering * paths_[i].clean_ack_rate;
   };
+  // The peer's queue, not failure: the rail's inbound at line rate, and this
+  // end's data acknowledged (kInboundFull).
+  auto inbound_full = [&](size_t i) {
+    const double cap = static_cast<double>(policy_.paths.at(i).capacity_bps);
+    if (acks[i] == 0 || dt[i] <= 0 || cap <= 0) return false;
+    uint64_t bytes = 0;
+    for (size_t c = 0; c < rx_now.size(); ++c) bytes += rx_now[c][i];
+    return static_cast<double>(bytes) * 8 / dt[i] >= kInboundFull * cap;
+  };
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
                                                                      policy_.health.multiplier);
   std::vector<bool> was_bad(R);
   for (size_t i = 0; i < R; ++i) was_bad[i] = bad(i);
   for (size_t i = 0; i < R; ++i) {
     std::string why;
-    if (was_bad[i] && in.now >= paths_[i].settle_until && !congested(i)) {
+    if (was_bad[i] && in.now >= paths_[i].settle_until && !congested(i) && !inbound_full(i)) {
       // (a rail that just took over a failed rail's flows retransmits what
       // the failed rail lost: no evidence against it until that has settled)
       why = fmt::format("{} RTO{} and {} of {} segments retransmitted in {}, {} acknowledged",

@@ -46,10 +46,15 @@ struct Fixture {
   Controller c;
   T t = T(std::chrono::hours(1));
 
-  explicit Fixture(bool adaptive = false, const std::string& file = "lab-a.toml")
-      : policy(lab_policy(adaptive, file)) {
+  explicit Fixture(bool adaptive = false, const std::string& file = "lab-a.toml",
+                   const std::function<void(Policy&)>& edit = nullptr)
+      : policy(edited(lab_policy(adaptive, file), edit)) {
     c.set_policy(policy, {true, true}, {false, false}, {}, t);
     carry_out(c.settle(t));
+  }
+  static Policy edited(Policy p, const std::function<void(Policy&)>& edit) {
+    if (edit) edit(p);
+    return p;
   }
   // What the daemon does with a plan when every write and route succeeds.
   void carry_out(const Plan& plan) {
@@ -292,15 +297,21 @@ TEST(Controller, ABusyRailBlackholedIsSuspectedByWhatItDeliversBeforeBfdCanTell)
 }
 
 // The receiving end of the same traces (node b): what arrived of each class
-// on each rail, tick by tick. b's flows only acknowledge, so they never have
-// an RTO of their own.
+// on each rail, tick by tick, and, where the trace has them (moe), b's own
+// rails as its daemon measured them, with their capacities. In the iperf3
+// traces b's flows only acknowledge, so they never have an RTO of their own.
 EvidenceReplay replay_receiver(const std::string& name,
                                const std::function<void(nlohmann::json&)>& edit = nullptr) {
   auto trace = evidence_trace(name);
   if (edit) edit(trace);
   EvidenceReplay out;
   if (!trace["fault_at_ms"].is_null()) out.fault_at_ms = trace["fault_at_ms"].get<int64_t>();
-  Fixture f(false, "lab-b.toml");
+  const auto& first = trace["b_steps"].at(0);
+  Fixture f(false, "lab-b.toml", [&](Policy& p) {
+    if (!first.contains("rails")) return;
+    for (size_t i = 0; i < p.paths.size() && i < first["rails"].size(); ++i)
+      p.paths[i].capacity_bps = first["rails"][i]["capacity_bps"].get<uint64_t>();
+  });
   T start = f.t + 1s;
   for (const auto& step : trace["b_steps"]) {
     TickInput tick = f.quiet(start + std::chrono::milliseconds(step["t_ms"].get<int64_t>()));
@@ -311,6 +322,14 @@ EvidenceReplay replay_receiver(const std::string& name,
       if (c < 0) continue;
       for (size_t p = 0; p < by_path.size() && p < f.policy.paths.size(); ++p)
         tick.class_path_rx_bytes[static_cast<size_t>(c)][p] = by_path[p].get<uint64_t>();
+    }
+    for (size_t i = 0; step.contains("rails") && i < tick.rails.size(); ++i) {
+      const auto& r = step["rails"][i];
+      tick.rails[i].utilisation = r["util"].get<double>();
+      tick.rails[i].tcp.segs_out = r["segs_out"].get<uint64_t>();
+      tick.rails[i].tcp.retrans_segs = r["retrans_segs"].get<uint64_t>();
+      tick.rails[i].tcp.rto_events = r["rto_events"].get<uint64_t>();
+      tick.rails[i].tcp.rtt_samples = r["rtt_samples"].get<uint64_t>();
     }
     f.carry_out(f.c.tick(tick));
     if (!out.suspected_at_ms && f.c.health(0).state() == RailState::Suspect)
@@ -394,6 +413,63 @@ TEST(Controller, ASaturatedHealthyRailIsNeverSuspected) {
   EvidenceReplay congested = replay_evidence("congested");
   EXPECT_GT(congested.bad_ticks, 0) << "the trace must have ticks evidence would look at";
   EXPECT_FALSE(congested.suspected_at_ms) << "suspected at " << *congested.suspected_at_ms << " ms";
+}
+
+// b's side of dp-load's MoE workload on 400 + 100 Mbit rails (the lab in
+// static mode; tests/evidence/record OUT moe): while a's dispatch round fills
+// rail0 toward b, b's control replies (latency-sensitive, rto_min 10 ms) time
+// out, their ACKs queued in a's rail0 behind the round. Taken as evidence,
+// every class left a healthy rail for 1.5 s.
+TEST(Controller, AnRtoWhileTheRailsInboundArrivesAtLineRateIsTheQueueNotAFailure) {
+  auto trace = evidence_trace("moe");
+  int spurious = 0;  // ticks with an RTO, over 10% retransmitted, inbound at line rate
+  const auto& steps = trace["b_steps"];
+  for (size_t k = 1; k < steps.size(); ++k) {
+    const auto &r = steps[k]["rails"][0], &p = steps[k - 1]["rails"][0];
+    uint64_t rx = 0;
+    for (auto& [klass_name, by_path] : steps[k]["rx_bytes"].items())
+      rx += by_path[0].get<uint64_t>() - steps[k - 1]["rx_bytes"][klass_name][0].get<uint64_t>();
+    double secs = (steps[k]["t_ms"].get<double>() - steps[k - 1]["t_ms"].get<double>()) / 1000;
+    uint64_t segs = r["segs_out"].get<uint64_t>() - p["segs_out"].get<uint64_t>();
+    uint64_t retrans = r["retrans_segs"].get<uint64_t>() - p["retrans_segs"].get<uint64_t>();
+    if (r["rto_events"].get<uint64_t>() > p["rto_events"].get<uint64_t>() &&
+        retrans * 10 > std::max<uint64_t>(segs, 1) &&
+        static_cast<double>(rx) * 8 / secs >= 0.8 * r["capacity_bps"].get<double>())
+      ++spurious;
+  }
+  ASSERT_GT(spurious, 0) << "the trace must have the spurious RTO";
+  EvidenceReplay r = replay_receiver("moe");
+  EXPECT_FALSE(r.suspected_at_ms) << "suspected at " << *r.suspected_at_ms << " ms";
+}
+
+// The same trace, with rail0 failing at 3 s: b's RTOs go on, but nothing of
+// b's data is acknowledged any more, and either nothing arrives (both ways)
+// or what arrives still does (b's outbound alone): suspected either way.
+TEST(Controller, ARailWhoseInboundStillArrivesIsSuspectedWhenNothingItSendsIsAcknowledged) {
+  for (bool inbound_lives : {false, true}) {
+    EvidenceReplay r = replay_receiver("moe", [&](nlohmann::json& t) {
+      nlohmann::json frozen;
+      uint64_t rtos = 0;
+      for (auto& step : t["b_steps"]) {
+        if (step["t_ms"].get<int64_t>() < 3000) {
+          frozen = step;
+          continue;
+        }
+        auto& rail = step["rails"][0];
+        rail["rtt_samples"] = frozen["rails"][0]["rtt_samples"];
+        rail["segs_out"] = frozen["rails"][0]["segs_out"];
+        rail["rto_events"] = frozen["rails"][0]["rto_events"].get<uint64_t>() + ++rtos;
+        rail["retrans_segs"] = frozen["rails"][0]["retrans_segs"].get<uint64_t>() + rtos;
+        if (!inbound_lives)
+          for (auto& [klass_name, by_path] : step["rx_bytes"].items())
+            by_path[0] = frozen["rx_bytes"][klass_name][0];
+      }
+      t["fault_at_ms"] = 3000;
+    });
+    ASSERT_TRUE(r.suspected_at_ms) << (inbound_lives ? "outbound" : "both ways");
+    EXPECT_GE(*r.suspected_at_ms, 3000);
+    EXPECT_LT(*r.suspected_at_ms, 3200);
+  }
 }
 
 TEST(Controller, BothRailsDownKeepsTheLastDecisionsAndSaysSoOnce) {
