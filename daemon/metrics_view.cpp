@@ -34,6 +34,8 @@ MetricsView metrics_view(const Node& n) {
     p.health = to_string(h.state());
     p.weight = h.weight();
     p.failures = h.failures();
+    p.discounted_congested = n.controller().discounted(i).congested;
+    p.discounted_peer_queue = n.controller().discounted(i).peer_queue;
     if (auto b = n.monitor().bfd(i)) p.bfd = bfd::to_string(b->session->state());
     if (i < st.police.size()) p.police_rate_bps = st.police[i].rate_bps;
     if (i < drops.size()) {

@@ -19,7 +19,10 @@ std::vector<Command> all_commands(Node& n) {
 
 json health_json(const Node& n, size_t path) {
   auto bfd = n.monitor().bfd(path);
-  return render_health(n.controller().health(path), bfd ? &*bfd : nullptr, SchedClock::now());
+  json h = render_health(n.controller().health(path), bfd ? &*bfd : nullptr, SchedClock::now());
+  const auto& d = n.controller().discounted(path);
+  h["evidence_discounted"] = {{"congested", d.congested}, {"peer_queue", d.peer_queue}};
+  return h;
 }
 
 json paths_json(const Node& n) {

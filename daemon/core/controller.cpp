@@ -270,7 +270,15 @@ void Controller::check_evidence(const TickInput& in) {
   for (size_t i = 0; i < R; ++i) was_bad[i] = bad(i);
   for (size_t i = 0; i < R; ++i) {
     std::string why;
-    if (was_bad[i] && in.now >= paths_[i].settle_until && !congested(i) && !inbound_full(i)) {
+    bool judged = was_bad[i] && in.now >= paths_[i].settle_until;
+    if (judged && congested(i)) {
+      ++paths_[i].discounted.congested;
+      judged = false;
+    } else if (judged && inbound_full(i)) {
+      ++paths_[i].discounted.peer_queue;
+      judged = false;
+    }
+    if (judged) {
       // (a rail that just took over a failed rail's flows retransmits what
       // the failed rail lost: no evidence against it until that has settled)
       why = fmt::format("{} RTO{} and {} of {} segments retransmitted in {}, {} acknowledged",

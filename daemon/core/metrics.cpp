@@ -215,6 +215,12 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
                       "share of its traffic the path may carry (0 failed, ramp step, 1)",
                       MetricType::Gauge);
   auto& hf = b.family("dualpath_path_failures_total", "times the path failed", MetricType::Counter);
+  auto& ed = b.family("dualpath_path_evidence_discounted_total",
+                      "ticks in which the path's flows had an RTO and retransmitted over 10% "
+                      "that data-path evidence did not take for a failure, by why: congested "
+                      "(busy and still acknowledged) or peer_queue (inbound at line rate, data "
+                      "acknowledged)",
+                      MetricType::Counter);
   auto& bs = b.family("dualpath_path_bfd_up", "1 when the path's BFD session is Up, 0 otherwise",
                       MetricType::Gauge);
   auto& pr = b.family("dualpath_path_police_rate_bytes_per_second",
@@ -236,6 +242,10 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
       Builder::add(hs, {L("path", p.name), L("state", st)}, p.health == st ? 1 : 0);
     Builder::add(hw, {L("path", p.name)}, p.weight);
     Builder::add(hf, {L("path", p.name)}, static_cast<double>(p.failures));
+    Builder::add(ed, {L("path", p.name), L("reason", "congested")},
+                 static_cast<double>(p.discounted_congested));
+    Builder::add(ed, {L("path", p.name), L("reason", "peer_queue")},
+                 static_cast<double>(p.discounted_peer_queue));
     if (!p.bfd.empty()) Builder::add(bs, {L("path", p.name)}, p.bfd == "up" ? 1 : 0);
   }
   auto& ad =

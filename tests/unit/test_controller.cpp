@@ -247,7 +247,8 @@ TEST(Controller, EvidenceIsNotTakenAgainstABusyRailThatDeliversOrTheLastGoodOne)
 // tests/evidence/record), through a fault or none.
 struct EvidenceReplay {
   std::optional<int64_t> fault_at_ms, suspected_at_ms;
-  int bad_ticks = 0;  // ticks with an RTO and over 10% retransmitted
+  int bad_ticks = 0;                       // ticks with an RTO and over 10% retransmitted
+  uint64_t congested = 0, peer_queue = 0;  // rail0's discounted ticks
 };
 
 nlohmann::json evidence_trace(const std::string& name) {
@@ -282,6 +283,8 @@ EvidenceReplay replay_evidence(const std::string& name) {
     if (!out.suspected_at_ms && f.c.health(0).state() == RailState::Suspect)
       out.suspected_at_ms = step["t_ms"].get<int64_t>();
   }
+  out.congested = f.c.discounted(0).congested;
+  out.peer_queue = f.c.discounted(0).peer_queue;
   return out;
 }
 
@@ -335,6 +338,8 @@ EvidenceReplay replay_receiver(const std::string& name,
     if (!out.suspected_at_ms && f.c.health(0).state() == RailState::Suspect)
       out.suspected_at_ms = step["t_ms"].get<int64_t>();
   }
+  out.congested = f.c.discounted(0).congested;
+  out.peer_queue = f.c.discounted(0).peer_queue;
   return out;
 }
 
@@ -413,6 +418,7 @@ TEST(Controller, ASaturatedHealthyRailIsNeverSuspected) {
   EvidenceReplay congested = replay_evidence("congested");
   EXPECT_GT(congested.bad_ticks, 0) << "the trace must have ticks evidence would look at";
   EXPECT_FALSE(congested.suspected_at_ms) << "suspected at " << *congested.suspected_at_ms << " ms";
+  EXPECT_GT(congested.congested, 0u) << "discounted ticks are counted (metrics, path list)";
 }
 
 // b's side of dp-load's MoE workload on 400 + 100 Mbit rails (the lab in
@@ -440,6 +446,7 @@ TEST(Controller, AnRtoWhileTheRailsInboundArrivesAtLineRateIsTheQueueNotAFailure
   ASSERT_GT(spurious, 0) << "the trace must have the spurious RTO";
   EvidenceReplay r = replay_receiver("moe");
   EXPECT_FALSE(r.suspected_at_ms) << "suspected at " << *r.suspected_at_ms << " ms";
+  EXPECT_GT(r.peer_queue, 0u) << "discounted ticks are counted (metrics, path list)";
 }
 
 // The same trace, with rail0 failing at 3 s: b's RTOs go on, but nothing of

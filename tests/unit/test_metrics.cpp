@@ -66,6 +66,9 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
   auto* bfd = find(fs, "dualpath_path_bfd_up");
   ASSERT_TRUE(bfd);
   EXPECT_EQ(bfd->metric.size(), 1u) << "rail1 has no BFD session";
+  auto* ed = find(fs, "dualpath_path_evidence_discounted_total");
+  ASSERT_TRUE(ed);
+  EXPECT_EQ(ed->metric.size(), 4u) << "congested and peer_queue for each of two paths";
   auto* info = find(fs, "dualpath_policy_info");
   ASSERT_TRUE(info);
   EXPECT_EQ(info->metric[0].label[2].value, "00112233aabbccdd");

@@ -49,6 +49,10 @@ void print_path_detail(const json& p) {
                 << " discarded\n";
     else
       std::cout << "  bfd         off\n";
+    if (const json& d = h["evidence_discounted"]; d.is_object())
+      std::cout << "  evidence    RTOs not taken for a failure: " << d["congested"]
+                << " ticks busy and still acknowledged, " << d["peer_queue"]
+                << " with the inbound at line rate\n";
   }
   const json& m = p["measure"];
   if (m.is_null()) {

@@ -143,6 +143,14 @@ class Controller {
   // What the decision map holds for a policy class (empty before a write).
   const Shares& written_shares(size_t klass) const { return written_.at(klass); }
   size_t paths_carrying() const;
+  // Ticks in which a rail's flows had an RTO and retransmitted over 10%, and
+  // data-path evidence did not take it for a failure: the rail was busy and
+  // still acknowledged (congested), or its inbound arrived at line rate while
+  // its data was acknowledged (the peer's queue held this end's ACKs).
+  struct Discounted {
+    uint64_t congested = 0, peer_queue = 0;
+  };
+  const Discounted& discounted(size_t path) const { return paths_.at(path).discounted; }
 
  private:
   struct Path {
@@ -155,6 +163,7 @@ class Controller {
     Time settle_until{};        // no evidence against it before (it took over a failed rail)
     Time tcp_at{};              // when tcp_prev was read
     double clean_ack_rate = 0;  // ACKs per second of its flows in ticks without evidence
+    Discounted discounted{};
   };
 
   void check_evidence(const TickInput& in);

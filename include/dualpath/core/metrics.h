@@ -49,6 +49,8 @@ struct MetricsView {
     // to on the path (0: not policed), and what the policer dropped
     uint64_t police_rate_bps = 0;
     uint64_t policed_packets = 0, policed_bytes = 0;
+    // RTO ticks data-path evidence did not take for a failure (Controller::Discounted)
+    uint64_t discounted_congested = 0, discounted_peer_queue = 0;
   };
   bool all_paths_down = false;
   // policy reloads (SIGHUP, dpctl policy reload/apply/rollback) since start
