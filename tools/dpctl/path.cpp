@@ -49,7 +49,8 @@ void print_path_detail(const json& p) {
                 << " discarded\n";
     else
       std::cout << "  bfd         off\n";
-    if (const json& d = h["evidence_discounted"]; d.is_object())
+    // (an older daemon's reply has no such field)
+    if (const json d = h.value("evidence_discounted", json()); d.is_object())
       std::cout << "  evidence    RTOs not taken for a failure: " << d["congested"]
                 << " ticks busy and still acknowledged, " << d["peer_queue"]
                 << " with the inbound at line rate\n";
