@@ -251,6 +251,19 @@ struct EvidenceReplay {
   uint64_t congested = 0, peer_queue = 0;  // rail0's discounted ticks
 };
 
+// A trace row's rails (utilisation and their flows' TCP counters), if it has them.
+void read_rails(const nlohmann::json& step, TickInput& tick) {
+  if (!step.contains("rails")) return;
+  for (size_t i = 0; i < tick.rails.size() && i < step["rails"].size(); ++i) {
+    const auto& r = step["rails"][i];
+    tick.rails[i].utilisation = r["util"].get<double>();
+    tick.rails[i].tcp.segs_out = r["segs_out"].get<uint64_t>();
+    tick.rails[i].tcp.retrans_segs = r["retrans_segs"].get<uint64_t>();
+    tick.rails[i].tcp.rto_events = r["rto_events"].get<uint64_t>();
+    tick.rails[i].tcp.rtt_samples = r["rtt_samples"].get<uint64_t>();
+  }
+}
+
 nlohmann::json evidence_trace(const std::string& name) {
   std::ifstream in(std::string(DP_SOURCE_DIR) + "/tests/evidence/" + name + ".json");
   return nlohmann::json::parse(in);
@@ -265,14 +278,7 @@ EvidenceReplay replay_evidence(const std::string& name) {
   TcpCounters prev;
   for (const auto& step : trace["steps"]) {
     TickInput tick = f.quiet(start + std::chrono::milliseconds(step["t_ms"].get<int64_t>()));
-    for (size_t i = 0; i < tick.rails.size() && i < step["rails"].size(); ++i) {
-      const auto& r = step["rails"][i];
-      tick.rails[i].utilisation = r["util"].get<double>();
-      tick.rails[i].tcp.segs_out = r["segs_out"].get<uint64_t>();
-      tick.rails[i].tcp.retrans_segs = r["retrans_segs"].get<uint64_t>();
-      tick.rails[i].tcp.rto_events = r["rto_events"].get<uint64_t>();
-      tick.rails[i].tcp.rtt_samples = r["rtt_samples"].get<uint64_t>();
-    }
+    read_rails(step, tick);
     const TcpCounters& now = tick.rails[0].tcp;
     if (prev.segs_out && now.rto_events > prev.rto_events &&
         (now.retrans_segs - prev.retrans_segs) * 10 >
@@ -326,14 +332,7 @@ EvidenceReplay replay_receiver(const std::string& name,
       for (size_t p = 0; p < by_path.size() && p < f.policy.paths.size(); ++p)
         tick.class_path_rx_bytes[static_cast<size_t>(c)][p] = by_path[p].get<uint64_t>();
     }
-    for (size_t i = 0; step.contains("rails") && i < tick.rails.size(); ++i) {
-      const auto& r = step["rails"][i];
-      tick.rails[i].utilisation = r["util"].get<double>();
-      tick.rails[i].tcp.segs_out = r["segs_out"].get<uint64_t>();
-      tick.rails[i].tcp.retrans_segs = r["retrans_segs"].get<uint64_t>();
-      tick.rails[i].tcp.rto_events = r["rto_events"].get<uint64_t>();
-      tick.rails[i].tcp.rtt_samples = r["rtt_samples"].get<uint64_t>();
-    }
+    read_rails(step, tick);
     f.carry_out(f.c.tick(tick));
     if (!out.suspected_at_ms && f.c.health(0).state() == RailState::Suspect)
       out.suspected_at_ms = step["t_ms"].get<int64_t>();
