@@ -266,8 +266,14 @@ void Controller::check_evidence(const TickInput& in) {
   };
   auto detect = std::chrono::duration_cast<std::chrono::nanoseconds>(policy_.health.interval *
                                                                      policy_.health.multiplier);
-  std::vector<bool> was_bad(R);
-  for (size_t i = 0; i < R; ++i) was_bad[i] = bad(i);
+  // was_bad: looked bad; failing: looked bad and is not explained by
+  // congestion or the peer's queue (what keeps the other rails' evidence from
+  // being judged in the same tick, since it may be the node's trouble)
+  std::vector<bool> was_bad(R), failing(R);
+  for (size_t i = 0; i < R; ++i) {
+    was_bad[i] = bad(i);
+    failing[i] = was_bad[i] && !congested(i) && !inbound_full(i);
+  }
   for (size_t i = 0; i < R; ++i) {
     std::string why;
     bool judged = was_bad[i] && in.now >= paths_[i].settle_until;
@@ -298,7 +304,7 @@ void Controller::check_evidence(const TickInput& in) {
     bool others_clean = true, other_up = false;
     for (size_t j = 0; j < R; ++j) {
       if (j == i) continue;
-      if (was_bad[j]) others_clean = false;
+      if (failing[j]) others_clean = false;
       if (paths_[j].health.state() == RailState::Up && paths_[j].present) other_up = true;
     }
     if (!others_clean || !other_up) continue;

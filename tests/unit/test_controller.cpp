@@ -242,6 +242,49 @@ TEST(Controller, EvidenceIsNotTakenAgainstABusyRailThatDeliversOrTheLastGoodOne)
   }
 }
 
+// Both rails have a bad tick at once. When the other rail's is explained
+// (full and still delivering), rail0's failure is judged in the same tick;
+// when both look failed, it may be the node's own trouble: neither is taken.
+TEST(Controller, ARailsEvidenceIsJudgedBesideACongestedRailButNotBesideAFailingOne) {
+  auto run = [](Fixture& f, uint64_t rail1_bad_tick_acks) {
+    TickInput in = f.quiet(f.t + 1s);
+    for (int i = 0; i < 20; ++i) {  // clean ticks: rail0 light, rail1 full
+      in.now += 50ms;
+      in.rails[0].utilisation = 0.3;
+      in.rails[0].tcp.segs_out += 400;
+      in.rails[0].tcp.rtt_samples += 20;
+      in.rails[1].utilisation = 0.95;
+      in.rails[1].tcp.segs_out += 4000;
+      in.rails[1].tcp.rtt_samples += 40;
+      f.carry_out(f.c.tick(in));
+    }
+    in.now += 50ms;  // rail0: only retransmissions, nothing acknowledged
+    in.rails[0].tcp.segs_out += 10;
+    in.rails[0].tcp.retrans_segs += 10;
+    in.rails[0].tcp.rto_events += 3;
+    // rail1: RTOs and 12% retransmitted, with `acks` acknowledgements
+    in.rails[1].tcp.segs_out += 4000;
+    in.rails[1].tcp.retrans_segs += 480;
+    in.rails[1].tcp.rto_events += 2;
+    in.rails[1].tcp.rtt_samples += rail1_bad_tick_acks;
+    f.carry_out(f.c.tick(in));
+  };
+  {
+    Fixture f;
+    run(f, 40);
+    EXPECT_EQ(f.c.health(0).state(), RailState::Suspect)
+        << "rail1's RTOs are its congestion: rail0's evidence stands in the same tick";
+    EXPECT_EQ(f.c.health(1).state(), RailState::Up);
+    EXPECT_EQ(f.c.discounted(1).congested, 1u);
+  }
+  {
+    Fixture f;
+    run(f, 0);
+    EXPECT_EQ(f.c.health(0).state(), RailState::Up) << "both rails failing at once";
+    EXPECT_EQ(f.c.health(1).state(), RailState::Up);
+  }
+}
+
 // Data-path evidence replayed from the lab: node a's counters tick by tick
 // while iperf3 filled rail0 (tests/evidence/*.json, made by
 // tests/evidence/record), through a fault or none.
