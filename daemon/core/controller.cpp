@@ -222,8 +222,25 @@ void Controller::check_evidence(const TickInput& in) {
   auto trickle = [&](size_t j, double of) {
     return kTrickle * std::min(of, static_cast<double>(policy_.paths.at(j).capacity_bps) / 8);
   };
+  // A peer that moved off rail i because it fails there moved everything it
+  // could, and what it could not move stalls: the rail's whole inbound
+  // collapses. A rail that still brings other classes in at their usual
+  // rate only saw one class go elsewhere (its next burst placed on the
+  // other rail, say), which explains the class's arrivals there.
+  auto inbound_collapsed = [&](size_t i) {
+    double usual = 0, here = 0;
+    for (size_t c = 0; c < rx_now.size(); ++c) {
+      usual += rx_rate_[c][i];
+      here += static_cast<double>(rx_now[c][i]) / dt[i];
+    }
+    return here <= kRxCollapsed * usual;
+  };
   for (size_t i = 0; i < R; ++i) {
     if (dt[i] <= 0) continue;
+    if (!inbound_collapsed(i)) {
+      for (auto& by_path : move_seen_) by_path[i].reset();
+      continue;
+    }
     for (size_t c = 0; c < rx_now.size() && !moved[i]; ++c) {
       double usual = rx_rate_[c][i], here = static_cast<double>(rx_now[c][i]) / dt[i];
       auto& seen = move_seen_[c][i];

@@ -292,6 +292,7 @@ struct EvidenceReplay {
   std::optional<int64_t> fault_at_ms, suspected_at_ms;
   int bad_ticks = 0;                       // ticks with an RTO and over 10% retransmitted
   uint64_t congested = 0, peer_queue = 0;  // rail0's discounted ticks
+  size_t suspected_rail = 0;               // (replay_receiver: the first suspected)
 };
 
 // A trace row's rails (utilisation and their flows' TCP counters), if it has them.
@@ -377,8 +378,11 @@ EvidenceReplay replay_receiver(const std::string& name,
     }
     read_rails(step, tick);
     f.carry_out(f.c.tick(tick));
-    if (!out.suspected_at_ms && f.c.health(0).state() == RailState::Suspect)
-      out.suspected_at_ms = step["t_ms"].get<int64_t>();
+    for (size_t i = 0; i < f.policy.paths.size() && !out.suspected_at_ms; ++i)
+      if (f.c.health(i).state() == RailState::Suspect) {
+        out.suspected_at_ms = step["t_ms"].get<int64_t>();
+        out.suspected_rail = i;
+      }
   }
   out.congested = f.c.discounted(0).congested;
   out.peer_queue = f.c.discounted(0).peer_queue;
@@ -389,6 +393,7 @@ TEST(Controller, AReceiverWhosePeerMovedOffABlackholedRailSuspectsItBeforeBfdCan
   EvidenceReplay r = replay_receiver("blackhole");
   ASSERT_TRUE(r.fault_at_ms);
   ASSERT_TRUE(r.suspected_at_ms) << "b's ACKs stayed on the blackholed rail";
+  EXPECT_EQ(r.suspected_rail, 0u);
   EXPECT_GT(*r.suspected_at_ms, *r.fault_at_ms) << "suspected before the fault";
   EXPECT_LT(*r.suspected_at_ms - *r.fault_at_ms, 1500) << "no sooner than BFD";
 }
@@ -489,6 +494,38 @@ TEST(Controller, AnRtoWhileTheRailsInboundArrivesAtLineRateIsTheQueueNotAFailure
   EvidenceReplay r = replay_receiver("moe");
   EXPECT_FALSE(r.suspected_at_ms) << "suspected at " << *r.suspected_at_ms << " ms";
   EXPECT_GT(r.peer_queue, 0u) << "discounted ticks are counted (metrics, path list)";
+}
+
+// b's side of the overlap workload (two steps in flight) with a's classes
+// placed by bursts (tests/evidence/record OUT moe, adaptive mode): at 18.07 s
+// a's next logs burst went to rail0, only its first segment arrived in the
+// tick, and nothing of logs came over rail1, while rail1 carried 1.5 MB of
+// expert-dispatch. Taken as the peer's retransmissions, b left a healthy
+// rail1 for 1.5 s (in dp-lab bench, once every few minutes).
+TEST(Controller, AReceiverDoesNotSuspectARailThatStillDeliversWhenOneClassMovesOff) {
+  EvidenceReplay r = replay_receiver("moe-overlap");
+  EXPECT_FALSE(r.suspected_at_ms) << "suspected at " << *r.suspected_at_ms << " ms";
+  // the same trace with nothing arriving on rail1 from 18 s, and a's logs
+  // coming over rail0 a segment a tick (retransmissions b does not answer):
+  // a failure of rail1
+  EvidenceReplay failed = replay_receiver("moe-overlap", [](nlohmann::json& t) {
+    nlohmann::json frozen;
+    uint64_t trickle = 0;
+    for (auto& step : t["b_steps"]) {
+      auto& rx = step["rx_bytes"];
+      if (step["t_ms"].get<int64_t>() < 18000) {
+        frozen = rx;
+        continue;
+      }
+      for (auto& [klass_name, by_path] : rx.items()) by_path[1] = frozen[klass_name][1];
+      trickle += 1514;
+      rx["logs"][0] = frozen["logs"][0].get<uint64_t>() + trickle;
+    }
+  });
+  ASSERT_TRUE(failed.suspected_at_ms) << "rail1 went silent and logs trickled in on rail0";
+  EXPECT_EQ(failed.suspected_rail, 1u);
+  EXPECT_GE(*failed.suspected_at_ms, 18000);
+  EXPECT_LT(*failed.suspected_at_ms, 18200);
 }
 
 // The same trace, with rail0 failing at 3 s: b's RTOs go on, but nothing of
