@@ -253,6 +253,7 @@ void Multipath::on_event(const mptcp::Event& e) {
       s.ends = e.flow;
       s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
       s.backup = e.backup;
+      s.up = now;
       c.subflows.push_back(s);
       c.since = now;
       c.retry_after.assign(policy_.paths.size(),
@@ -304,8 +305,8 @@ void Multipath::on_event(const mptcp::Event& e) {
         s.backup = r->second;
         requested_.erase(r);
       }
+      s.up = now;
       c.subflows.push_back(s);
-      if (s.path < c.failures.size()) c.failures[s.path] = 0;
       return;
     }
     case mptcp::EventType::SubClosed: {
@@ -320,13 +321,14 @@ void Multipath::on_event(const mptcp::Event& e) {
       if (listed && !c.server_side)
         spdlog::info("class {} connection {:#x}: its subflow on {} closed{}",
                      policy_.classes[c.klass].name, c.token, rail, why);
+      const Clock::time_point up = listed ? s->up : Clock::time_point{};
       if (listed) c.subflows.erase(s);
       if (auto r = requested_.find({c.token, path}); !listed && r != requested_.end()) {
         spdlog::info("class {} connection {:#x}: its subflow on {} could not be made{}",
                      policy_.classes[c.klass].name, c.token, rail, why);
         requested_.erase(r);
       }
-      multipath::note_failure(c, path, now);
+      multipath::note_closed(c, path, up, now);
       return;
     }
     case mptcp::EventType::SubPriority:

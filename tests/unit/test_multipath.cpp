@@ -278,6 +278,25 @@ TEST(Multipath, AJoinRefusedInTheConnectionsFirstSecondIsTriedAgainSoonOnce) {
   EXPECT_EQ(old.retry_after[1] - t0, std::chrono::seconds(6)) << "an older connection backs off";
 }
 
+TEST(Multipath, AJoinThePeerClosesAtOnceBacksOffAndOneThatCarriedResetsTheBackoff) {
+  auto p = policy();
+  auto c = connected();
+  Time t0 = Time{} + std::chrono::hours(1);
+  // the peer holds rail1 down: each join it accepts is closed within a tick
+  Time t = t0;
+  for (auto wait : {1, 2, 4, 8, 8}) {
+    note_closed(c, 1, t, t + std::chrono::milliseconds(50));
+    EXPECT_EQ(c.retry_after[1] - t, std::chrono::milliseconds(50) + std::chrono::seconds(wait))
+        << "a join closed at once is a failure of its rail, not a rail that works";
+    t = c.retry_after[1];
+  }
+  // a join that carried the connection for a while and then ended
+  note_closed(c, 1, t, t + kLived);
+  EXPECT_EQ(c.retry_after[1] - t, kLived + std::chrono::seconds(1)) << "the backoff starts again";
+  note_closed(c, 1, Time{}, t + std::chrono::seconds(9));
+  EXPECT_EQ(c.retry_after[1] - t, std::chrono::seconds(11)) << "not known to have worked";
+}
+
 TEST(Multipath, TheResponderTakesAnMptcpPortPerRailAfterItsOwn) {
   // two rails: 7862 and 7863, and with a multipath class 7864 and 7865 for
   // dpctl validate's MPTCP check

@@ -46,6 +46,7 @@ struct Subflow {
   Ends ends;
   size_t path = kNoPath;  // kNoPath: not bound to a rail (the shared topology's first one)
   bool backup = false;
+  Time up{};  // when it was established (Time{}: not known)
 };
 
 struct Connection {
@@ -106,5 +107,14 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
 // A subflow of `c` on `path` ended (or could not be made): the next try
 // waits 1 s, doubling per failure up to 8 s.
 void note_failure(Connection& c, size_t path, Time now);
+
+// A subflow of `c` that was established at `up` ended at `now`. One that
+// carried the connection for kLived or longer worked: its rail's backoff
+// starts again at 1 s. One that ended sooner counts as a failure of its
+// rail, as a refused join does: a peer that holds the rail down (its own
+// hold-down after a failure this end did not see) closes each join it
+// accepts, and a join made again each second would churn until it is back.
+constexpr auto kLived = std::chrono::seconds(2);
+void note_closed(Connection& c, size_t path, Time up, Time now);
 
 }  // namespace dp::multipath
