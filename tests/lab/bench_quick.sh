@@ -21,6 +21,11 @@ rm -rf "$out"
 # lost no data; the files it writes are there
 test -s "$out/bench.json"
 test -s "$out/utilisation-default.svg"
+# and each round's steps, one JSON line each, with every combine's arrival
+steps=$(ls "$out"/dualpath-*-r0.steps.jsonl | head -1)
+python3 -c 'import json,sys
+lines=[json.loads(l) for l in open(sys.argv[1])]
+assert lines and all(len(l["combine_ms"]) == 4 and l["ms"] >= max(l["combine_ms"]) for l in lines), sys.argv[1]' "$steps"
 echo "bench --quick: every mode of the shared topology ran, complete JSON, no data lost"
 # the separate topology (the lab is brought up anew in it)
 "$lab" bench --quick --topology separate --out "$out/separate"

@@ -299,6 +299,8 @@ int main(int argc, char** argv) {
   }
   std::printf("\nJSON: %s/bench.json   pictures: %s/utilisation-WORKLOAD.svg\n", o.out.c_str(),
               o.out.c_str());
+  std::printf("each round's steps: %s/MODE-WORKLOAD-rN.steps.jsonl (dp-load(1), --steps)\n",
+              o.out.c_str());
 
   return check_runs(runs);
 }

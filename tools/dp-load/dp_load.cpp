@@ -372,6 +372,7 @@ struct ClientOpts {
   double skew_shift_s = 2;               // the hottest expert changes this often
   uint64_t seed = 1;
   std::string json_file;
+  std::string steps_file;  // one JSON line per completed MoE step
   bool quiet = false;
   Ports ports;
 };
@@ -519,6 +520,8 @@ class Moe : public Workload {
     out["goodput_bps"] = static_cast<double>(bytes_done_) * 8 / std::max(elapsed, 1e-9);
   }
   uint64_t failures() const override { return failed_; }
+  // --steps: each completed step as a JSON line (trace_step)
+  void trace_to(std::ostream* out) { steps_ = out; }
 
  private:
   struct Queue {  // a dispatch connection's steps to send: step, bytes
@@ -528,8 +531,10 @@ class Moe : public Workload {
   };
   struct Open {
     Clock::time_point start;
-    uint32_t combines = 0;  // combine messages received
-    uint64_t bytes = 0;     // dispatch and combine bytes the step moves
+    uint32_t combines = 0;           // combine messages received
+    uint64_t bytes = 0;              // dispatch and combine bytes the step moves
+    uint64_t phase = 0;              // which expert was the hottest (--skew-shift periods)
+    std::vector<double> combine_ms;  // per combine connection: when its message arrived
   };
 
   void write_dispatch(Run& r, size_t i) {
@@ -564,8 +569,13 @@ class Moe : public Workload {
       std::lock_guard<std::mutex> lk(mu_);
       auto it = open_.find(m->step);
       if (it == open_.end()) continue;
+      auto& step = it->second;
+      if (steps_ && i < step.combine_ms.size())
+        step.combine_ms[i] =
+            std::chrono::duration<double, std::milli>(Clock::now() - step.start).count();
       if (++it->second.combines == r.o.combine) {
         auto now = Clock::now();
+        if (steps_) trace_step(r, m->step, step, now);
         step_ns_.record(static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(now - it->second.start).count()));
         bytes_done_ += it->second.bytes;
@@ -589,7 +599,7 @@ class Moe : public Workload {
     for (size_t j = 0; j < cfd_.size(); ++j) bytes += sizes[j % sizes.size()];
     {
       std::lock_guard<std::mutex> lk(mu_);
-      open_[step] = {now, 0, bytes};
+      open_[step] = {now, 0, bytes, phase, std::vector<double>(cfd_.size(), 0.0)};
       ++started_;
     }
     for (size_t i = 0; i < dfd_.size(); ++i) {
@@ -599,6 +609,19 @@ class Moe : public Workload {
     }
   }
 
+  // --steps: the step, when it began (s into the run), the hottest expert's
+  // period, how long it took and when each combine connection's answer came
+  // (ms into the step): a slow step says which connection held it back.
+  void trace_step(Run& r, uint64_t n, const Open& s, Clock::time_point now) {
+    json line = {{"step", n},
+                 {"start_s", std::chrono::duration<double>(s.start - r.t0).count()},
+                 {"phase", s.phase},
+                 {"ms", std::chrono::duration<double, std::milli>(now - s.start).count()},
+                 {"combine_ms", s.combine_ms}};
+    *steps_ << line.dump() << "\n";
+  }
+
+  std::ostream* steps_ = nullptr;
   std::vector<int> dfd_, cfd_;
   std::vector<std::unique_ptr<Queue>> queues_;
   std::atomic<bool> done_{false};
@@ -708,6 +731,15 @@ int run_client(const ClientOpts& o) {
   if (o.moe) moe = static_cast<Moe*>(work.emplace_back(std::make_unique<Moe>()).get());
   if (o.rpc) work.push_back(std::make_unique<Rpc>());
   if (o.stream) work.push_back(std::make_unique<Stream>());
+  std::ofstream steps;
+  if (!o.steps_file.empty()) {
+    steps.open(o.steps_file);
+    if (!steps) {
+      std::fprintf(stderr, "dp-load: %s: %s\n", o.steps_file.c_str(), std::strerror(errno));
+      return 2;
+    }
+    if (moe) moe->trace_to(&steps);
+  }
   Run r{o, c, {}, {}};
   for (auto& w : work)
     if (!w->connect(r)) return 2;
@@ -837,6 +869,8 @@ int main(int argc, char** argv) {
   cli->add_option("--seed", co.seed, "payload seed")->capture_default_str();
   cli->add_flag("--mptcp", co.mptcp, "IPPROTO_MPTCP sockets");
   cli->add_option("--json", co.json_file, "write the results here");
+  cli->add_option("--steps", co.steps_file,
+                  "write each MoE step here, one JSON line: its time and each combine's");
   cli->add_flag("-q,--quiet", co.quiet, "no table");
   for (auto* sc : {srv, cli}) {
     Ports& p = sc == srv ? so.ports : co.ports;

@@ -315,6 +315,8 @@ json run_one(const Opts& o, const std::string& mode, int round,
   std::vector<std::string> cargs{o.dp_load,      "client", "--connect",
                                  o.lab.peer,     "-q",     "--json",
                                  base + ".json", "--seed", std::to_string(o.seed)};
+  // each step's time and each combine's arrival: what held a slow step back
+  cargs.insert(cargs.end(), {"--steps", base + ".steps.jsonl"});
   if (mptcp) cargs.push_back("--mptcp");
   for (auto& a : o.load_args) cargs.push_back(a);
   for (auto& a : extra) cargs.push_back(a);
