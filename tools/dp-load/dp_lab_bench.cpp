@@ -84,6 +84,7 @@ std::optional<json> run_suite(Opts& o, const std::vector<Workload>& todo,
     write_svg(o.out + "/utilisation-" + w.name + ".svg", wruns, o.modes);
     per_workload.push_back({{"workload", w.name},
                             {"topology", o.lab.topology},
+                            {"congestion_control", o.lab.congestion_control},
                             {"rail0", w.rail0},
                             {"rail1", w.rail1},
                             {"args", w.args},

@@ -26,6 +26,7 @@ struct Lab {
   std::array<std::string, 2> rails;                 // interface names, the same on both nodes
   std::string peer;                                 // b's address for the workload
   std::optional<std::array<std::string, 2>> rates;  // unshaped: none
+  std::string congestion_control;                   // node a's default (the workload's TCP runs it)
   static std::optional<Lab> describe(const std::string& dp_lab);
 };
 

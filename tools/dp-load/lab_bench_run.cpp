@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -75,6 +76,18 @@ std::optional<Lab> Lab::describe(const std::string& dp_lab) {
   if (j["rates"].is_array() && j["rates"][0].is_string())
     lab.rates = std::array<std::string, 2>{j["rates"][0].get<std::string>(),
                                            j["rates"][1].get<std::string>()};
+  // the namespaces take the machine's default congestion control, which the
+  // figures depend on (BBR paces a flow at the rate it last measured)
+  if (FILE* cc = popen(
+          ("ip netns exec " + lab.a + " cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null")
+              .c_str(),
+          "r")) {
+    while (fgets(buf, sizeof(buf), cc)) lab.congestion_control += buf;
+    pclose(cc);
+    while (!lab.congestion_control.empty() &&
+           std::isspace(static_cast<unsigned char>(lab.congestion_control.back())))
+      lab.congestion_control.pop_back();
+  }
   return lab;
 }
 
