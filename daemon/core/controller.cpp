@@ -304,8 +304,12 @@ void Controller::check_evidence(const TickInput& in) {
     if (judged) {
       // (a rail that just took over a failed rail's flows retransmits what
       // the failed rail lost: no evidence against it until that has settled)
-      why = fmt::format("{} RTO{} and {} of {} segments retransmitted in {}, {} acknowledged",
-                        rto[i], rto[i] == 1 ? "" : "s", retrans[i], segs[i],
+      // (segments sent are counted at ACKs: a rail that acknowledges nothing
+      // shows fewer sent than retransmitted, and then only the latter reads)
+      const std::string of = segs[i] >= retrans[i] ? fmt::format(" of {}", segs[i]) : std::string();
+      why = fmt::format("{} RTO{} and {}{} segment{} retransmitted in {}, {} acknowledged", rto[i],
+                        rto[i] == 1 ? "" : "s", retrans[i], of,
+                        retrans[i] == 1 && of.empty() ? "" : "s",
                         format_duration(policy_.scheduler.tick), acks[i]);
     } else if (moved[i]) {
       auto [c, j, bytes] = *moved[i];

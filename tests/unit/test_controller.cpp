@@ -186,6 +186,29 @@ TEST(Controller, DataPathEvidenceMovesLatencySensitiveClassesBeforeBfdCanTell) {
   EXPECT_EQ(combine->shares, (Shares{0, kAll}));
 }
 
+TEST(Controller, TheEvidenceSaysWhatItCountedAlsoWhenNothingWasAcknowledged) {
+  Fixture f;
+  evidence_against_rail0(f);
+  EXPECT_NE(f.c.health(0).reason().find(
+                "2 RTOs and 50 of 100 segments retransmitted in 50ms, 0 acknowledged"),
+            std::string::npos)
+      << f.c.health(0).reason();
+  // a blackhole: segments sent are counted at ACKs, and none came
+  Fixture g;
+  TickInput in = g.quiet(g.t + 1s);
+  g.carry_out(g.c.tick(in));
+  in.now += 50ms;
+  in.rails[0].tcp.retrans_segs = 1;
+  in.rails[0].tcp.rto_events = 1;
+  in.rails[1].tcp.segs_out = 1000;
+  g.c.tick(in);
+  ASSERT_EQ(g.c.health(0).state(), RailState::Suspect);
+  EXPECT_NE(
+      g.c.health(0).reason().find("1 RTO and 1 segment retransmitted in 50ms, 0 acknowledged"),
+      std::string::npos)
+      << "not '1 of 0 segments': " << g.c.health(0).reason();
+}
+
 TEST(Controller, ElasticClassesMayBeToldToWaitForBfd) {
   Fixture f;
   Policy p = f.policy;
