@@ -364,6 +364,8 @@ void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath:
       }
     } else if (a.kind == Kind::Destroy) {
       r = pm_->destroy(c.token, a.ends);
+      for (const auto& s : c.subflows)
+        if (s.ends == a.ends) multipath::note_removed(c, a.path, s.up, now);
       c.subflows.erase(
           std::remove_if(c.subflows.begin(), c.subflows.end(),
                          [&](const multipath::Subflow& s) { return s.ends == a.ends; }),

@@ -146,9 +146,14 @@ void note_failure(Connection& c, size_t path, Time now) {
   c.retry_after[path] = now + wait;
 }
 
+void note_removed(Connection& c, size_t path, Time up, Time now) {
+  if (path != kNoPath && up != Time{} && now - up >= kLived && path < c.failures.size())
+    c.failures[path] = 0;
+}
+
 void note_closed(Connection& c, size_t path, Time up, Time now) {
   if (path == kNoPath) return;
-  if (up != Time{} && now - up >= kLived && path < c.failures.size()) c.failures[path] = 0;
+  note_removed(c, path, up, now);
   note_failure(c, path, now);
 }
 

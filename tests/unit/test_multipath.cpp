@@ -295,6 +295,15 @@ TEST(Multipath, AJoinThePeerClosesAtOnceBacksOffAndOneThatCarriedResetsTheBackof
   EXPECT_EQ(c.retry_after[1] - t, kLived + std::chrono::seconds(1)) << "the backoff starts again";
   note_closed(c, 1, Time{}, t + std::chrono::seconds(9));
   EXPECT_EQ(c.retry_after[1] - t, std::chrono::seconds(11)) << "not known to have worked";
+  // removed here after carrying the connection (its rail failed): the close
+  // that follows is known only by its ends, and is the rail's first failure
+  for (int i = 0; i < 3; ++i) note_failure(c, 1, t);
+  note_removed(c, 1, t, t + std::chrono::seconds(30));
+  note_closed(c, 1, Time{}, t + std::chrono::seconds(30));
+  EXPECT_EQ(c.retry_after[1] - t, std::chrono::seconds(31)) << "made again after 1 s";
+  note_removed(c, 1, t + std::chrono::seconds(40), t + std::chrono::seconds(40) + kLived / 2);
+  note_closed(c, 1, Time{}, t + std::chrono::seconds(41));
+  EXPECT_EQ(c.retry_after[1] - t, std::chrono::seconds(43)) << "one that barely lived: 2 s";
 }
 
 TEST(Multipath, TheResponderTakesAnMptcpPortPerRailAfterItsOwn) {

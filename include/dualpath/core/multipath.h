@@ -117,4 +117,10 @@ void note_failure(Connection& c, size_t path, Time now);
 constexpr auto kLived = std::chrono::seconds(2);
 void note_closed(Connection& c, size_t path, Time up, Time now);
 
+// This end removed a subflow of `c` on `path` (its rail failed or lost its
+// role) that was established at `up`: one that carried the connection for
+// kLived worked, and its rail's backoff starts again from 1 s (the closing
+// that follows is then its first failure, as for any rail that failed).
+void note_removed(Connection& c, size_t path, Time up, Time now);
+
 }  // namespace dp::multipath
