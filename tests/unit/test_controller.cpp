@@ -158,14 +158,16 @@ TEST(Controller, FailbackWaitsOutTheHolddownThenRampsTheFormerShareBack) {
 }
 
 // A quiet tick, then one where rail0's flows had 2 RTOs and retransmitted
-// half of what they sent while rail1's were clean: the plan of that tick.
-Plan evidence_against_rail0(Fixture& f) {
+// half of what they sent (or what is given) while rail1's were clean: the
+// plan of that tick.
+Plan evidence_against_rail0(Fixture& f, uint64_t segs = 100, uint64_t retrans = 50,
+                            uint64_t rtos = 2) {
   TickInput in = f.quiet(f.t + 1s);
   f.carry_out(f.c.tick(in));
   in.now += 50ms;
-  in.rails[0].tcp.segs_out = 100;
-  in.rails[0].tcp.retrans_segs = 50;
-  in.rails[0].tcp.rto_events = 2;
+  in.rails[0].tcp.segs_out = segs;
+  in.rails[0].tcp.retrans_segs = retrans;
+  in.rails[0].tcp.rto_events = rtos;
   in.rails[1].tcp.segs_out = 1000;
   return f.c.tick(in);
 }
@@ -195,13 +197,7 @@ TEST(Controller, TheEvidenceSaysWhatItCountedAlsoWhenNothingWasAcknowledged) {
       << f.c.health(0).reason();
   // a blackhole: segments sent are counted at ACKs, and none came
   Fixture g;
-  TickInput in = g.quiet(g.t + 1s);
-  g.carry_out(g.c.tick(in));
-  in.now += 50ms;
-  in.rails[0].tcp.retrans_segs = 1;
-  in.rails[0].tcp.rto_events = 1;
-  in.rails[1].tcp.segs_out = 1000;
-  g.c.tick(in);
+  evidence_against_rail0(g, 0, 1, 1);
   ASSERT_EQ(g.c.health(0).state(), RailState::Suspect);
   EXPECT_NE(
       g.c.health(0).reason().find("1 RTO and 1 segment retransmitted in 50ms, 0 acknowledged"),
