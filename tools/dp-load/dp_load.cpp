@@ -573,12 +573,12 @@ class Moe : public Workload {
       if (steps_ && i < step.combine_ms.size())
         step.combine_ms[i] =
             std::chrono::duration<double, std::milli>(Clock::now() - step.start).count();
-      if (++it->second.combines == r.o.combine) {
+      if (++step.combines == r.o.combine) {
         auto now = Clock::now();
         if (steps_) trace_step(r, m->step, step, now);
         step_ns_.record(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(now - it->second.start).count()));
-        bytes_done_ += it->second.bytes;
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - step.start).count()));
+        bytes_done_ += step.bytes;
         longest_stall_s_ = std::max(longest_stall_s_,
                                     std::chrono::duration<double>(now - last_completion_).count());
         last_completion_ = now;
@@ -599,7 +599,7 @@ class Moe : public Workload {
     for (size_t j = 0; j < cfd_.size(); ++j) bytes += sizes[j % sizes.size()];
     {
       std::lock_guard<std::mutex> lk(mu_);
-      open_[step] = {now, 0, bytes, phase, std::vector<double>(cfd_.size(), 0.0)};
+      open_[step] = {now, 0, bytes, phase, std::vector<double>(steps_ ? cfd_.size() : 0, 0.0)};
       ++started_;
     }
     for (size_t i = 0; i < dfd_.size(); ++i) {

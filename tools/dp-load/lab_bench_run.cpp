@@ -57,15 +57,22 @@ const std::vector<std::string>& topology_modes(const std::string& topology) {
   return topology == "separate" ? separate : shared;
 }
 
-std::optional<Lab> Lab::describe(const std::string& dp_lab) {
-  FILE* f = popen((dp_lab + " describe 2>/dev/null").c_str(), "r");
-  if (!f) return std::nullopt;
+// What a shell command prints on stdout (its stderr discarded); in network
+// namespace ns when one is given.
+std::string output_of(const std::string& cmd, const std::string& ns = "") {
+  std::string full = ns.empty() ? cmd : "nsenter --net=/run/netns/" + ns + " -- " + cmd;
+  FILE* f = popen((full + " 2>/dev/null").c_str(), "r");
+  if (!f) return "";
   std::string s;
-  char buf[1024];
+  char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
   pclose(f);
-  json j = json::parse(s, nullptr, false);
+  return s;
+}
+
+std::optional<Lab> Lab::describe(const std::string& dp_lab) {
+  json j = json::parse(output_of(dp_lab + " describe"), nullptr, false);
   if (!j.is_object() || !j.contains("nodes") || !j.contains("rails")) return std::nullopt;
   Lab lab;
   lab.topology = j.value("topology", "shared");
@@ -78,16 +85,10 @@ std::optional<Lab> Lab::describe(const std::string& dp_lab) {
                                            j["rates"][1].get<std::string>()};
   // the namespaces take the machine's default congestion control, which the
   // figures depend on (BBR paces a flow at the rate it last measured)
-  if (FILE* cc = popen(
-          ("ip netns exec " + lab.a + " cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null")
-              .c_str(),
-          "r")) {
-    while (fgets(buf, sizeof(buf), cc)) lab.congestion_control += buf;
-    pclose(cc);
-    while (!lab.congestion_control.empty() &&
-           std::isspace(static_cast<unsigned char>(lab.congestion_control.back())))
-      lab.congestion_control.pop_back();
-  }
+  lab.congestion_control = output_of("cat /proc/sys/net/ipv4/tcp_congestion_control", lab.a);
+  while (!lab.congestion_control.empty() &&
+         std::isspace(static_cast<unsigned char>(lab.congestion_control.back())))
+    lab.congestion_control.pop_back();
   return lab;
 }
 
@@ -204,14 +205,7 @@ struct Sampler {
 
 // What a command run in network namespace ns prints as JSON (discarded: none).
 json json_in(const std::string& ns, const std::string& cmd) {
-  FILE* f = popen(("nsenter --net=/run/netns/" + ns + " -- " + cmd + " 2>/dev/null").c_str(), "r");
-  if (!f) return json(json::value_t::discarded);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
-  pclose(f);
-  return json::parse(s, nullptr, false);
+  return json::parse(output_of(cmd, ns), nullptr, false);
 }
 
 std::map<std::string, double> nstat(const std::string& ns) {
