@@ -308,7 +308,12 @@ void Daemon::place_bursts() {
   if (!flows) return;
   std::vector<BurstFlow> bursts;
   bursts.reserve(flows->size());
-  for (auto& f : *flows) bursts.push_back(f.flow);
+  const auto now = BurstSizes::Clock::now();
+  for (auto& f : *flows) {
+    bursts.push_back(f.flow);
+    bursts.back().burst = burst_sizes_.expect(f.key, f.flow.burst, now);
+  }
+  burst_sizes_.forget_idle(now);
   std::vector<int> priority;
   for (auto& c : policy_.classes) priority.push_back(c.priority);
   auto plan = plan_bursts(bursts, allowed, priority, left);

@@ -98,6 +98,7 @@ class Daemon : private Node {
   Policy policy_;
   bool have_policy_ = false;
   NodeState state_;
+  BurstSizes burst_sizes_{kBurstHalfLife};
   bool plans_written_ = false;    // dp_plans may hold entries (placement = "bursts")
   bool neighbours_said_ = false;  // unresolved neighbours of a failed rail deleted: logged once
   std::chrono::steady_clock::time_point cgroups_checked_{};

@@ -2,6 +2,8 @@
 #include "dualpath/core/bursts.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 
 namespace dp {
@@ -48,6 +50,27 @@ BurstPlan plan_bursts(const std::vector<BurstFlow>& flows,
     out.finish_s[best] = best_t;
   }
   return out;
+}
+
+uint64_t BurstSizes::expect(const dp_flow_key& key, uint64_t measured, Clock::time_point now) {
+  Key k;
+  std::memcpy(k.data(), &key, sizeof(key));
+  auto [it, fresh] = seen_.try_emplace(k, Seen{static_cast<double>(measured), now});
+  if (fresh || half_life_.count() <= 0) {
+    it->second = {static_cast<double>(measured), now};
+    return measured;
+  }
+  Seen& s = it->second;
+  double halves = std::chrono::duration<double>(now - s.at).count() /
+                  std::chrono::duration<double>(half_life_).count();
+  double aged = s.bytes * std::exp2(-std::max(halves, 0.0));
+  s = {std::max(aged, static_cast<double>(measured)), now};
+  return static_cast<uint64_t>(s.bytes);
+}
+
+void BurstSizes::forget_idle(Clock::time_point now) {
+  const auto idle = 16 * half_life_;
+  std::erase_if(seen_, [&](const auto& e) { return now - e.second.at > idle; });
 }
 
 }  // namespace dp

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "dualpath/core/bursts.h"
@@ -96,6 +98,57 @@ TEST(Bursts, AFlowKeepsItsRailWhenAMoveGainsLittle) {
   std::vector<BurstFlow> near{{0, 0, 1000 * KiB}, {0, 1, 980 * KiB}};
   plan = plan_bursts(near, kBoth, kOnePriority, {1e9, 1.03e9});
   EXPECT_EQ(plan.path, (std::vector<size_t>{0, 1}));
+}
+
+dp_flow_key flow(uint16_t sport) {
+  dp_flow_key k{};
+  k.sport = sport;
+  k.proto = 6;
+  return k;
+}
+
+TEST(BurstSizes, ABurstTheTransportCutInTwoIsPlannedForTheWholeOneItCameAfter) {
+  using namespace std::chrono_literals;
+  BurstSizes sizes(150ms);
+  const auto t0 = BurstSizes::Clock::now();
+  EXPECT_EQ(sizes.expect(flow(1), 1966 * KiB, t0), 1966 * KiB);
+  // the next step's 1.92 MiB was cut 130 KiB from its end: the plan made
+  // for the part after the cut would put the next whole burst on the slow
+  // rail; what the flow sent 60 ms ago still counts for 2^-0.4 of it
+  const uint64_t after_cut = sizes.expect(flow(1), 130 * KiB, t0 + 60ms);
+  EXPECT_NEAR(static_cast<double>(after_cut), 1966.0 * KiB * std::exp2(-0.4), 2.0);
+  // another flow's measurement is its own
+  EXPECT_EQ(sizes.expect(flow(2), 130 * KiB, t0 + 60ms), 130 * KiB);
+  // a larger burst counts at once, whatever came before
+  EXPECT_EQ(sizes.expect(flow(2), 3000 * KiB, t0 + 70ms), 3000 * KiB);
+}
+
+TEST(BurstSizes, AFlowWhoseBurstsShrankIsPlannedForWhatItSendsNowWithinAFewHalfLives) {
+  using namespace std::chrono_literals;
+  BurstSizes sizes(150ms);
+  const auto t0 = BurstSizes::Clock::now();
+  sizes.expect(flow(1), 1966 * KiB, t0);  // the hottest expert's answers, then another's
+  uint64_t planned = 0;
+  for (int step = 1; step <= 20; ++step)
+    planned = sizes.expect(flow(1), 492 * KiB, t0 + step * 60ms);
+  EXPECT_EQ(planned, 492 * KiB) << "1.2 s later the old size is gone";
+  // a half-life of 0 plans for the last burst alone (as before the memory)
+  BurstSizes last(0ms);
+  last.expect(flow(1), 1966 * KiB, t0);
+  EXPECT_EQ(last.expect(flow(1), 130 * KiB, t0 + 1ms), 130 * KiB);
+}
+
+TEST(BurstSizes, FlowsNotMeasuredForSixteenHalfLivesAreForgotten) {
+  using namespace std::chrono_literals;
+  BurstSizes sizes(100ms);
+  const auto t0 = BurstSizes::Clock::now();
+  sizes.expect(flow(1), 100 * KiB, t0);
+  sizes.expect(flow(2), 100 * KiB, t0 + 1s);
+  sizes.forget_idle(t0 + 1500ms);
+  EXPECT_EQ(sizes.size(), 2u) << "flow 1 was measured 1.5 s ago: 15 half-lives";
+  sizes.forget_idle(t0 + 1700ms);
+  EXPECT_EQ(sizes.size(), 1u);
+  EXPECT_EQ(sizes.expect(flow(1), 20 * KiB, t0 + 1700ms), 20 * KiB) << "forgotten, then new";
 }
 
 }  // namespace

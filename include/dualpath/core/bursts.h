@@ -7,9 +7,12 @@
 // follows. No I/O: the daemon feeds it every tick.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "dualpath/abi.h"
@@ -44,5 +47,41 @@ struct BurstPlan {
 BurstPlan plan_bursts(const std::vector<BurstFlow>& flows,
                       const std::vector<std::vector<bool>>& allowed,
                       const std::vector<int>& priority, const std::vector<double>& left_bps);
+
+// What each flow's next burst is planned for: the largest burst it sent
+// lately, each counting half as much for every `half_life` since it was
+// seen, rather than the last one alone. The transport cuts a burst in two
+// where it pauses longer than the burst gap with data still queued (for
+// ACKs, the reader's window, pacing); the datapath then reads the part
+// after the pause as the flow's last burst, and a plan made for that part
+// puts the flow's next whole burst on a rail for a fraction of it.
+class BurstSizes {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Key = std::array<uint8_t, sizeof(dp_flow_key)>;
+
+  explicit BurstSizes(std::chrono::nanoseconds half_life) : half_life_(half_life) {}
+
+  // The size to plan `key`'s next burst for, given what the datapath
+  // measured now; remembers it.
+  uint64_t expect(const dp_flow_key& key, uint64_t measured, Clock::time_point now);
+  // Forgets flows not measured for 16 half-lives (their memory is below a
+  // 65,000th of what it was: the measurement alone counts).
+  void forget_idle(Clock::time_point now);
+  size_t size() const { return seen_.size(); }
+
+ private:
+  struct Seen {
+    double bytes = 0;  // as of `at`
+    Clock::time_point at;
+  };
+  std::chrono::nanoseconds half_life_;
+  std::map<Key, Seen> seen_;
+};
+
+// The daemon's half-life: a whole burst still counts for a third of itself
+// when it recurs 500 ms later, and a flow whose bursts shrank is planned for
+// what it sends now within about a second.
+inline constexpr std::chrono::milliseconds kBurstHalfLife{300};
 
 }  // namespace dp
