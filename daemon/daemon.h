@@ -89,6 +89,7 @@ class Daemon : private Node {
   const PathMonitor& monitor() const override { return monitor_; }
   const EventLog& events() const override { return events_; }
   const Multipath& multipath() const override { return multipath_; }
+  const BurstSizes& burst_sizes() const override { return burst_sizes_; }
   json responder_status() const override { return responder_.status(); }
   const NodeState& state() const override { return state_; }
   void settle() override { carry_out(controller_.settle(SchedClock::now())); }

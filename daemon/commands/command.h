@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "control_server.h"
+#include "dualpath/core/bursts.h"
 #include "dualpath/core/controller.h"
 #include "dualpath/core/event_log.h"
 #include "dualpath/core/metrics.h"
@@ -61,6 +62,8 @@ class Node {
   virtual const PathMonitor& monitor() const = 0;
   virtual const EventLog& events() const = 0;
   virtual const Multipath& multipath() const = 0;
+  // What burst placement last planned each flow's next burst for.
+  virtual const BurstSizes& burst_sizes() const = 0;
   virtual json responder_status() const = 0;
   virtual const NodeState& state() const = 0;
   // Carries out what the controller plans now (after a change).

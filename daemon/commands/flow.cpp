@@ -47,6 +47,10 @@ json flows_json(const Node& n, const json& args) {
   uint64_t now_ns =
       static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
   json out = render_flows(rows, total, cname, rname, now_ns);
+  // burst placement: the size the plan took for each flow's next burst
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (auto planned = n.burst_sizes().last(rows[i].key))
+      out["flows"][i]["planned_burst_bytes"] = *planned;
   // multipath classes: each MPTCP connection with its subflows
   if (n.multipath().running()) {
     json conns = json::array();

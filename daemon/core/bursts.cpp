@@ -68,6 +68,14 @@ uint64_t BurstSizes::expect(const dp_flow_key& key, uint64_t measured, Clock::ti
   return static_cast<uint64_t>(s.bytes);
 }
 
+std::optional<uint64_t> BurstSizes::last(const dp_flow_key& key) const {
+  Key k;
+  std::memcpy(k.data(), &key, sizeof(key));
+  auto it = seen_.find(k);
+  if (it == seen_.end()) return std::nullopt;
+  return static_cast<uint64_t>(it->second.bytes);
+}
+
 void BurstSizes::forget_idle(Clock::time_point now) {
   const auto idle = 16 * half_life_;
   std::erase_if(seen_, [&](const auto& e) { return now - e.second.at > idle; });

@@ -957,6 +957,7 @@ TEST_F(Lab, BurstPlacementMeasuresBurstsAndPlansEachRoundOverBothRails) {
   size_t planned = 0;
   std::map<uint16_t, uint64_t> burst_of;  // combine source port -> largest burst seen
   std::map<uint16_t, std::string> path_of;
+  std::map<uint16_t, std::vector<uint64_t>> planned_of;  // each look's planned size
   json flows;
   for (int i = 0; i < 75 && (i < 50 || planned < 4); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -969,6 +970,7 @@ TEST_F(Lab, BurstPlacementMeasuresBurstsAndPlansEachRoundOverBothRails) {
       auto port = f["sport"].get<uint16_t>();
       burst_of[port] = std::max(burst_of[port], f["last_burst_bytes"].get<uint64_t>());
       path_of[port] = f["path"].get<std::string>();
+      planned_of[port].push_back(f.value("planned_burst_bytes", uint64_t{0}));
     }
   }
   int st = 0;
@@ -995,6 +997,14 @@ TEST_F(Lab, BurstPlacementMeasuresBurstsAndPlansEachRoundOverBothRails) {
     EXPECT_NEAR(static_cast<double>(bursts[i].first) / mib, want[i], 0.1)
         << "burst " << i << ": " << flows.dump();
   EXPECT_EQ(path_of[bursts[0].second], "rail0") << "the largest burst would finish last on rail1";
+  // the plan takes the largest flow for its whole burst, also where the
+  // transport cut its last one in two (the part after the cut is not its size)
+  const auto& looks = planned_of[bursts[0].second];
+  const auto whole = std::count_if(looks.begin(), looks.end(), [&](uint64_t p) {
+    return static_cast<double>(p) >= 0.5 * static_cast<double>(bursts[0].first);
+  });
+  EXPECT_GE(static_cast<double>(whole), 0.9 * static_cast<double>(looks.size()))
+      << whole << " of " << looks.size() << " looks planned the largest flow for half its burst";
   uint64_t r1 = klass("b", "expert-combine")["tx_bytes_by_path"]["rail1"].get<uint64_t>();
   EXPECT_GT(r1 - r1_before, 4u << 20) << "bursts went over rail1 too";
   EXPECT_EQ(lab::dpctl("b", "status")["placement"]["planned_flows"], 0)

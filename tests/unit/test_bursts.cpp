@@ -121,6 +121,9 @@ TEST(BurstSizes, ABurstTheTransportCutInTwoIsPlannedForTheWholeOneItCameAfter) {
   EXPECT_EQ(sizes.expect(flow(2), 130 * KiB, t0 + 60ms), 130 * KiB);
   // a larger burst counts at once, whatever came before
   EXPECT_EQ(sizes.expect(flow(2), 3000 * KiB, t0 + 70ms), 3000 * KiB);
+  // what dpctl flow list shows: what the plan last took
+  EXPECT_EQ(sizes.last(flow(1)), after_cut);
+  EXPECT_EQ(sizes.last(flow(3)), std::nullopt);
 }
 
 TEST(BurstSizes, AFlowWhoseBurstsShrankIsPlannedForWhatItSendsNowWithinAFewHalfLives) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "dualpath/abi.h"
@@ -68,6 +69,8 @@ class BurstSizes {
   // Forgets flows not measured for 16 half-lives (their memory is below a
   // 65,000th of what it was: the measurement alone counts).
   void forget_idle(Clock::time_point now);
+  // What the last expect() for `key` returned, if the flow is remembered.
+  std::optional<uint64_t> last(const dp_flow_key& key) const;
   size_t size() const { return seen_.size(); }
 
  private:
