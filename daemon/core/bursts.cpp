@@ -13,6 +13,12 @@ namespace {
 // than the best one: a burst plan that flips between two near-equal answers
 // every tick would move flows for nothing.
 constexpr double kKeepWithin = 1.05;
+
+BurstSizes::Key key_of(const dp_flow_key& key) {
+  BurstSizes::Key k;
+  std::memcpy(k.data(), &key, sizeof(key));
+  return k;
+}
 }  // namespace
 
 BurstPlan plan_bursts(const std::vector<BurstFlow>& flows,
@@ -53,25 +59,21 @@ BurstPlan plan_bursts(const std::vector<BurstFlow>& flows,
 }
 
 uint64_t BurstSizes::expect(const dp_flow_key& key, uint64_t measured, Clock::time_point now) {
-  Key k;
-  std::memcpy(k.data(), &key, sizeof(key));
-  auto [it, fresh] = seen_.try_emplace(k, Seen{static_cast<double>(measured), now});
-  if (fresh || half_life_.count() <= 0) {
-    it->second = {static_cast<double>(measured), now};
-    return measured;
-  }
+  const auto bytes = static_cast<double>(measured);
+  auto [it, fresh] = seen_.try_emplace(key_of(key), Seen{bytes, now});
   Seen& s = it->second;
-  double halves = std::chrono::duration<double>(now - s.at).count() /
-                  std::chrono::duration<double>(half_life_).count();
-  double aged = s.bytes * std::exp2(-std::max(halves, 0.0));
-  s = {std::max(aged, static_cast<double>(measured)), now};
+  if (!fresh) {
+    double aged = 0;
+    if (half_life_.count() > 0)
+      aged = s.bytes *
+             std::exp2(-std::max(std::chrono::duration<double>(now - s.at) / half_life_, 0.0));
+    s = {std::max(aged, bytes), now};
+  }
   return static_cast<uint64_t>(s.bytes);
 }
 
 std::optional<uint64_t> BurstSizes::last(const dp_flow_key& key) const {
-  Key k;
-  std::memcpy(k.data(), &key, sizeof(key));
-  auto it = seen_.find(k);
+  auto it = seen_.find(key_of(key));
   if (it == seen_.end()) return std::nullopt;
   return static_cast<uint64_t>(it->second.bytes);
 }
