@@ -154,6 +154,36 @@ static __always_inline void dp_store_addr(struct bpf_sock_addr *ctx, __u16 famil
 	}
 }
 
+/* The address a sock_addr hook was given (in the hook's family), as
+ * placement sees it: an IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a
+ * dual-stack socket gives for an IPv4 peer: Java's sockets, torch's
+ * TCPStore) is the IPv4 address it stands for. Returns the family it is
+ * placed in. */
+static __always_inline __u16 dp_load_placed(struct bpf_sock_addr *ctx, __u16 family, __u32 *addr)
+{
+	dp_load_addr(ctx, family, addr);
+	if (family == DP_AF_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == bpf_htonl(0xffff)) {
+		addr[0] = addr[3];
+		addr[1] = addr[2] = addr[3] = 0;
+		return DP_AF_INET;
+	}
+	return family;
+}
+
+/* addr, placed in family `as`, given back in the hook's family (mapped
+ * again for a dual-stack socket). */
+static __always_inline void dp_store_placed(struct bpf_sock_addr *ctx, __u16 family, __u16 as,
+					    const __u32 *addr)
+{
+	if (family == DP_AF_INET6 && as == DP_AF_INET) {
+		__u32 mapped[4] = {0, 0, bpf_htonl(0xffff), addr[0]};
+
+		dp_store_addr(ctx, family, mapped);
+		return;
+	}
+	dp_store_addr(ctx, family, addr);
+}
+
 /* Only this daemon's namespace: every daemon's programs sit on the cgroup. */
 static __always_inline struct dp_config *dp_connect_config(struct bpf_sock_addr *ctx)
 {
@@ -179,17 +209,18 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	__u32 addr[4] = {}, here, target, idx, mark = 0;
 	__u64 cookie;
 	int any_net = 0;
+	__u16 as;
 	__u8 cls, rule;
 
 	if (!cfg)
 		return 1;
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
 		return 1;
-	dp_load_addr(ctx, family, addr);
-	here = dp_rail_of_addr(addr, family, &any_net);
+	as = dp_load_placed(ctx, family, addr);
+	here = dp_rail_of_addr(addr, as, &any_net);
 	if (here == DP_RAIL_NONE) {
 		/* a peer the policy's table holds, outside every rail's network */
-		struct dp_peer *pe = dp_peer_of(addr, family);
+		struct dp_peer *pe = dp_peer_of(addr, as);
 
 		if (pe && pe->rail < DP_MAX_RAILS) {
 			here = pe->rail;
@@ -240,7 +271,7 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	}
 	__u32 orig[4] = {addr[0], addr[1], addr[2], addr[3]};
 
-	if (!dp_map_addr(addr, family, here, target)) {
+	if (!dp_map_addr(addr, as, here, target)) {
 		dp_count_connect(DP_CONNECT_UNMAPPED, cls);
 		return 1;
 	}
@@ -261,8 +292,8 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	__builtin_memcpy(slot->placed, addr, sizeof(slot->placed));
 	__builtin_memcpy(slot->orig, orig, sizeof(slot->orig));
 	slot->port = (__u16)ctx->user_port;
-	slot->family = family;
-	dp_store_addr(ctx, family, addr);
+	slot->family = as;
+	dp_store_placed(ctx, family, as, addr);
 	dp_count_connect(target, cls);
 	return 1;
 }
@@ -275,22 +306,22 @@ static __always_inline int dp_restore_placed(struct bpf_sock_addr *ctx, __u16 fa
 	struct dp_sock_orig *st;
 	__u32 addr[4] = {};
 	__u64 cookie;
-	__u16 port;
+	__u16 port, as;
 
 	cookie = bpf_get_socket_cookie(ctx);
 	st = bpf_map_lookup_elem(&dp_sock_orig, &cookie);
 	if (!st)
 		return 0;
-	dp_load_addr(ctx, family, addr);
+	as = dp_load_placed(ctx, family, addr);
 	port = (__u16)ctx->user_port;
 #pragma unroll
 	for (int i = 0; i < DP_SOCK_PLACES; i++) {
 		struct dp_sock_place *p = &st->p[i];
 
-		if (p->family != family || p->port != port || p->placed[0] != addr[0] ||
+		if (p->family != as || p->port != port || p->placed[0] != addr[0] ||
 		    p->placed[1] != addr[1] || p->placed[2] != addr[2] || p->placed[3] != addr[3])
 			continue;
-		dp_store_addr(ctx, family, p->orig);
+		dp_store_placed(ctx, family, as, p->orig);
 		return 1;
 	}
 	return 1;
