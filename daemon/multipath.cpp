@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "dualpath/core/sockaddr.h"
 #include "dualpath/kernel/datapath.h"
 #include "dualpath/kernel/procfs.h"
+#include "dualpath/kernel/sock_diag.h"
 
 namespace dp {
 
@@ -25,6 +27,15 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 constexpr int kIpprotoMptcp = 262;  // IPPROTO_MPTCP (glibc's headers may lack it)
+
+// A subflow's ends with IPv4-mapped addresses as IPv4: a dual-stack socket
+// (Java's, torch's TCPStore) connects to ::ffff:a.b.c.d, and its first
+// subflow is an IPv6 socket the kernel reports so, while the rails have
+// IPv4 addresses. The kernel's own view (Subflow::ends) stays as reported:
+// its requests about that subflow must name it the same way.
+multipath::Ends unmapped(const multipath::Ends& e) {
+  return {e.local.unmapped(), e.remote.unmapped(), e.lport, e.rport};
+}
 
 // A port of `local` that no socket holds, on any device, for a join of the
 // shared topology. There every join leaves from the one address, bound to its
@@ -248,10 +259,10 @@ void Multipath::on_event(const mptcp::Event& e) {
       c.token = e.token;
       c.klass = *k;
       c.server_side = e.server_side;
-      c.first = e.flow;
+      c.first = unmapped(e.flow);
       multipath::Subflow s;
       s.ends = e.flow;
-      s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      s.path = multipath::path_of(policy_, ifx, c.first.local, e.ifindex);
       s.backup = e.backup;
       s.up = now;
       c.subflows.push_back(s);
@@ -260,9 +271,9 @@ void Multipath::on_event(const mptcp::Event& e) {
                            e.server_side ? Clock::time_point{} : now + multipath::kFirstJoinAfter);
       c.failures.assign(policy_.paths.size(), 0);
       spdlog::debug("MPTCP connection {:#x} of class {}: {}:{} -> {}:{}{}", e.token,
-                    policy_.classes[*k].name, e.flow.local.str(), e.flow.lport, e.flow.remote.str(),
-                    e.flow.rport, e.server_side ? " (accepted)" : "");
-      if (e.server_side) ensure_join_listeners(e.flow, *k);
+                    policy_.classes[*k].name, c.first.local.str(), e.flow.lport,
+                    c.first.remote.str(), e.flow.rport, e.server_side ? " (accepted)" : "");
+      if (e.server_side) ensure_join_listeners(c.first, *k);
       auto& ref = conns_.emplace(e.token, std::move(c)).first->second;
       if (!last_want_.usable.empty())
         carry_out(ref, multipath::reconcile(policy_, ref, last_want_, now));
@@ -274,7 +285,7 @@ void Multipath::on_event(const mptcp::Event& e) {
       if (!e.server_side) return;
       auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
       if (k && *k < policy_.classes.size() && policy_.classes[*k].multipath)
-        ensure_join_listeners(e.flow, *k);
+        ensure_join_listeners(unmapped(e.flow), *k);
       return;
     }
     case mptcp::EventType::Closed:
@@ -294,7 +305,7 @@ void Multipath::on_event(const mptcp::Event& e) {
       if (std::any_of(c.subflows.begin(), c.subflows.end(), same)) return;
       multipath::Subflow s;
       s.ends = e.flow;
-      s.path = multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      s.path = multipath::path_of(policy_, ifx, e.flow.local.unmapped(), e.ifindex);
       // the shared topology: a join accepted here is on the rail the peer
       // bound it to, which it arrives and is answered on (bpf/lib/tc.h)
       if (s.path == multipath::kNoPath && c.server_side)
@@ -312,7 +323,8 @@ void Multipath::on_event(const mptcp::Event& e) {
     case mptcp::EventType::SubClosed: {
       auto s = std::find_if(c.subflows.begin(), c.subflows.end(), same);
       const bool listed = s != c.subflows.end();
-      size_t path = listed ? s->path : multipath::path_of(policy_, ifx, e.flow.local, e.ifindex);
+      size_t path =
+          listed ? s->path : multipath::path_of(policy_, ifx, e.flow.local.unmapped(), e.ifindex);
       const std::string rail = path < policy_.paths.size() ? policy_.paths[path].name : "-";
       const std::string why = e.error ? fmt::format(" ({})", std::strerror(e.error)) : "";
       // the connecting side: a subflow still listed was not removed by us,
@@ -514,12 +526,13 @@ std::vector<SchedulerEvent> Multipath::take_events() {
 bool Multipath::is_subflow(const IpAddr& local, uint16_t lport) const {
   for (const auto& [token, c] : conns_)
     for (const auto& s : c.subflows)
-      if (s.ends.local == local && s.ends.lport == lport) return true;
+      if (s.ends.lport == lport && s.ends.local.unmapped() == local.unmapped()) return true;
   return false;
 }
 
 size_t Multipath::path_now(const multipath::Connection& c, const multipath::Subflow& s) const {
-  if (!c.server_side || policy_.topology == Topology::Separate || s.ends == c.first) return s.path;
+  if (!c.server_side || policy_.topology == Topology::Separate || unmapped(s.ends) == c.first)
+    return s.path;
   return dp_->flow_path(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport).value_or(s.path);
 }
 
@@ -535,19 +548,34 @@ std::vector<std::vector<size_t>> Multipath::subflows_per_path() const {
 }
 
 json Multipath::connections_json() const {
+  // What each subflow sent: the flow table counts it where the datapath
+  // places it; the subflows the datapath leaves on their rail without a
+  // flow entry (joins bound to their rail, joins answered on the rail they
+  // arrived on) only TCP counts, in tcp_info's bytes_acked.
+  auto name = [](const multipath::Ends& e) {
+    return fmt::format("{}:{}-{}:{}", e.local.str(), e.lport, e.remote.str(), e.rport);
+  };
+  std::map<std::string, uint64_t> acked;
+  if (!conns_.empty())
+    if (auto socks = tcp_sockets(kTcpAllButListen, true))
+      for (const auto& t : *socks)
+        acked[name({t.src.unmapped(), t.dst.unmapped(), t.sport, t.dport})] = t.bytes_acked;
   json out = json::array();
   for (const auto& [token, c] : conns_) {
     json subs = json::array();
     for (const auto& s : c.subflows) {
       size_t path = path_now(c, s);
+      const auto ends = unmapped(s.ends);
+      uint64_t bytes = dp_->flow_bytes(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport);
+      if (auto a = acked.find(name(ends)); a != acked.end()) bytes = std::max(bytes, a->second);
       subs.push_back(
           {{"path", path < policy_.paths.size() ? json(policy_.paths[path].name) : json(nullptr)},
            {"role", s.backup ? "backup" : "active"},
-           {"local", s.ends.local.str()},
+           {"local", ends.local.str()},
            {"lport", s.ends.lport},
-           {"remote", s.ends.remote.str()},
+           {"remote", ends.remote.str()},
            {"rport", s.ends.rport},
-           {"bytes", dp_->flow_bytes(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport)}});
+           {"bytes", bytes}});
     }
     out.push_back({{"token", token},
                    {"class", policy_.classes[c.klass].name},

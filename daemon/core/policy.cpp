@@ -44,6 +44,16 @@ std::string IpAddr::str() const {
   return buf;
 }
 
+IpAddr IpAddr::unmapped() const {
+  static constexpr std::array<uint8_t, 12> kMapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (family != AF_INET6 || !std::equal(kMapped.begin(), kMapped.end(), bytes.begin()))
+    return *this;
+  IpAddr v4;
+  v4.family = AF_INET;
+  std::copy(bytes.begin() + 12, bytes.end(), v4.bytes.begin());
+  return v4;
+}
+
 std::optional<Prefix> Prefix::parse(const std::string& text) {
   if (text == "default") return Prefix{*IpAddr::parse("0.0.0.0"), 0};
   if (text == "default6") return Prefix{*IpAddr::parse("::"), 0};

@@ -277,9 +277,14 @@ TEST_F(Separate, EveryClassCrossesItsRailInBothDirectionsAndTheAppSeesItsAddress
   };
   // each class asks for b's address on the rail it does NOT prefer
   const Probe probes[] = {
-      {"expert-dispatch", 50001, kB4[1], 0}, {"expert-dispatch", 50002, kB6[1], 0},
-      {"param-sync", 52001, kB4[0], 1},      {"param-sync", 52002, kB6[0], 1},
+      {"expert-dispatch", 50001, kB4[1], 0},
+      {"expert-dispatch", 50002, kB6[1], 0},
+      {"param-sync", 52001, kB4[0], 1},
+      {"param-sync", 52002, kB6[0], 1},
       {"control", 53001, kB4[1], 0},
+      // a dual-stack socket (Java's, torch's TCPStore) gives an IPv4 peer
+      // as ::ffff:a.b.c.d
+      {"param-sync", 52003, std::string("::ffff:") + kB4[0], 1},
   };
   for (const auto& p : probes) {
     Sink sink(p.port);
@@ -287,8 +292,10 @@ TEST_F(Separate, EveryClassCrossesItsRailInBothDirectionsAndTheAppSeesItsAddress
     Sent s = tcp_send(p.dst, p.port, kBytes);
     ASSERT_EQ(s.error, "") << p.cls;
     EXPECT_EQ(s.bytes, kBytes);
-    EXPECT_EQ(s.peer, p.dst) << p.cls << ": getpeername() gives the address the app connected to";
-    std::string want_local = p.dst.find(':') != std::string::npos
+    const bool mapped = p.dst.rfind("::ffff:", 0) == 0;
+    EXPECT_EQ(s.peer, mapped ? p.dst.substr(7) : p.dst)
+        << p.cls << ": getpeername() gives the address the app connected to";
+    std::string want_local = p.dst.find(':') != std::string::npos && !mapped
                                  ? std::string(p.rail ? "fd20:0:1::1" : "fd10:0:1::1")
                                  : std::string(p.rail ? "10.20.1.1" : "10.10.1.1");
     EXPECT_EQ(s.local, want_local) << p.cls << ": the connection lives on rail" << p.rail;
@@ -577,12 +584,18 @@ TEST_F(Separate, AMultipathConnectionGetsASubflowOnEachRailAndTheBoundServerAcce
 }
 
 TEST_F(Separate, ClassSetSwitchesTheRolesOfEstablishedMultipathConnections) {
-  Transfer t(collective_transfer(45102, 15'000'000, 20e6));  // 6 s
+  // dual-stack sockets at both ends (as Java's and torch's TCPStore are):
+  // the first subflow is an IPv6 socket on ::ffff:10.10.x.x, the joins are
+  // IPv4, and the roles of both switch
+  auto spec = collective_transfer(45102, 15'000'000, 20e6);  // 6 s
+  spec.dst = spec.server_bind = std::string("::ffff:") + kB4[0];
+  Transfer t(spec);
   json c = wait_conn("a", 45102, 3000, [](const json& x) {
     return subflow_paths(x, "active") == std::set<std::string>{"rail0"} &&
            subflow_paths(x, "backup") == std::set<std::string>{"rail1"};
   });
   ASSERT_EQ(subflow_paths(c, "active"), std::set<std::string>{"rail0"}) << c.dump();
+  EXPECT_EQ(c["remote"], kB4[0]) << "an IPv4-mapped peer is shown as the IPv4 address";
   RailBytes before = rail_bytes();
   must(dp_lab() + " dpctl a class set collective rail1");
   // within a tick and a round trip
@@ -803,6 +816,10 @@ socklen_t if_addr(const std::string& ifname, int family, uint16_t port, sockaddr
 // bound to interface `ifname`'s address ("*": the unspecified one) and
 // `port`, as frameworks given an interface bind; *bound is that address. -1
 // with *error set when it cannot be.
+// kMapped: an IPv6 socket bound to the interface's IPv4 address as
+// ::ffff:a.b.c.d, as Java binds a server to an IPv4 address.
+constexpr int kMapped = -AF_INET;
+
 int bind_on(const std::string& ifname, int family, uint16_t port, int type, std::string* bound,
             std::string* error) {
   sockaddr_storage addr{};
@@ -810,12 +827,16 @@ int bind_on(const std::string& ifname, int family, uint16_t port, int type, std:
   if (ifname == "*")
     addr = make_addr(family == AF_INET ? "0.0.0.0" : "::", port, &len);
   else
-    len = if_addr(ifname, family, port, &addr);
+    len = if_addr(ifname, family == kMapped ? AF_INET : family, port, &addr);
   if (!len) {
     *error = "no address on " + ifname;
     return -1;
   }
   *bound = ip_of(addr);
+  if (family == kMapped) {
+    addr = make_addr("::ffff:" + *bound, port, &len);
+    family = AF_INET6;
+  }
   int fd = ::socket(family, type, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -900,16 +921,21 @@ TEST_F(Separate, AServerBoundToOneRailsAddressAcceptsWhatIsPlacedOnTheOther) {
     const char* a_rail0;
     const char* a_rail1;
     uint16_t port;
+    std::string connect_to;  // "": dst
   };
-  const Case cases[] = {{AF_INET, kB4[0], "10.10.1.1", "10.20.1.1", 52031},
-                        {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 52032}};
+  const Case cases[] = {
+      {AF_INET, kB4[0], "10.10.1.1", "10.20.1.1", 52031, ""},
+      {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 52032, ""},
+      // dual-stack sockets at both ends: the server bound to ::ffff:10.10.2.2
+      // and the client connecting to that
+      {kMapped, kB4[0], "10.10.1.1", "10.20.1.1", 52033, std::string("::ffff:") + kB4[0]}};
   for (const auto& c : cases) {
     uint64_t handed = handovers_on_b("rail1");
     BoundServer server("rail0", c.family, c.port);
     ASSERT_EQ(server.error_, "");
     ASSERT_EQ(server.bound_, c.dst);
     RailBytes before = rail_bytes();
-    Sent s = tcp_send(c.dst, c.port, kBytes);
+    Sent s = tcp_send(c.connect_to.empty() ? c.dst : c.connect_to, c.port, kBytes);
     server.join();
     ASSERT_EQ(s.error, "") << c.dst << ": the connection placed on rail1 was refused";
     ASSERT_EQ(server.error_, "");

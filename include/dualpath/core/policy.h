@@ -18,6 +18,9 @@ struct IpAddr {
   std::array<uint8_t, 16> bytes{};
   std::string str() const;
   static std::optional<IpAddr> parse(const std::string& text);
+  // The IPv4 address an IPv4-mapped IPv6 one (::ffff:a.b.c.d, what a
+  // dual-stack socket shows for an IPv4 peer) stands for; else itself.
+  IpAddr unmapped() const;
   bool operator==(const IpAddr&) const = default;
 };
 
