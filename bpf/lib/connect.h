@@ -184,6 +184,52 @@ static __always_inline void dp_store_placed(struct bpf_sock_addr *ctx, __u16 fam
 	dp_store_addr(ctx, family, addr);
 }
 
+/* The rail slot whose local address is addr (IPv4 in addr[0]). */
+static __always_inline __u32 dp_local_rail(const __u32 *addr, __u16 family)
+{
+#pragma unroll
+	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
+		__u32 key = r;
+		struct dp_local_addr *a = bpf_map_lookup_elem(&dp_local_addrs, &key);
+
+		if (!a)
+			continue;
+		if (family == DP_AF_INET) {
+			if (a->addr4 && a->addr4 == addr[0])
+				return r;
+		} else if ((a->addr6[0] | a->addr6[1] | a->addr6[2] | a->addr6[3]) &&
+			   a->addr6[0] == addr[0] && a->addr6[1] == addr[1] &&
+			   a->addr6[2] == addr[2] && a->addr6[3] == addr[3]) {
+			return r;
+		}
+	}
+	return DP_RAIL_NONE;
+}
+
+/* The rail whose address on this node the socket was bound to before it
+ * connected (its source chosen: Open MPI's TCP transport binds so), or
+ * DP_RAIL_NONE: not bound to an address, or to no rail's. */
+static __always_inline __u32 dp_bound_rail(const struct bpf_sock *sk)
+{
+	__u32 src[4] = {};
+
+	if (sk->family == DP_AF_INET) {
+		src[0] = sk->src_ip4;
+		return src[0] ? dp_local_rail(src, DP_AF_INET) : DP_RAIL_NONE;
+	}
+	src[0] = sk->src_ip6[0];
+	src[1] = sk->src_ip6[1];
+	src[2] = sk->src_ip6[2];
+	src[3] = sk->src_ip6[3];
+	if (!(src[0] | src[1] | src[2] | src[3]))
+		return DP_RAIL_NONE;
+	if (src[0] == 0 && src[1] == 0 && src[2] == bpf_htonl(0xffff)) {
+		src[0] = src[3];
+		return dp_local_rail(src, DP_AF_INET);
+	}
+	return dp_local_rail(src, DP_AF_INET6);
+}
+
 /* Only this daemon's namespace: every daemon's programs sit on the cgroup. */
 static __always_inline struct dp_config *dp_connect_config(struct bpf_sock_addr *ctx)
 {
@@ -268,6 +314,17 @@ static __always_inline int dp_connect(struct bpf_sock_addr *ctx, __u16 family)
 	if (target == DP_RAIL_NONE || target == here) {
 		dp_count_connect(here, cls);
 		return 1;
+	}
+	/* a socket bound to another rail's address keeps its destination: its
+	 * packets carry that address as their source, which the target rail's
+	 * network would not route (and a router's reverse-path filter drops) */
+	if (sk) {
+		__u32 bound = dp_bound_rail(sk);
+
+		if (bound != DP_RAIL_NONE && bound != target) {
+			dp_count_connect(here, cls);
+			return 1;
+		}
 	}
 	__u32 orig[4] = {addr[0], addr[1], addr[2], addr[3]};
 

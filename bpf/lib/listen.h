@@ -29,28 +29,6 @@
 #include "ctx.h"
 #include "maps.h"
 
-/* The rail slot whose local address is addr (IPv4 in addr[0]). */
-static __always_inline __u32 dp_local_rail(const __u32 *addr, __u16 family)
-{
-#pragma unroll
-	for (__u32 r = 0; r < DP_MAX_RAILS; r++) {
-		__u32 key = r;
-		struct dp_local_addr *a = bpf_map_lookup_elem(&dp_local_addrs, &key);
-
-		if (!a)
-			continue;
-		if (family == DP_AF_INET) {
-			if (a->addr4 && a->addr4 == addr[0])
-				return r;
-		} else if ((a->addr6[0] | a->addr6[1] | a->addr6[2] | a->addr6[3]) &&
-			   a->addr6[0] == addr[0] && a->addr6[1] == addr[1] &&
-			   a->addr6[2] == addr[2] && a->addr6[3] == addr[3]) {
-			return r;
-		}
-	}
-	return DP_RAIL_NONE;
-}
-
 /* key.addr = this node's address on rail r; 0 when it has none. */
 static __always_inline int dp_local_addr_of(__u32 r, __u16 family, __u32 *addr)
 {

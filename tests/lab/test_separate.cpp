@@ -106,13 +106,23 @@ struct Sent {
   uint64_t bytes = 0;
 };
 
-// Connects from dpl-a to dst:port, reads getpeername/getsockname, sends `bytes`.
-Sent tcp_send(const std::string& dst, uint16_t port, uint64_t bytes) {
+// Connects from dpl-a to dst:port (from address `src` when one is given, as
+// a transport that binds its client sockets does), reads
+// getpeername/getsockname, sends `bytes`.
+Sent tcp_send(const std::string& dst, uint16_t port, uint64_t bytes, const std::string& src = "") {
   Sent out;
   out.error = in_netns("dpl-a", [&]() -> std::string {
-    socklen_t len;
+    socklen_t len, slen;
     auto to = make_addr(dst, port, &len);
     int fd = ::socket(to.ss_family, SOCK_STREAM, 0);
+    if (!src.empty()) {
+      auto from = make_addr(src, 0, &slen);
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&from), slen) != 0) {
+        std::string e = std::strerror(errno);
+        ::close(fd);
+        return "bind to " + src + ": " + e;
+      }
+    }
     if (::connect(fd, reinterpret_cast<sockaddr*>(&to), len) != 0) {
       std::string e = std::strerror(errno);
       ::close(fd);
@@ -303,6 +313,30 @@ TEST_F(Separate, EveryClassCrossesItsRailInBothDirectionsAndTheAppSeesItsAddress
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_EQ(sink.received(), kBytes) << p.cls;
     expect_both_ways_on(p.rail, before, kBytes, p.cls + " to " + p.dst);
+  }
+}
+
+TEST_F(Separate, AClientBoundToOneRailsAddressKeepsThatRail) {
+  constexpr uint64_t kBytes = 1 << 20;
+  // param-sync prefers rail1. A client bound to its rail0 address (Open
+  // MPI's TCP transport binds so) stays on rail0: on rail1 its packets
+  // would carry a rail0 source, which rail1's router drops. One bound to
+  // its rail1 address is placed there.
+  struct Case {
+    const char* src;
+    int rail;
+  };
+  for (const Case c : {Case{"10.10.1.1", 0}, Case{"10.20.1.1", 1}}) {
+    Sink sink(52005);
+    RailBytes before = rail_bytes();
+    Sent s = tcp_send(kB4[0], 52005, kBytes, c.src);
+    ASSERT_EQ(s.error, "") << "a client bound to " << c.src;
+    EXPECT_EQ(s.local, c.src);
+    EXPECT_EQ(s.peer, kB4[0]);
+    for (int i = 0; i < 100 && sink.received() < kBytes; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(sink.received(), kBytes) << "a client bound to " << c.src;
+    expect_both_ways_on(c.rail, before, kBytes, std::string("a client bound to ") + c.src);
   }
 }
 
