@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every policy error kind, with the line and column it is reported at.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 
@@ -71,6 +72,16 @@ void expect_one_error(const std::string& text, int line, const std::string& need
 }
 
 }  // namespace
+
+TEST(IpAddr, AnIpv4MappedAddressStandsForTheIpv4One) {
+  auto mapped = dp::IpAddr::parse("::ffff:10.10.2.2");
+  ASSERT_TRUE(mapped);
+  EXPECT_EQ(mapped->family, AF_INET6);
+  EXPECT_EQ(mapped->unmapped(), *dp::IpAddr::parse("10.10.2.2"));
+  // others are themselves: IPv4, plain IPv6, and IPv4-compatible (::a.b.c.d)
+  for (const char* a : {"10.10.2.2", "fd10:0:2::2", "::10.10.2.2", "::ffff:0:10.10.2.2"})
+    EXPECT_EQ(dp::IpAddr::parse(a)->unmapped(), *dp::IpAddr::parse(a)) << a;
+}
 
 TEST(Policy, BaseIsValid) {
   auto r = dp::parse_policy(kBase, "p.toml");
