@@ -154,20 +154,25 @@ static __always_inline void dp_store_addr(struct bpf_sock_addr *ctx, __u16 famil
 	}
 }
 
-/* The address a sock_addr hook was given (in the hook's family), as
- * placement sees it: an IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a
- * dual-stack socket gives for an IPv4 peer: Java's sockets, torch's
- * TCPStore) is the IPv4 address it stands for. Returns the family it is
- * placed in. */
-static __always_inline __u16 dp_load_placed(struct bpf_sock_addr *ctx, __u16 family, __u32 *addr)
+/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a dual-stack socket
+ * gives for an IPv4 peer: Java's sockets, torch's TCPStore) made the IPv4
+ * address it stands for, in place. Returns the address's family now. */
+static __always_inline __u16 dp_unmapped(__u16 family, __u32 *addr)
 {
-	dp_load_addr(ctx, family, addr);
 	if (family == DP_AF_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == bpf_htonl(0xffff)) {
 		addr[0] = addr[3];
 		addr[1] = addr[2] = addr[3] = 0;
 		return DP_AF_INET;
 	}
 	return family;
+}
+
+/* The address a sock_addr hook was given (in the hook's family), as
+ * placement sees it (dp_unmapped); returns the family it is placed in. */
+static __always_inline __u16 dp_load_placed(struct bpf_sock_addr *ctx, __u16 family, __u32 *addr)
+{
+	dp_load_addr(ctx, family, addr);
+	return dp_unmapped(family, addr);
 }
 
 /* addr, placed in family `as`, given back in the hook's family (mapped
@@ -223,11 +228,7 @@ static __always_inline __u32 dp_bound_rail(const struct bpf_sock *sk)
 	src[3] = sk->src_ip6[3];
 	if (!(src[0] | src[1] | src[2] | src[3]))
 		return DP_RAIL_NONE;
-	if (src[0] == 0 && src[1] == 0 && src[2] == bpf_htonl(0xffff)) {
-		src[0] = src[3];
-		return dp_local_rail(src, DP_AF_INET);
-	}
-	return dp_local_rail(src, DP_AF_INET6);
+	return dp_local_rail(src, dp_unmapped(DP_AF_INET6, src));
 }
 
 /* Only this daemon's namespace: every daemon's programs sit on the cgroup. */
