@@ -318,6 +318,7 @@ static __always_inline int dp_bind_note(struct bpf_sock *sk, __u16 family)
 	if (cfg->netns_cookie && bpf_get_netns_cookie(sk) != cfg->netns_cookie)
 		return 1;
 	dp_sock_src(sk, family, addr);
+	family = dp_unmapped(family, addr); /* a dual-stack socket bound to ::ffff:a.b.c.d */
 	key.proto = (__u8)proto;
 	key.family = (__u8)family;
 	key.port = (__u16)sk->src_port;
@@ -418,6 +419,7 @@ static __always_inline int dp_udp_note(struct bpf_iter__udp *ctx)
 	} else {
 		return 0;
 	}
+	family = dp_unmapped(family, key.addr);
 	if (dp_local_rail(key.addr, family) == DP_RAIL_NONE)
 		return 0;
 	key.family = (__u8)family;
@@ -431,26 +433,29 @@ static __always_inline int dp_udp_note(struct bpf_iter__udp *ctx)
  * checked dp_connect_config.) */
 static __always_inline void dp_udp_restore(struct bpf_sock_addr *ctx, __u16 family)
 {
-	struct dp_udp_peer peer = {.family = (__u8)family};
+	struct dp_udp_peer peer = {};
 	__u32 local[4] = {}, real[4] = {}, to;
 	struct bpf_sock *sk = ctx->sk;
 	struct dp_udp_handed *h;
+	__u16 as;
 
 	if (!sk || ctx->protocol != IPPROTO_UDP)
 		return;
 	dp_sock_src(sk, family, local);
-	to = dp_local_rail(local, family);
-	if (to == DP_RAIL_NONE)
+	/* a dual-stack socket's: its own and its peer's IPv4-mapped addresses */
+	as = dp_unmapped(family, local);
+	to = dp_local_rail(local, as);
+	if (to == DP_RAIL_NONE || dp_load_placed(ctx, family, real) != as)
 		return;
-	dp_load_addr(ctx, family, real);
-	dp_udp_shown(real, family, to, peer.addr);
+	peer.family = (__u8)as;
+	dp_udp_shown(real, as, to, peer.addr);
 	peer.lport = (__u16)sk->src_port;
 	peer.rport = bpf_ntohs((__u16)ctx->user_port);
 	h = bpf_map_lookup_elem(&dp_udp_handed, &peer);
 	if (!h || h->to != to || h->real[0] != real[0] || h->real[1] != real[1] ||
 	    h->real[2] != real[2] || h->real[3] != real[3])
 		return;
-	dp_store_addr(ctx, family, peer.addr);
+	dp_store_placed(ctx, family, as, peer.addr);
 }
 
 /* recvmsg(): a placed socket's peer as asked for; a handed-over peer as the

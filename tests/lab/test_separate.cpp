@@ -1121,7 +1121,9 @@ TEST_F(Separate, AUdpServerBoundToOneRailsAddressAnswersWhatIsPlacedOnTheOther) 
   const Case cases[] = {{AF_INET, kB4[0], "10.10.1.1", "10.20.1.1", 54021, true},
                         {AF_INET, kB4[0], "10.10.1.1", "10.20.1.1", 54022, false},
                         {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 54023, true},
-                        {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 54024, false}};
+                        {AF_INET6, kB6[0], "fd10:0:1::1", "fd20:0:1::1", 54024, false},
+                        // a dual-stack server bound to ::ffff:10.10.2.2 (Java's)
+                        {kMapped, kB4[0], "10.10.1.1", "10.20.1.1", 54025, false}};
   constexpr int kCount = 200;
   for (const auto& c : cases) {
     const std::string what = std::string(c.connected ? "connected" : "unconnected") +
