@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # A real torch.distributed gloo job between the separate lab's nodes through
-# a failure of the rail its connections were made on, as issue 26 first saw
-# it (a job that hung until gloo's 60 s timeout). Both ranks run under
+# a failure of the rail its connections were made on: such a job must carry
+# on over the other rail, where without a multipath class it would hang
+# until gloo's 60 s timeout or abort on a reset. Both ranks run under
 # `dpctl run --class bench-mp` (the multipath class of `dp-lab mode
 # multipath`) with GLOO_SOCKET_IFNAME=rail0, as a job given the front-end
 # interface binds; 5 s in, b's rail0 loses its carrier or is blackholed (or
