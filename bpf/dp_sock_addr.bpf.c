@@ -5,7 +5,8 @@
  * application back the addresses it used; sock_release forgets them. A UDP
  * server bound to one rail's address (lib/listen.h): post_bind counts it for
  * the daemon, recvmsg and sendmsg keep its handed-over peers' replies on
- * their rail. */
+ * their rail, and its connect() to such a peer connects it to where the
+ * peer really is. */
 #include "lib/listen.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -13,13 +14,13 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 SEC("cgroup/connect4")
 int dp_connect4(struct bpf_sock_addr *ctx)
 {
-	return dp_connect(ctx, DP_AF_INET);
+	return dp_connect_or_handed(ctx, DP_AF_INET);
 }
 
 SEC("cgroup/connect6")
 int dp_connect6(struct bpf_sock_addr *ctx)
 {
-	return dp_connect(ctx, DP_AF_INET6);
+	return dp_connect_or_handed(ctx, DP_AF_INET6);
 }
 
 SEC("cgroup/sendmsg4")

@@ -276,8 +276,10 @@ static __always_inline void dp_handover_accepted(struct bpf_sock_ops *skops,
  * is in dp_listeners. No hook that sees a bind may add a socket to a
  * SOCKHASH, so cgroup post_bind counts the binds to a rail address
  * (dp_udp_binds), and the daemon then runs the iterator dp_udp_servers over
- * its namespace's UDP sockets, which adds them. A server bound in the last
- * tick may lose the first datagrams placed on another rail. */
+ * its namespace's UDP sockets, which adds them; tc ingress adds the one a
+ * datagram in hand is for (dp_udp_ingress), so that not even the first is
+ * lost. A server that connects to a handed-over peer is reached through
+ * addresses rewritten in tc (dp_udp_connect_handed). */
 
 /* A socket's own address (post_bind, sock_addr hooks: src_ip4/src_ip6). */
 static __always_inline void dp_sock_src(struct bpf_sock *sk, __u16 family, __u32 *addr)
@@ -426,6 +428,240 @@ static __always_inline int dp_udp_note(struct bpf_iter__udp *ctx)
 	key.port = c->skc_num;
 	bpf_map_update_elem(&dp_listeners, &key, u, BPF_ANY);
 	return 0;
+}
+
+/* A UDP datagram's source (src = 1) or destination address rewritten to
+ * addr (IPv4 in addr[0]), the IPv4 header's and the UDP checksum with it.
+ * Returns 0 on success. */
+static __always_inline int dp_udp_rewrite(struct __sk_buff *skb, const struct dp_pkt *pkt, int src,
+					  const __u32 *addr)
+{
+	__u32 csum = pkt->l4_off + __builtin_offsetof(struct udphdr, check);
+
+	if (pkt->family == DP_AF_INET) {
+		__u32 old = src ? pkt->key.saddr[3] : pkt->key.daddr[3];
+		__u32 at = pkt->l3_off + (src ? __builtin_offsetof(struct iphdr, saddr)
+					      : __builtin_offsetof(struct iphdr, daddr));
+
+		if (bpf_l4_csum_replace(skb, csum, old, addr[0],
+					BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | sizeof(__u32)) ||
+		    bpf_l3_csum_replace(skb, pkt->l3_off + __builtin_offsetof(struct iphdr, check),
+					old, addr[0], sizeof(__u32)))
+			return -1;
+		return bpf_skb_store_bytes(skb, at, addr, sizeof(__u32), 0) ? -1 : 0;
+	}
+	{
+		__u32 old[4], now[4];
+		__u32 at = pkt->l3_off + (src ? __builtin_offsetof(struct ipv6hdr, saddr)
+					      : __builtin_offsetof(struct ipv6hdr, daddr));
+		__s64 diff;
+
+		__builtin_memcpy(old, src ? pkt->key.saddr : pkt->key.daddr, sizeof(old));
+		__builtin_memcpy(now, addr, sizeof(now));
+		diff = bpf_csum_diff(old, sizeof(old), now, sizeof(now), 0);
+		if (diff < 0 || bpf_l4_csum_replace(skb, csum, 0, (__u32)diff,
+						    BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0))
+			return -1;
+		return bpf_skb_store_bytes(skb, at, now, sizeof(now), 0) ? -1 : 0;
+	}
+}
+
+/* A datagram's address (dst = 1: its destination) as dp_listen_key holds
+ * addresses (IPv4 in addr[0]). */
+static __always_inline void dp_pkt_addr(const struct dp_pkt *pkt, int dst, __u32 *addr)
+{
+	const __u32 *a = dst ? pkt->key.daddr : pkt->key.saddr;
+
+	if (pkt->family == DP_AF_INET) {
+		addr[0] = a[3];
+		addr[1] = addr[2] = addr[3] = 0;
+	} else {
+		__builtin_memcpy(addr, a, 4 * sizeof(__u32));
+	}
+}
+
+/* The handed-over peer `real`:rport of the server on port lport at rail
+ * `to`'s address, whose datagrams were addressed to rail `here` (NULL when
+ * it is none). */
+static __always_inline struct dp_udp_handed *
+dp_udp_handed_of(const __u32 *real, __u16 family, __u16 lport, __u16 rport, __u32 here, __u32 to)
+{
+	struct dp_udp_peer peer = {.lport = lport, .rport = rport, .family = (__u8)family};
+	struct dp_udp_handed *h;
+
+	dp_udp_shown(real, family, to, peer.addr);
+	h = bpf_map_lookup_elem(&dp_udp_handed, &peer);
+	if (!h || h->here != here || h->to != to || h->real[0] != real[0] ||
+	    h->real[1] != real[1] || h->real[2] != real[2] || h->real[3] != real[3])
+		return 0;
+	return h;
+}
+
+/* tc ingress, a UDP datagram for this node's address on rail `here`, where
+ * no socket is bound (a socket bound there always gets it):
+ * - from a peer already handed over to a server bound to another rail's
+ *   address, whose socket is now connected to that peer
+ *   (dp_udp_connect_handed): its destination becomes the server's address,
+ *   which the kernel's own lookup then finds (sk_lookup hands nothing to a
+ *   connected socket). A node that routes by source with a strict
+ *   reverse-path filter drops it then: the way back from the server's
+ *   address leaves by the server's rail;
+ * - else, a server bound to the same port on another rail's address (dp_bound,
+ *   from its bind) goes into dp_listeners now, so that sk_lookup hands this
+ *   very datagram over. The iterator adds it only at the daemon's next tick,
+ *   and a server that hears from its first peer right after its bind
+ *   (iperf3's UDP test, any exchange begun over a control connection) would
+ *   lose what came before. The socket is the one the kernel finds for the
+ *   datagram as if it had been sent to that address, and only an unconnected
+ *   one.
+ * Costs one array lookup until some socket was bound to a rail's address. */
+static __always_inline void dp_udp_ingress(struct __sk_buff *skb, const struct dp_pkt *pkt)
+{
+	struct dp_listen_key key = {.proto = IPPROTO_UDP};
+	struct bpf_sock_tuple t = {};
+	__u32 zero = 0, here, to, len, real[4];
+	__u64 *binds = bpf_map_lookup_elem(&dp_udp_binds, &zero);
+	__u16 family = pkt->family;
+	struct bpf_sock *sk;
+	int connected;
+
+	if (!binds || !*binds || pkt->key.proto != IPPROTO_UDP)
+		return;
+	dp_pkt_addr(pkt, 1, key.addr);
+	here = dp_local_rail(key.addr, family);
+	if (here == DP_RAIL_NONE)
+		return;
+	key.family = (__u8)family;
+	key.port = bpf_ntohs(pkt->key.dport);
+	if (dp_bound_here(&key))
+		return; /* the kernel finds it */
+	dp_pkt_addr(pkt, 0, real);
+	for (to = 0; to < DP_MAX_RAILS; to++) {
+		if (to == here || !dp_local_addr_of(to, family, key.addr))
+			continue;
+		if (family == DP_AF_INET) {
+			t.ipv4.saddr = real[0];
+			t.ipv4.daddr = key.addr[0];
+			t.ipv4.sport = pkt->key.sport;
+			t.ipv4.dport = pkt->key.dport;
+			len = sizeof(t.ipv4);
+		} else {
+			__builtin_memcpy(t.ipv6.saddr, real, sizeof(t.ipv6.saddr));
+			__builtin_memcpy(t.ipv6.daddr, key.addr, sizeof(t.ipv6.daddr));
+			t.ipv6.sport = pkt->key.sport;
+			t.ipv6.dport = pkt->key.dport;
+			len = sizeof(t.ipv6);
+		}
+		/* (before dp_bound: it holds the last socket bound to an address,
+		 * and a server that bound another beside it and closed that one,
+		 * as iperf3's does, is no longer there) */
+		if (dp_udp_handed_of(real, family, key.port, bpf_ntohs(pkt->key.sport), here, to)) {
+			sk = bpf_sk_lookup_udp(skb, &t, len, BPF_F_CURRENT_NETNS, 0);
+			if (!sk)
+				return;
+			connected = sk->state != DP_TCP_CLOSE;
+			bpf_sk_release(sk);
+			if (connected)
+				dp_udp_rewrite(skb, pkt, 0, key.addr);
+			return; /* else sk_lookup hands it over as it is */
+		}
+		if (!bpf_map_lookup_elem(&dp_bound, &key))
+			continue; /* nothing bound there */
+		if (dp_listening(&key))
+			return; /* sk_lookup has it already */
+		sk = bpf_sk_lookup_udp(skb, &t, len, BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return;
+		if (sk->state == DP_TCP_CLOSE) /* unconnected */
+			bpf_map_update_elem(&dp_listeners, &key, sk, BPF_ANY);
+		bpf_sk_release(sk);
+		return;
+	}
+}
+
+/* tc egress, a datagram from this node's address on one rail (a server's)
+ * to a handed-over peer's real address (dp_udp_connect_handed connected it
+ * there): it leaves from this node's address on the rail the peer's
+ * datagrams came on, as the peer's connected socket requires. Returns that
+ * rail, or DP_RAIL_NONE when the datagram is none of these. */
+static __always_inline __u32 dp_udp_egress(struct __sk_buff *skb, const struct dp_pkt *pkt)
+{
+	struct dp_udp_peer peer = {.family = (__u8)pkt->family};
+	__u32 zero = 0, from, src[4], real[4];
+	__u64 *binds = bpf_map_lookup_elem(&dp_udp_binds, &zero);
+	struct dp_udp_handed *h;
+
+	if (!binds || !*binds || pkt->key.proto != IPPROTO_UDP)
+		return DP_RAIL_NONE;
+	dp_pkt_addr(pkt, 0, src);
+	from = dp_local_rail(src, pkt->family);
+	if (from == DP_RAIL_NONE)
+		return DP_RAIL_NONE;
+	/* the peer as the server sees it depends only on the server's rail */
+	dp_pkt_addr(pkt, 1, real);
+	dp_udp_shown(real, pkt->family, from, peer.addr);
+	peer.lport = bpf_ntohs(pkt->key.sport);
+	peer.rport = bpf_ntohs(pkt->key.dport);
+	h = bpf_map_lookup_elem(&dp_udp_handed, &peer);
+	if (!h || h->to != from || h->here == from || h->here >= DP_MAX_RAILS ||
+	    h->real[0] != real[0] || h->real[1] != real[1] || h->real[2] != real[2] ||
+	    h->real[3] != real[3])
+		return DP_RAIL_NONE;
+	if (!dp_local_addr_of(h->here, pkt->family, src) || dp_udp_rewrite(skb, pkt, 1, src))
+		return DP_RAIL_NONE;
+	return h->here;
+}
+
+/* connect() of a UDP server's socket (bound to this node's address on one
+ * rail) to a peer handed over to it, as recvmsg() showed that peer: the
+ * socket is connected to the peer's real address, where the peer's
+ * datagrams come from, and getpeername() shows what it asked for. tc gives
+ * what it sends the source the peer expects (dp_udp_egress) and what comes
+ * in the server's address (dp_udp_ingress). iperf3's UDP server, and any
+ * that takes a socket per peer, connect so. Returns 1 when it was one. (The
+ * caller checked dp_connect_config.) */
+static __always_inline int dp_udp_connect_handed(struct bpf_sock_addr *ctx, __u16 family)
+{
+	__u32 local[4] = {}, shown[4] = {}, to, r;
+	struct bpf_sock *sk = ctx->sk;
+	struct dp_sock_orig fresh = {}, *st;
+	struct dp_udp_peer peer = {};
+	struct dp_udp_handed *h;
+	__u64 cookie;
+	__u16 as;
+
+	if (!sk || ctx->protocol != IPPROTO_UDP)
+		return 0;
+	dp_sock_src(sk, family, local);
+	as = dp_unmapped(family, local);
+	to = dp_local_rail(local, as);
+	if (to == DP_RAIL_NONE || dp_load_placed(ctx, family, shown) != as)
+		return 0;
+	peer.family = (__u8)as;
+	peer.lport = (__u16)sk->src_port;
+	peer.rport = bpf_ntohs((__u16)ctx->user_port);
+	__builtin_memcpy(peer.addr, shown, sizeof(peer.addr));
+	h = bpf_map_lookup_elem(&dp_udp_handed, &peer);
+	if (!h || h->to != to)
+		return 0;
+	cookie = bpf_get_socket_cookie(ctx);
+	bpf_map_update_elem(&dp_sock_orig, &cookie, &fresh, BPF_NOEXIST);
+	st = bpf_map_lookup_elem(&dp_sock_orig, &cookie);
+	if (!st)
+		return 0; /* table full: left as it was */
+	for (r = 0; r < 4; r++)
+		local[r] = h->real[r];
+	dp_place_note(st, local, shown, (__u16)ctx->user_port, as);
+	dp_store_placed(ctx, family, as, local);
+	return 1;
+}
+
+/* connect(): a UDP server's to a handed-over peer, or else placement. */
+static __always_inline int dp_connect_or_handed(struct bpf_sock_addr *ctx, __u16 family)
+{
+	if (dp_connect_config(ctx) && dp_udp_connect_handed(ctx, family))
+		return 1;
+	return dp_connect(ctx, family);
 }
 
 /* recvmsg() of a server a peer's datagrams were handed to: the peer on the

@@ -37,6 +37,7 @@ struct dp_pkt {
 	struct dp_flow_key key;
 	__u16 family;	/* AF_INET or AF_INET6 */
 	__u16 l3_off;	/* offset of the IP header from the start of the frame */
+	__u16 l4_off;	/* offset of the TCP or UDP header */
 	__u8 tcp_flags; /* TCP: the header's flags byte (FIN 0x01, SYN 0x02, ACK 0x10) */
 	__u32 tcp_seq;	/* TCP: the sequence number, host order */
 };
@@ -120,6 +121,8 @@ static __always_inline int dp_parse(void *data, void *data_end, struct dp_pkt *p
 	{
 		/* source and destination port are the first 4 bytes of TCP and UDP */
 		__be16 *ports = cursor;
+
+		pkt->l4_off = (__u16)(cursor - data);
 		if ((void *)(ports + 2) > data_end)
 			return DP_EXC_SHORT;
 		if (l4proto == IPPROTO_TCP && cursor + sizeof(struct tcphdr) > data_end)

@@ -20,6 +20,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
+#include "listen.h"
 #include "maps.h"
 #include "place.h"
 #include "steer.h"
@@ -89,7 +90,7 @@ static __always_inline void dp_apply_qos(struct __sk_buff *skb, const struct dp_
 /* The kernel's types a multipath subflow's socket is read through, by name
  * (CO-RE): where its packets last arrived (set by TCP from every packet that
  * changes it), and whether its MPTCP connection was accepted here. */
-struct sock___dp {
+struct sock___tc {
 	int sk_rx_dst_ifindex;
 } __attribute__((preserve_access_index));
 
@@ -146,7 +147,7 @@ static __always_inline __u32 dp_socket_rail(struct __sk_buff *skb, const struct 
 		tp = bpf_skc_to_tcp_sock(full);
 		if (!tp)
 			return DP_RAIL_NONE;
-		key = dp_rail_of_ifindex((__u32)((struct sock___dp *)tp)->sk_rx_dst_ifindex);
+		key = dp_rail_of_ifindex((__u32)((struct sock___tc *)tp)->sk_rx_dst_ifindex);
 	}
 	return dp_rail_usable_for(key, DP_RAIL_F_MP_UP) ? key : DP_RAIL_NONE;
 }
@@ -253,6 +254,7 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 	struct dp_counters *c;
 	struct dp_rail *rail;
 	__u32 zero = 0, target, mark = skb->mark, mark_mask, redirect_bit;
+	__u32 usable = DP_RAIL_F_ENABLED; /* what a redirect target's flags must hold */
 	long ret;
 	int exc, admit;
 	__u8 cls, rule = DP_RULE_NONE;
@@ -274,6 +276,19 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 	cls = dp_classify_rule(&pkt, mark & mark_mask & ~redirect_bit, cfg, &rule, skb,
 			       DP_CGROUP_SKB);
 
+	if (pkt.key.proto == IPPROTO_UDP) {
+		/* a UDP server's reply to a peer handed over to it (lib/listen.h) */
+		target = dp_udp_egress(skb, &pkt);
+		if (target != DP_RAIL_NONE) {
+			if (target == rail_here) {
+				dp_count_tx(rail_here, cls, skb->len);
+				return DP_PASS;
+			}
+			/* a route by source chose another rail: to the one it came on */
+			usable = DP_RAIL_F_ENABLED | DP_RAIL_F_CONNECT;
+			goto redirect;
+		}
+	}
 	if (mark & redirect_bit) {
 		/* steered here by another rail's hook: count it, never re-steer */
 		skb->mark = mark & ~redirect_bit;
@@ -301,8 +316,9 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 		return DP_PASS;
 	}
 
+redirect:
 	rail = bpf_map_lookup_elem(&dp_rails, &target);
-	if (!rail || !(rail->flags & DP_RAIL_F_ENABLED) || !rail->ifindex) {
+	if (!rail || !(rail->flags & usable) || !rail->ifindex) {
 		dp_count_exception(rail_here, DP_EXC_TARGET_UNAVAILABLE);
 		dp_count_tx(rail_here, cls, skb->len);
 		return DP_PASS;
@@ -335,7 +351,8 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 	return TC_ACT_REDIRECT;
 }
 
-/* tc ingress: per-rail, per-class receive accounting. */
+/* tc ingress: per-rail, per-class receive accounting; a UDP server bound to
+ * another rail's address reached (dp_udp_ingress). */
 static __always_inline int dp_tc_ingress(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
@@ -361,6 +378,8 @@ static __always_inline int dp_tc_ingress(struct __sk_buff *skb)
 		c->rx_bytes += skb->len;
 		c->rx_packets += 1;
 	}
+	if (exc < 0)
+		dp_udp_ingress(skb, &pkt);
 	return DP_PASS;
 }
 

@@ -483,7 +483,8 @@ struct dp_sock_orig {
  * unconnected UDP socket bound to one of those addresses (sockops adds a
  * listener when it starts listening; the daemon adds UDP sockets through an
  * iterator, dp_udp_servers, after cgroup post_bind counted a bind to one of
- * the addresses in dp_udp_binds; the kernel removes a socket when it closes).
+ * the addresses in dp_udp_binds, and tc ingress the one a datagram in hand
+ * is for; the kernel removes a socket when it closes).
  * dp_handovers: PERCPU_ARRAY, key = rail slot the connection was addressed
  * to: connections (and UDP peers) handed to a socket on another rail.
  * dp_bound: HASH, struct dp_listen_key -> socket cookie: every UDP socket
@@ -498,7 +499,10 @@ struct dp_sock_orig {
  * address. The server's recvmsg() shows the peer on the server's own rail,
  * and its sendto() of that address goes back the way the datagrams came
  * (destination the peer's real address, source this node's address on the
- * rail they were addressed to), which a connected client requires.
+ * rail they were addressed to), which a connected client requires. A
+ * server's connect() to such a peer connects it to the real address, and tc
+ * then rewrites the source of what it sends and the destination of what
+ * comes in (lib/listen.h).
  */
 #define DP_LISTENERS_SIZE 16384
 
