@@ -13,6 +13,7 @@
 //   build/tests/bench/dp-bench-classifier [--repeat N] [--rounds R]
 //
 // Needs root. Maps are programmed from policies/lab-a.toml, as the daemon does.
+#include <arpa/inet.h>
 #include <linux/pkt_cls.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -47,6 +48,9 @@ struct Case {
   Cgroups cgroups = Cgroups::Off;
   bool tcp_time = false;  // carries a departure time (skb->tstamp), as TCP's packets do
   bool bursts = false;    // param-sync placed by bursts instead of cells (DP_CELL_F_BURSTS)
+  // a UDP socket was bound to a rail's address (dp_udp_binds), and the
+  // packet leaves from one: what a UDP server's reply pays (lib/listen.h)
+  bool udp_servers = false;
 };
 
 uint64_t mono_ns() {
@@ -192,6 +196,14 @@ int main(int argc, char** argv) {
        Cgroups::Off,
        true,
        true},
+      {"v4 udp, a rail-bound server's reply",
+       {4, IPPROTO_UDP, 50001, 40000},
+       0,
+       Prog::Egress,
+       Cgroups::Off,
+       false,
+       false,
+       true},
       {"v4 tcp, unclassified", {4, IPPROTO_TCP, 40000, 40001}, 0, Prog::Egress},
       {"v4 fragment (passed)", {4, IPPROTO_TCP, 40000, 50001, 0, false, true}, 0, Prog::Egress},
       {"v4 tcp, class by cgroup", {4, IPPROTO_TCP, 40000, 40001}, 0, Prog::Egress, Cgroups::Match},
@@ -235,6 +247,17 @@ int main(int argc, char** argv) {
   auto set_placement = [&](bool bursts) {
     (void)s.dp_cells().update(zero, bursts ? burst_cfg : cells);
   };
+  auto set_udp_servers = [&](bool on) {
+    uint64_t binds = on ? 1 : 0;
+    (void)s.dp_udp_binds().update(zero, binds);
+    dp_local_addr here{}, other{};
+    if (on) {
+      here.addr4 = inet_addr("10.99.0.1");  // the packets' source
+      other.addr4 = inet_addr("10.98.0.1");
+    }
+    (void)s.dp_local_addrs().update(0u, here);
+    (void)s.dp_local_addrs().update(1u, other);
+  };
   const size_t n = std::size(cases);
   std::vector<std::vector<uint8_t>> pkts;
   for (auto& c : cases) pkts.push_back(dptest::build_packet(c.pkt));
@@ -251,6 +274,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; ++i) {
       set_cgroups(cases[i].cgroups);
       set_placement(cases[i].bursts);
+      set_udp_servers(cases[i].udp_servers);
       uint32_t slot = 0;
       int fd = fd_of(cases[i].prog);
       (void)bpf_map_update_elem(next, &slot, &fd, BPF_ANY);
