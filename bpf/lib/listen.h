@@ -145,6 +145,22 @@ static __always_inline void dp_udp_hand(const __u32 *real, __u16 family, __u16 l
 	dp_count_handover(here);
 }
 
+/* Whether sk is bound to another rail's device (SO_BINDTODEVICE: iperf3
+ * --bind-dev, socat's so-bindtodevice) than the one the packet came in on.
+ * Such a server answers only through its own device, which the other rail's
+ * network is not on: a connection handed to it would wait for a SYN-ACK
+ * that never leaves, where refusing it fails at once. (A device that is no
+ * rail, a VRF holding both, is left to the kernel.) */
+static __always_inline int dp_bound_elsewhere(struct bpf_sk_lookup *ctx, struct bpf_sock *sk)
+{
+	__u32 in, bound = sk->bound_dev_if;
+
+	if (!bound)
+		return 0;
+	DP_CTX_LOAD(in, ctx->ingress_ifindex);
+	return bound != in && dp_rail_of_ifindex(bound) != DP_RAIL_NONE;
+}
+
 /* sk_lookup: a connection to this node's address on one rail, with no
  * listener there, goes to the listener on the same port on another rail;
  * a UDP datagram, to the unconnected socket bound there. */
@@ -187,6 +203,10 @@ static __always_inline int dp_handover(struct bpf_sk_lookup *ctx)
 		sk = bpf_map_lookup_elem(&dp_listeners, &key);
 		if (!sk)
 			continue;
+		if (dp_bound_elsewhere(ctx, sk)) {
+			bpf_sk_release(sk);
+			return SK_PASS; /* refused, at once, as without dualpath */
+		}
 		if (bpf_sk_assign(ctx, sk, 0) != 0) {
 			bpf_sk_release(sk);
 			return SK_PASS;

@@ -1004,6 +1004,54 @@ TEST_F(Separate, AListenerOnTheAddressAskedForIsNeverOverridden) {
   EXPECT_NE(refused.error.find("refused"), std::string::npos) << refused.error;
 }
 
+TEST_F(Separate, AServerBoundToOneRailsDeviceIsRefusedAtOnceOnTheOther) {
+  // SO_BINDTODEVICE (iperf3 --bind-dev, socat's so-bindtodevice): such a
+  // server answers only through rail0, which rail1's network is not on. A
+  // connection placed on rail1 is refused at once rather than handed over
+  // to wait for a SYN-ACK that never leaves.
+  struct Case {
+    const char* what;
+    bool on_address;  // bound to rail0's address too, else to every address
+    uint16_t port;
+  };
+  for (const Case& c : {Case{"rail0's device and address", true, 52051},
+                        Case{"rail0's device, every address", false, 52052}}) {
+    int listener = -1;
+    std::string err = in_netns("dpl-b", [&]() -> std::string {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      const char dev[] = "rail0";
+      sockaddr_storage addr{};
+      socklen_t len = 0;
+      if (c.on_address)
+        len = if_addr("rail0", AF_INET, c.port, &addr);
+      else
+        addr = make_addr("0.0.0.0", c.port, &len);
+      if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, dev, sizeof(dev)) != 0 || !len ||
+          ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 8) != 0) {
+        std::string e = std::strerror(errno);
+        ::close(fd);
+        return "listen on rail0: " + e;
+      }
+      listener = fd;
+      return "";
+    });
+    ASSERT_EQ(err, "") << c.what;
+    int got = 0;
+    err = in_netns("dpl-a", [&]() -> std::string {
+      socklen_t len;
+      auto to = make_addr(kB4[0], c.port, &len);
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      timeval tv{3, 0};  // a handed-over SYN would wait; fail the test, not hang it
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      got = ::connect(fd, reinterpret_cast<sockaddr*>(&to), len) == 0 ? 0 : errno;
+      ::close(fd);
+      return "";
+    });
+    ::close(listener);
+    EXPECT_EQ(got, ECONNREFUSED) << c.what << ": " << std::strerror(got);
+  }
+}
+
 // A UDP server in dpl-b bound to interface `ifname`'s address, as
 // BoundServer is ("*": the unspecified address), with SO_REUSEADDR: it echoes
 // every datagram back with sendto() to the address recvfrom() gave, and says
