@@ -414,6 +414,7 @@ struct bpf_iter__udp {
 } __attribute__((preserve_access_index));
 
 #define DP_TCP_CLOSE 7 /* an unconnected UDP socket's state */
+#define DP_TCP_LISTEN 10
 
 /* iter/udp, one socket: an unconnected UDP socket bound to one of this
  * node's rail addresses goes into dp_listeners (again: an update of the
@@ -593,6 +594,60 @@ static __always_inline void dp_udp_ingress(struct __sk_buff *skb, const struct d
 		if (!sk)
 			return;
 		if (sk->state == DP_TCP_CLOSE) /* unconnected */
+			bpf_map_update_elem(&dp_listeners, &key, sk, BPF_ANY);
+		bpf_sk_release(sk);
+		return;
+	}
+}
+
+/* tc ingress, a TCP SYN for this node's address on rail `here` where
+ * nothing listens, while dp_listeners holds no listener on the same port at
+ * another rail's address: the one the kernel finds there now, if any, goes
+ * in, so that sk_lookup hands this SYN over. sockops put each listener in
+ * when it began listening, and the last of a SO_REUSEPORT group (nginx's,
+ * envoy's, gunicorn's workers) to do so stands for the group; when that one
+ * closes, the others would be out of reach until another listens. Costs a
+ * socket lookup for a SYN nothing takes, none for any other packet. */
+static __always_inline void dp_tcp_ingress(struct __sk_buff *skb, const struct dp_pkt *pkt)
+{
+	struct dp_listen_key key = {.proto = IPPROTO_TCP};
+	struct bpf_sock_tuple t = {};
+	__u32 here, to, len;
+	__u16 family = pkt->family;
+	struct bpf_sock *sk;
+
+	if (pkt->key.proto != IPPROTO_TCP || (pkt->tcp_flags & 0x12) != 0x02)
+		return; /* a SYN, not a SYN-ACK */
+	dp_pkt_addr(pkt, 1, key.addr);
+	here = dp_local_rail(key.addr, family);
+	if (here == DP_RAIL_NONE)
+		return;
+	key.family = (__u8)family;
+	key.port = bpf_ntohs(pkt->key.dport);
+	if (dp_bound_here(&key))
+		return;
+	for (to = 0; to < DP_MAX_RAILS; to++) {
+		if (to == here || !dp_local_addr_of(to, family, key.addr))
+			continue;
+		if (dp_listening(&key))
+			return; /* sk_lookup has one */
+		if (family == DP_AF_INET) {
+			t.ipv4.saddr = pkt->key.saddr[3];
+			t.ipv4.daddr = key.addr[0];
+			t.ipv4.sport = pkt->key.sport;
+			t.ipv4.dport = pkt->key.dport;
+			len = sizeof(t.ipv4);
+		} else {
+			__builtin_memcpy(t.ipv6.saddr, pkt->key.saddr, sizeof(t.ipv6.saddr));
+			__builtin_memcpy(t.ipv6.daddr, key.addr, sizeof(t.ipv6.daddr));
+			t.ipv6.sport = pkt->key.sport;
+			t.ipv6.dport = pkt->key.dport;
+			len = sizeof(t.ipv6);
+		}
+		sk = bpf_sk_lookup_tcp(skb, &t, len, BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			continue;
+		if (sk->state == DP_TCP_LISTEN)
 			bpf_map_update_elem(&dp_listeners, &key, sk, BPF_ANY);
 		bpf_sk_release(sk);
 		return;

@@ -351,8 +351,8 @@ redirect:
 	return TC_ACT_REDIRECT;
 }
 
-/* tc ingress: per-rail, per-class receive accounting; a UDP server bound to
- * another rail's address reached (dp_udp_ingress). */
+/* tc ingress: per-rail, per-class receive accounting; a server bound to
+ * another rail's address made reachable (dp_udp_ingress, dp_tcp_ingress). */
 static __always_inline int dp_tc_ingress(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
@@ -378,8 +378,10 @@ static __always_inline int dp_tc_ingress(struct __sk_buff *skb)
 		c->rx_bytes += skb->len;
 		c->rx_packets += 1;
 	}
-	if (exc < 0)
+	if (exc < 0) {
 		dp_udp_ingress(skb, &pkt);
+		dp_tcp_ingress(skb, &pkt);
+	}
 	return DP_PASS;
 }
 

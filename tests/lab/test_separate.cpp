@@ -1004,6 +1004,52 @@ TEST_F(Separate, AListenerOnTheAddressAskedForIsNeverOverridden) {
   EXPECT_NE(refused.error.find("refused"), std::string::npos) << refused.error;
 }
 
+TEST_F(Separate, AListenerGroupOnOneRailsAddressStillAcceptsWhenOneOfItsListenersCloses) {
+  // two SO_REUSEPORT listeners on b's rail0 address (nginx's or gunicorn's
+  // workers); the one that began listening last closes (a worker restarts),
+  // and a connection placed on rail1 still reaches the one left
+  constexpr uint16_t kPort = 52055;
+  int group[2] = {-1, -1};
+  std::string err = in_netns("dpl-b", [&]() -> std::string {
+    for (int& fd : group) {
+      sockaddr_storage addr{};
+      socklen_t len = if_addr("rail0", AF_INET, kPort, &addr);
+      int one = 1;
+      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 || !len ||
+          ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 8) != 0)
+        return std::string("listen on rail0: ") + std::strerror(errno);
+    }
+    return "";
+  });
+  ASSERT_EQ(err, "");
+  ::close(group[1]);
+  std::string local;
+  int client = -1;
+  err = in_netns("dpl-a", [&]() -> std::string {
+    socklen_t len;
+    auto to = make_addr(kB4[0], kPort, &len);
+    client = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(client, reinterpret_cast<sockaddr*>(&to), len) != 0)
+      return std::string("connect: ") + std::strerror(errno);
+    sockaddr_storage me{};
+    socklen_t ml = sizeof(me);
+    getsockname(client, reinterpret_cast<sockaddr*>(&me), &ml);
+    local = ip_of(me);
+    return "";
+  });
+  sockaddr_storage peer{};
+  socklen_t pl = sizeof(peer);
+  int accepted = ::accept(group[0], reinterpret_cast<sockaddr*>(&peer), &pl);
+  ::close(group[0]);
+  ::close(client);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(local, "10.20.1.1") << "placed on rail1";
+  ASSERT_GE(accepted, 0) << "the listener left: " << std::strerror(errno);
+  EXPECT_EQ(ip_of(peer), "10.10.1.1") << "the peer on the listener's rail";
+  ::close(accepted);
+}
+
 TEST_F(Separate, AServerBoundToOneRailsDeviceIsRefusedAtOnceOnTheOther) {
   // SO_BINDTODEVICE (iperf3 --bind-dev, socat's so-bindtodevice): such a
   // server answers only through rail0, which rail1's network is not on. A
