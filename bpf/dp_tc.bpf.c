@@ -3,8 +3,8 @@
  * The tc programs, attached with clsact on every rail (lib/tc.h):
  *   dp_egress  - classify, place the flow on a rail, redirect when the
  *                decided rail is not the one the route chose;
- *   dp_ingress - per-rail, per-class receive accounting, and a UDP server
- *                bound to another rail's address made known to sk_lookup.
+ *   dp_ingress - per-rail, per-class receive accounting, and a server
+ *                bound to another rail's address made reachable (lib/listen.h).
  *
  * Every dp_*.bpf.c in this directory is one attach family's entry points, and
  * nothing else; the logic is in lib/. They are linked into one object and one
