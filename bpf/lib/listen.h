@@ -501,6 +501,26 @@ static __always_inline void dp_pkt_addr(const struct dp_pkt *pkt, int dst, __u32
 	}
 }
 
+/* The tuple the kernel would look a packet up by, had it been addressed to
+ * `local` (this node's address on another rail; IPv4 in local[0]); returns
+ * its length. */
+static __always_inline __u32 dp_tuple_to(const struct dp_pkt *pkt, const __u32 *local,
+					 struct bpf_sock_tuple *t)
+{
+	if (pkt->family == DP_AF_INET) {
+		t->ipv4.saddr = pkt->key.saddr[3];
+		t->ipv4.daddr = local[0];
+		t->ipv4.sport = pkt->key.sport;
+		t->ipv4.dport = pkt->key.dport;
+		return sizeof(t->ipv4);
+	}
+	__builtin_memcpy(t->ipv6.saddr, pkt->key.saddr, sizeof(t->ipv6.saddr));
+	__builtin_memcpy(t->ipv6.daddr, local, sizeof(t->ipv6.daddr));
+	t->ipv6.sport = pkt->key.sport;
+	t->ipv6.dport = pkt->key.dport;
+	return sizeof(t->ipv6);
+}
+
 /* The handed-over peer `real`:rport of the server on port lport at rail
  * `to`'s address, whose datagrams were addressed to rail `here` (NULL when
  * it is none). */
@@ -560,19 +580,7 @@ static __always_inline void dp_udp_ingress(struct __sk_buff *skb, const struct d
 	for (to = 0; to < DP_MAX_RAILS; to++) {
 		if (to == here || !dp_local_addr_of(to, family, key.addr))
 			continue;
-		if (family == DP_AF_INET) {
-			t.ipv4.saddr = real[0];
-			t.ipv4.daddr = key.addr[0];
-			t.ipv4.sport = pkt->key.sport;
-			t.ipv4.dport = pkt->key.dport;
-			len = sizeof(t.ipv4);
-		} else {
-			__builtin_memcpy(t.ipv6.saddr, real, sizeof(t.ipv6.saddr));
-			__builtin_memcpy(t.ipv6.daddr, key.addr, sizeof(t.ipv6.daddr));
-			t.ipv6.sport = pkt->key.sport;
-			t.ipv6.dport = pkt->key.dport;
-			len = sizeof(t.ipv6);
-		}
+		len = dp_tuple_to(pkt, key.addr, &t);
 		/* (before dp_bound: it holds the last socket bound to an address,
 		 * and a server that bound another beside it and closed that one,
 		 * as iperf3's does, is no longer there) */
@@ -631,19 +639,7 @@ static __always_inline void dp_tcp_ingress(struct __sk_buff *skb, const struct d
 			continue;
 		if (dp_listening(&key))
 			return; /* sk_lookup has one */
-		if (family == DP_AF_INET) {
-			t.ipv4.saddr = pkt->key.saddr[3];
-			t.ipv4.daddr = key.addr[0];
-			t.ipv4.sport = pkt->key.sport;
-			t.ipv4.dport = pkt->key.dport;
-			len = sizeof(t.ipv4);
-		} else {
-			__builtin_memcpy(t.ipv6.saddr, pkt->key.saddr, sizeof(t.ipv6.saddr));
-			__builtin_memcpy(t.ipv6.daddr, key.addr, sizeof(t.ipv6.daddr));
-			t.ipv6.sport = pkt->key.sport;
-			t.ipv6.dport = pkt->key.dport;
-			len = sizeof(t.ipv6);
-		}
+		len = dp_tuple_to(pkt, key.addr, &t);
 		sk = bpf_sk_lookup_tcp(skb, &t, len, BPF_F_CURRENT_NETNS, 0);
 		if (!sk)
 			continue;
