@@ -501,6 +501,22 @@ static __always_inline void dp_pkt_addr(const struct dp_pkt *pkt, int dst, __u32
 	}
 }
 
+/* The rail whose address on this node a packet is for, when no socket is
+ * bound there (key: that address, port and key->proto); DP_RAIL_NONE when
+ * it is for no rail's address or the kernel finds a socket for it. */
+static __always_inline __u32 dp_unbound_rail(const struct dp_pkt *pkt, struct dp_listen_key *key)
+{
+	__u32 here;
+
+	dp_pkt_addr(pkt, 1, key->addr);
+	here = dp_local_rail(key->addr, pkt->family);
+	if (here == DP_RAIL_NONE)
+		return DP_RAIL_NONE;
+	key->family = (__u8)pkt->family;
+	key->port = bpf_ntohs(pkt->key.dport);
+	return dp_bound_here(key) ? DP_RAIL_NONE : here;
+}
+
 /* The tuple the kernel would look a packet up by, had it been addressed to
  * `local` (this node's address on another rail; IPv4 in local[0]); returns
  * its length. */
@@ -568,14 +584,9 @@ static __always_inline void dp_udp_ingress(struct __sk_buff *skb, const struct d
 
 	if (!binds || !*binds || pkt->key.proto != IPPROTO_UDP)
 		return;
-	dp_pkt_addr(pkt, 1, key.addr);
-	here = dp_local_rail(key.addr, family);
+	here = dp_unbound_rail(pkt, &key);
 	if (here == DP_RAIL_NONE)
-		return;
-	key.family = (__u8)family;
-	key.port = bpf_ntohs(pkt->key.dport);
-	if (dp_bound_here(&key))
-		return; /* the kernel finds it */
+		return; /* no rail's address, or the kernel finds a socket there */
 	dp_pkt_addr(pkt, 0, real);
 	for (to = 0; to < DP_MAX_RAILS; to++) {
 		if (to == here || !dp_local_addr_of(to, family, key.addr))
@@ -626,13 +637,8 @@ static __always_inline void dp_tcp_ingress(struct __sk_buff *skb, const struct d
 
 	if (pkt->key.proto != IPPROTO_TCP || (pkt->tcp_flags & 0x12) != 0x02)
 		return; /* a SYN, not a SYN-ACK */
-	dp_pkt_addr(pkt, 1, key.addr);
-	here = dp_local_rail(key.addr, family);
+	here = dp_unbound_rail(pkt, &key);
 	if (here == DP_RAIL_NONE)
-		return;
-	key.family = (__u8)family;
-	key.port = bpf_ntohs(pkt->key.dport);
-	if (dp_bound_here(&key))
 		return;
 	for (to = 0; to < DP_MAX_RAILS; to++) {
 		if (to == here || !dp_local_addr_of(to, family, key.addr))
