@@ -288,7 +288,14 @@ void run_server(const TransferSpec& s, int out, int ready) {
   finish(out, w);
 }
 
-void run_client(const TransferSpec& s, int out) {
+// Whether the parent asked the client to stop sending (Transfer::stop):
+// a byte, or the end of the pipe, on `stop`.
+bool stop_asked(int stop) {
+  char c;
+  return stop >= 0 && ::read(stop, &c, 1) >= 0;
+}
+
+void run_client(const TransferSpec& s, int out, int stop) {
   Wire w;
   if (!join_cgroup(s)) finish(out, w, "client cgroup");
   if (!enter_netns(s.client_ns)) finish(out, w, "client setns");
@@ -311,7 +318,7 @@ void run_client(const TransferSpec& s, int out) {
   std::vector<uint8_t> buf(1 << 16);
   auto start = std::chrono::steady_clock::now();
   uint64_t pos = 0;
-  while (pos < s.bytes) {
+  while (pos < s.bytes && !stop_asked(stop)) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), s.bytes - pos));
     for (size_t i = 0; i < n; ++i)
       buf[i] = static_cast<uint8_t>(((pos + i) * 131 + (pos + i) / 65521) & 0xff);
@@ -349,12 +356,16 @@ Wire read_wire(int fd, pid_t pid) {
 }  // namespace
 
 Transfer::Transfer(TransferSpec s) : spec_(std::move(s)) {
-  int sp[2], cp[2], rp[2];
+  int sp[2], cp[2], rp[2], stop[2];
   if (pipe(sp) || pipe(cp) || pipe(rp)) return;
+  if (pipe2(stop, O_CLOEXEC | O_NONBLOCK)) return;
+  stop_ = stop[1];
   server_ = fork();
   if (server_ == 0) {
     ::close(sp[0]);
     ::close(rp[0]);
+    ::close(stop[0]);
+    ::close(stop[1]);
     run_server(spec_, sp[1], rp[1]);
   }
   ::close(sp[1]);
@@ -363,16 +374,28 @@ Transfer::Transfer(TransferSpec s) : spec_(std::move(s)) {
   char c;
   if (::read(rp[0], &c, 1) != 1) {
     ::close(rp[0]);
+    ::close(stop[0]);
     return;  // the server failed; wait() reports why
   }
   ::close(rp[0]);
   client_ = fork();
   if (client_ == 0) {
     ::close(cp[0]);
-    run_client(spec_, cp[1]);
+    ::close(stop[1]);
+    run_client(spec_, cp[1], stop[0]);
   }
   ::close(cp[1]);
+  ::close(stop[0]);
   client_pipe_ = cp[0];
+}
+
+void Transfer::stop() {
+  if (stop_ < 0) return;
+  // a byte, as a child forked later without exec holds the pipe open too
+  if (::write(stop_, "x", 1) != 1)
+    std::fprintf(stderr, "Transfer::stop: %s\n", std::strerror(errno));
+  ::close(stop_);
+  stop_ = -1;
 }
 
 TransferResult Transfer::wait() {
@@ -410,6 +433,7 @@ Transfer::~Transfer() {
     }
   if (client_pipe_ >= 0) ::close(client_pipe_);
   if (server_pipe_ >= 0) ::close(server_pipe_);
+  if (stop_ >= 0) ::close(stop_);
 }
 
 TransferResult tcp_transfer(const TransferSpec& s) {

@@ -103,10 +103,15 @@ class Transfer {
   ~Transfer();
   Transfer(const Transfer&) = delete;
   Transfer& operator=(const Transfer&) = delete;
+  // The client sends no more after the chunk in hand (64 KiB) and ends the
+  // transfer as if spec.bytes were what it had sent: for a connection that
+  // must outlast events whose timing the test does not control.
+  void stop();
   TransferResult wait();
 
  private:
   TransferSpec spec_;
+  int stop_ = -1;  // closed by stop()
   pid_t server_ = -1, client_ = -1;
   int server_pipe_ = -1, client_pipe_ = -1;
 };

@@ -212,9 +212,10 @@ TEST_F(Failover, BlackholeBothWaysIsDetectedNothingIsLostAndMultipathGoesOn) {
   Workload w(7s);
   TransferSpec spec;
   spec.dport = 45201;
-  // 15 s at 20 Mbit/s: the connection outlasts its joins (a join refused is
-  // made again after a backoff), the fault and the hold-down
-  spec.bytes = 37'500'000;
+  // at 20 Mbit/s until the rail0 subflow is back (stop() below), at most
+  // 60 s: the connection outlasts its joins (a join refused is made again
+  // after a backoff), the fault and the hold-down however slow the machine
+  spec.bytes = 150'000'000;
   spec.rate_bps = 20e6;
   spec.cgroup = kCollective;
   spec.mptcp = true;
@@ -253,7 +254,7 @@ TEST_F(Failover, BlackholeBothWaysIsDetectedNothingIsLostAndMultipathGoesOn) {
     std::smatch m;
     if (std::regex_search(sock, m, port)) rail_of_port[m[2]] = rail;
   }
-  EXPECT_EQ(socks.size(), 3u);
+  EXPECT_EQ(socks.size(), 3u) << testing::PrintToString(socks);
   EXPECT_EQ(rail_of_port.size(), socks.size()) << testing::PrintToString(socks);
   const std::map<std::string, uint64_t> want{
       {"rail0", 1'000'000'000}, {"rail1", 250'000'000}, {"unbound", 0}};
@@ -288,7 +289,11 @@ TEST_F(Failover, BlackholeBothWaysIsDetectedNothingIsLostAndMultipathGoesOn) {
   a = wait_conn("a", 45201, 6000, [](const json& c) {
     return subflow_paths(c) == std::set<std::string>{"rail0", "rail1"};
   });
-  EXPECT_EQ(subflow_paths(a), (std::set<std::string>{"rail0", "rail1"})) << a.dump();
+  EXPECT_EQ(subflow_paths(a), (std::set<std::string>{"rail0", "rail1"}))
+      << a.dump() << "\na's sockets:\n"
+      << sh(nsenter("dpl-a") + "ss -tnaiO '( dport = :45201 )'").out << "b's sockets:\n"
+      << sh(nsenter("dpl-b") + "ss -tnaiO '( sport = :45201 )'").out;
+  mp.stop();
   auto r = mp.wait();
   EXPECT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
   EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "the connection fell back to TCP";
