@@ -659,9 +659,10 @@ static __always_inline void dp_tcp_ingress(struct __sk_buff *skb, const struct d
 /* tc egress, a datagram from this node's address on one rail (a server's)
  * to a handed-over peer's real address (dp_udp_connect_handed connected it
  * there): it leaves from this node's address on the rail the peer's
- * datagrams came on, as the peer's connected socket requires. Returns that
- * rail, or DP_RAIL_NONE when the datagram is none of these. */
-static __always_inline __u32 dp_udp_egress(struct __sk_buff *skb, const struct dp_pkt *pkt)
+ * datagrams came on, as the peer's connected socket requires; pkt's key
+ * then holds the new source. Returns that rail, or DP_RAIL_NONE when the
+ * datagram is none of these. */
+static __always_inline __u32 dp_udp_egress(struct __sk_buff *skb, struct dp_pkt *pkt)
 {
 	struct dp_udp_peer peer = {.family = (__u8)pkt->family};
 	__u32 zero = 0, from, src[4], real[4];
@@ -686,6 +687,10 @@ static __always_inline __u32 dp_udp_egress(struct __sk_buff *skb, const struct d
 		return DP_RAIL_NONE;
 	if (!dp_local_addr_of(h->here, pkt->family, src) || dp_udp_rewrite(skb, pkt, 1, src))
 		return DP_RAIL_NONE;
+	if (pkt->family == DP_AF_INET)
+		pkt->key.saddr[3] = src[0];
+	else
+		__builtin_memcpy(pkt->key.saddr, src, sizeof(pkt->key.saddr));
 	return h->here;
 }
 

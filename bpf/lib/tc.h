@@ -277,9 +277,16 @@ static __always_inline int dp_tc_egress(struct __sk_buff *skb)
 			       DP_CGROUP_SKB);
 
 	if (pkt.key.proto == IPPROTO_UDP) {
-		/* a UDP server's reply to a peer handed over to it (lib/listen.h) */
+		/* a UDP server's reply to a peer handed over to it (lib/listen.h):
+		 * its socket chose the rail, the class's reserve and QoS apply */
 		target = dp_udp_egress(skb, &pkt);
 		if (target != DP_RAIL_NONE) {
+			if (cls < DP_MAX_CLASSES) {
+				dp_flow_held(&pkt, cls, rule, cfg->active_gen & 1, target, skb->len);
+				if (dp_police_admit(skb, &pkt, target, cls) <= 0)
+					return TC_ACT_SHOT;
+				dp_apply_qos(skb, &pkt, cls);
+			}
 			if (target == rail_here) {
 				dp_count_tx(rail_here, cls, skb->len);
 				return DP_PASS;

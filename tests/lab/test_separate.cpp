@@ -1171,6 +1171,7 @@ struct UdpExchange {
   std::string error, peer, local;
   int echoed = 0;
   bool first_echoed = false;  // the first datagram's echo came back
+  int dscp = -1;              // of the last echo (IP_RECVTOS, IPV6_RECVTCLASS)
 };
 
 // `count` datagrams of 1,000 bytes from dpl-a to dst:port, each waiting for
@@ -1185,6 +1186,11 @@ UdpExchange udp_exchange(const std::string& dst, uint16_t port, int count, bool 
     int fd = ::socket(to.ss_family, SOCK_DGRAM, 0);
     timeval tv{0, 200000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int one = 1;
+    if (to.ss_family == AF_INET6)
+      setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
+    else
+      setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
     if (connected && ::connect(fd, reinterpret_cast<sockaddr*>(&to), len) != 0) {
       std::string e = std::strerror(errno);
       ::close(fd);
@@ -1192,21 +1198,31 @@ UdpExchange udp_exchange(const std::string& dst, uint16_t port, int count, bool 
     }
     std::vector<char> buf(1000, 'u');
     for (int i = 0; i < count; ++i) {
-      sockaddr_storage from{};
-      socklen_t fl = sizeof(from);
-      if (connected) {
+      if (connected)
         (void)::send(fd, buf.data(), buf.size(), 0);
-        if (::recv(fd, buf.data(), buf.size(), 0) > 0) {
-          ++out.echoed;
-          out.first_echoed |= i == 0;
-        }
-      } else {
+      else
         (void)::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), len);
-        if (::recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl) >
-            0) {
-          ++out.echoed;
-          out.first_echoed |= i == 0;
-          out.peer = ip_of(from);
+      sockaddr_storage from{};
+      iovec iov{buf.data(), buf.size()};
+      alignas(cmsghdr) char control[64];
+      msghdr m{};
+      m.msg_name = &from;
+      m.msg_namelen = sizeof(from);
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof(control);
+      if (::recvmsg(fd, &m, 0) <= 0) continue;
+      ++out.echoed;
+      out.first_echoed |= i == 0;
+      if (!connected) out.peer = ip_of(from);
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS)
+          out.dscp = *reinterpret_cast<uint8_t*>(CMSG_DATA(c)) >> 2;
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+          int tclass;
+          std::memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
+          out.dscp = tclass >> 2;
         }
       }
     }
@@ -1268,6 +1284,16 @@ TEST_F(Separate, AUdpServerBoundToOneRailsAddressAnswersWhatIsPlacedOnTheOther) 
       EXPECT_EQ(u.local, c.a_rail1) << what << ": it lives on rail1";
     }
     EXPECT_EQ(echo.peer_, c.a_rail0) << what << ": the server sees its peer on its own rail";
+    // the server's replies are the class's: its DSCP (CS1), and in b's flow
+    // table on rail1, from the address they leave with
+    EXPECT_EQ(u.dscp, 8) << what << ": the echo's DSCP";
+    bool listed = false;
+    json flows = lab::dpctl("b", "flow list --class logs --top 100")["flows"];
+    const std::string b_rail1 = c.family == AF_INET6 ? kB6[1] : kB4[1];
+    for (auto& f : flows)
+      listed |= f["proto"] == "udp" && f["sport"] == c.port && f["src"] == b_rail1 &&
+                f["path"] == "rail1";
+    EXPECT_TRUE(listed) << what << ": the replies in b's flow table\n" << flows.dump();
     if (c.server_connects) {
       EXPECT_EQ(echo.connected_to_, c.a_rail0) << what << ": getpeername() of the server";
     }
