@@ -96,6 +96,14 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
   // the connecting side sets the roles (its MP_PRIO holds for both
   // directions); the accepting side only removes a failed rail's subflows
   const bool roles = !c.server_side;
+  // the connection's first subflow (its ends may be v4-mapped, c.first's are not)
+  auto is_first = [&](const Subflow& s) {
+    return s.ends.lport == c.first.lport && s.ends.rport == c.first.rport &&
+           s.ends.local.unmapped() == c.first.local && s.ends.remote.unmapped() == c.first.remote;
+  };
+  size_t first_path = kNoPath;
+  for (const auto& s : c.subflows)
+    if (is_first(s)) first_path = s.path;
   for (const auto& s : c.subflows) {
     if (s.path == kNoPath) {
       if (!roles) continue;
@@ -109,6 +117,13 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
     }
     if (s.path >= n) continue;
     if (!usable(s.path)) {
+      out.push_back({Action::Kind::Destroy, s.path, s.backup, s.ends});
+      continue;
+    }
+    // a second subflow on a rail: a join asked for again while the first
+    // request was still under way (its SYN lost, then retransmitted), and
+    // both came up. The later one goes; the connection's first never does.
+    if (roles && !is_first(s) && (have[s.path] || s.path == first_path)) {
       out.push_back({Action::Kind::Destroy, s.path, s.backup, s.ends});
       continue;
     }

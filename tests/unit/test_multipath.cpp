@@ -244,6 +244,33 @@ TEST(Multipath, AFailedRailsSubflowIsRemovedOnBothSidesAndNoneIsMadeThere) {
   EXPECT_FALSE(acts[0].backup);
 }
 
+// A join asked for again while the first request was still under way (its
+// SYN lost and retransmitted) can come up beside it: the connecting side
+// keeps one subflow per rail, and never removes the connection's first.
+TEST(Multipath, ASecondSubflowOnARailIsRemovedByTheConnectingSide) {
+  auto p = policy();
+  auto c = connected();
+  c.subflows.push_back({{ip("10.20.1.1"), ip("10.20.2.2"), 40001, 45000}, 1, true});
+  c.subflows.push_back({{ip("10.20.1.1"), ip("10.20.2.2"), 40002, 45000}, 1, true});
+  auto acts = reconcile(p, c, want(true, true, true, false), Time{});
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, Kind::Destroy);
+  EXPECT_EQ(acts[0].path, 1u);
+  EXPECT_EQ(acts[0].ends.lport, 40002) << "the later one";
+  // a join on the first subflow's rail beside it: the join goes
+  c = connected();
+  c.subflows.insert(c.subflows.begin(),
+                    {{ip("10.10.1.1"), ip("10.10.2.2"), 40003, 45000}, 0, false});
+  c.subflows.push_back({{ip("10.20.1.1"), ip("10.20.2.2"), 40001, 45000}, 1, true});
+  acts = reconcile(p, c, want(true, true, true, false), Time{});
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, Kind::Destroy);
+  EXPECT_EQ(acts[0].ends.lport, 40003) << "never the connection's first";
+  // the accepting side leaves that to the connecting side
+  c.server_side = true;
+  EXPECT_TRUE(reconcile(p, c, want(true, true, true, false), Time{}).empty());
+}
+
 TEST(Multipath, ARailWhoseSubflowFailedIsTriedAgainAfterABackoffThatDoubles) {
   auto p = policy();
   auto c = connected();
