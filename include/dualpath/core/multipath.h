@@ -2,8 +2,9 @@
 // Multipath classes (policy key multipath = true): what each MPTCP connection
 // of such a class should have, as a pure function of what it has, which
 // rails are usable and where the class's decision puts it.
-//   - A subflow on every usable rail; the connecting side makes them (the
-//     accepting side cannot), both sides remove a failed rail's.
+//   - One subflow on every usable rail; the connecting side makes them (the
+//     accepting side cannot) and removes a second that came up beside one,
+//     both sides remove a failed rail's.
 //   - A subflow is active on a rail the decision gives a share, a backup
 //     elsewhere (MP_PRIO): a latency-sensitive class runs on its rail and
 //     keeps the other warm; a split elastic class uses both, and an elastic
