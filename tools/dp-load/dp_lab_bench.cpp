@@ -35,6 +35,7 @@ bool ensure_rates(Opts& o, std::string r0, std::string r1) {
     auto lab = Lab::describe(o.dp_lab);
     if (!lab) return false;
     o.lab = *lab;
+    if (!o.congestion_control.empty()) o.lab.congestion_control = o.congestion_control;
   }
   o.cap0 = bits(r0);
   o.cap1 = bits(r1);
@@ -177,6 +178,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_flag("--suite", o.suite, "every workload: default, overlap and equal rails");
+  app.add_option("--congestion-control", o.congestion_control,
+                 "TCP congestion control of every workload socket, both ends (e.g. cubic; "
+                 "default: the namespaces', which is the machine's)");
   app.add_option("--seed", o.seed, "dp-load seed, the same in every mode")->capture_default_str();
   app.add_option("--out", o.out, "directory for JSON, SVG and logs (default: bench-<time>)");
   app.add_option("--fault", o.faults, "blackhole:rail0@5s, down:rail0@5s, loss:rail0:30%@5s");
@@ -225,6 +229,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   o.lab = *lab;
+  if (!o.congestion_control.empty()) o.lab.congestion_control = o.congestion_control;
   if (o.topology.empty()) o.topology = o.lab.topology;
   if (o.modes.empty()) o.modes = topology_modes(o.topology);
   for (auto& m : o.modes) {

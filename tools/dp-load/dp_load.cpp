@@ -126,11 +126,42 @@ std::optional<Addr> resolve(const std::string& host, uint16_t port) {
   return a;
 }
 
-int tcp_socket(int family, bool mptcp) {
+// A socket's congestion control (TCP_CONGESTION); "" keeps the netns default.
+// Per socket because a network namespace other than the first can default
+// only to what tcp_allowed_congestion_control lists.
+bool set_congestion_control(int fd, const std::string& cc) {
+  return cc.empty() || setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(),
+                                  static_cast<socklen_t>(cc.size())) == 0;
+}
+
+// Refuses an unknown congestion control before any connection is made.
+bool congestion_control_usable(const std::string& cc) {
+  if (cc.empty()) return true;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+  bool ok = fd >= 0 && set_congestion_control(fd, cc);
+  int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok) {
+    std::string avail;
+    if (FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_available_congestion_control", "r")) {
+      char buf[256] = {};
+      if (std::fgets(buf, sizeof(buf), f)) avail = buf;
+      std::fclose(f);
+      while (!avail.empty() && avail.back() == '\n') avail.pop_back();
+    }
+    std::fprintf(stderr, "dp-load: congestion control '%s': %s (this kernel has: %s)\n", cc.c_str(),
+                 err == ENOENT ? "not in this kernel" : std::strerror(err),
+                 avail.empty() ? "?" : avail.c_str());
+  }
+  return ok;
+}
+
+int tcp_socket(int family, bool mptcp, const std::string& cc) {
   int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, mptcp ? IPPROTO_MPTCP : IPPROTO_TCP);
   if (fd < 0) return -1;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  set_congestion_control(fd, cc);
   timeval tv{30, 0};  // a connection stalled this long counts as broken
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -199,6 +230,7 @@ struct ServerOpts {
   std::string bind = "::";
   bool mptcp = false, once = false;
   std::string json_file;
+  std::string congestion_control;  // "": the netns default
   uint16_t max_conns = 64;
   Ports ports;
 };
@@ -221,7 +253,7 @@ int run_server(const ServerOpts& o) {
   auto listen_on = [&](uint16_t port) {
     auto a = resolve(o.bind, port);
     if (!a) return false;
-    int fd = tcp_socket(a->ss.ss_family, o.mptcp);
+    int fd = tcp_socket(a->ss.ss_family, o.mptcp, o.congestion_control);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (a->ss.ss_family == AF_INET6) {
@@ -268,6 +300,7 @@ int run_server(const ServerOpts& o) {
       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      set_congestion_control(fd, o.congestion_control);
       had_client = true;
       ++live;
       threads.emplace_back([fd, &c, &live, session] {
@@ -354,6 +387,7 @@ int run_server(const ServerOpts& o) {
 
 struct ClientOpts {
   std::string connect;
+  std::string congestion_control;  // "": the netns default
   bool mptcp = false;
   bool moe = true, rpc = true, stream = true;
   double duration_s = 10;
@@ -380,7 +414,7 @@ struct ClientOpts {
 int connect_to(const ClientOpts& o, Kind k, uint16_t index, Counters& c) {
   auto a = resolve(o.connect, o.ports.of(k, index));
   if (!a) return -1;
-  int fd = tcp_socket(a->ss.ss_family, o.mptcp);
+  int fd = tcp_socket(a->ss.ss_family, o.mptcp, o.congestion_control);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a->ss), a->len) < 0) {
     std::fprintf(stderr, "dp-load: connecting to %s port %u: %s\n", o.connect.c_str(),
                  o.ports.of(k, index), std::strerror(errno));
@@ -828,6 +862,8 @@ int main(int argc, char** argv) {
   auto* srv = app.add_subcommand("server", "accept a client's connections and answer them");
   srv->add_option("--bind", so.bind, "address to listen on")->capture_default_str();
   srv->add_flag("--mptcp", so.mptcp, "IPPROTO_MPTCP sockets");
+  srv->add_option("--congestion-control", so.congestion_control,
+                  "TCP congestion control of every socket (default: the namespace's)");
   srv->add_flag("--once", so.once, "exit when the first client is done");
   srv->add_option("--json", so.json_file, "write the server's counters here");
   srv->add_option("--max-conns", so.max_conns, "connections of each moe kind accepted")
@@ -868,6 +904,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli->add_option("--seed", co.seed, "payload seed")->capture_default_str();
   cli->add_flag("--mptcp", co.mptcp, "IPPROTO_MPTCP sockets");
+  cli->add_option("--congestion-control", co.congestion_control,
+                  "TCP congestion control of every socket (default: the namespace's)");
   cli->add_option("--json", co.json_file, "write the results here");
   cli->add_option("--steps", co.steps_file,
                   "write each MoE step here, one JSON line: its time and each combine's");
@@ -882,7 +920,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
 
-  if (srv->parsed()) return run_server(so);
+  if (srv->parsed()) return congestion_control_usable(so.congestion_control) ? run_server(so) : 2;
 
   auto bad = [](const std::string& what) {
     std::fprintf(stderr, "dp-load: %s\n", what.c_str());
@@ -920,5 +958,6 @@ int main(int argc, char** argv) {
   co.burst = static_cast<uint32_t>(*b);
   co.sync_size = static_cast<uint32_t>(*ss);
   if (co.dispatch == 0 || co.combine == 0) return bad("--dispatch and --combine must be >= 1");
+  if (!congestion_control_usable(co.congestion_control)) return 2;
   return run_client(co);
 }

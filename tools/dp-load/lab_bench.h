@@ -47,6 +47,7 @@ struct Opts {
   std::vector<double> rates{20, 40, 80, 160};
   std::vector<int> concurrencies{1, 2, 4, 8, 16};
   std::vector<std::string> load_args;  // passed to dp-load client
+  std::string congestion_control;      // every workload socket's; "": the namespaces' default
   std::string dp_lab, dp_load, dpctl;
   std::string topology;      // shared or separate; default: the lab's, else shared
   std::string rail0, rail1;  // the rails' rates, for every workload (default: the workload's)

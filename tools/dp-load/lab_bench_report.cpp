@@ -265,8 +265,12 @@ void print_peers(const Opts& o) {
   std::printf(
       "  the modes with dualpathd run the lab policies with expert-dispatch elastic and the\n"
       "  paths' capacities at the rails' rates (dp-lab bench_policies)\n");
-  std::printf("  TCP congestion control: %s (the machine's default, which the namespaces take)\n",
-              o.lab.congestion_control.empty() ? "?" : o.lab.congestion_control.c_str());
+  if (!o.congestion_control.empty())
+    std::printf("  TCP congestion control: %s (--congestion-control, on every workload socket)\n",
+                o.congestion_control.c_str());
+  else
+    std::printf("  TCP congestion control: %s (the machine's default, which the namespaces take)\n",
+                o.lab.congestion_control.empty() ? "?" : o.lab.congestion_control.c_str());
   if (sep)
     std::printf(
         "  not run in the separate topology: ecmp (no route reaches b's rail0 address over\n"

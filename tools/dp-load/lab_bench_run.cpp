@@ -303,6 +303,8 @@ json run_one(const Opts& o, const std::string& mode, int round,
   std::string base = o.out + "/" + mode + "-" + tag + "-r" + std::to_string(round);
   std::vector<std::string> sargs{o.dp_load, "server", "--once", "--json", base + ".server.json"};
   if (mptcp) sargs.push_back("--mptcp");
+  if (!o.congestion_control.empty())
+    sargs.insert(sargs.end(), {"--congestion-control", o.congestion_control});
   sargs = in_class(o.lab.b, sargs);
   int sout = -1;
   pid_t server = spawn(o.lab.b, sargs, base + ".log", &sout);
@@ -325,6 +327,8 @@ json run_one(const Opts& o, const std::string& mode, int round,
   // each step's time and each combine's arrival: what held a slow step back
   cargs.insert(cargs.end(), {"--steps", base + ".steps.jsonl"});
   if (mptcp) cargs.push_back("--mptcp");
+  if (!o.congestion_control.empty())
+    cargs.insert(cargs.end(), {"--congestion-control", o.congestion_control});
   for (auto& a : o.load_args) cargs.push_back(a);
   for (auto& a : extra) cargs.push_back(a);
   cargs = in_class(o.lab.a, cargs);
