@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # dp-load's --congestion-control: an algorithm the kernel lacks is refused
 # before anything is sent (exit 2), and one it has is what every socket runs,
-# at both ends, whatever the network namespace's default. Runs in a network
-# namespace of its own (unshare -n: loopback only, gone when it ends).
+# at both ends, whatever the network namespace's default. And the warm-up:
+# the steps started before any had finished are reported apart, not in the
+# step times. Runs in a network namespace of its own (unshare -n: loopback
+# only, gone when it ends).
 set -uo pipefail
 load=$1
 fails=0
@@ -26,6 +28,8 @@ fi
 
 # reno is in every kernel, and is no namespace's default here unless the
 # machine's is reno: then the check below cannot tell, and says so
+run=$(mktemp)
+trap 'rm -f "$run"' EXIT
 # shellcheck disable=SC2016  # expanded by the inner shell
 out=$(unshare -n bash -c '
   set -u
@@ -35,15 +39,15 @@ out=$(unshare -n bash -c '
   srv=$!
   trap "kill $srv 2>/dev/null; wait 2>/dev/null" EXIT
   sleep 0.3
-  "$load" client --connect 127.0.0.1 --workload rpc --duration 2s --congestion-control reno \
-    -q >/dev/null 2>&1 &
+  "$load" client --connect 127.0.0.1 --workload moe,rpc --concurrency 2 --duration 2s \
+    --congestion-control reno --json "$2" -q >/dev/null 2>&1 &
   cli=$!
   sleep 1
   echo "default $(cat /proc/sys/net/ipv4/tcp_congestion_control)"
   ss -tinH state established "( sport = :53000 or dport = :53000 )"
   wait $cli
   echo "client rc $?"
-' _ "$load" 2>&1)
+' _ "$load" "$run" 2>&1)
 default=$(sed -n 's/^default //p' <<<"$out")
 reno=$(grep -cw reno <<<"$out")
 if [[ $out == *"client rc 0"* && $reno -ge 2 ]]; then
@@ -52,6 +56,18 @@ if [[ $out == *"client rc 0"* && $reno -ge 2 ]]; then
 else
   echo "FAIL --congestion-control reno: $reno sockets show reno; ss and the run:"
   echo "$out"
+  fails=$((fails + 1))
+fi
+# two steps in flight: the first two start before any finishes
+warm=$(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))["steps"]
+print(s["warmup"]["steps"], len(s["warmup"]["ms"]), s["completed"] - s["time_ms"]["count"])
+' "$run" 2>&1)
+if [[ $warm == "2 2 2" ]]; then
+  echo "ok   the two warm-up steps are reported apart and not in the step times"
+else
+  echo "FAIL warm-up (steps, times, completed less counted; want 2 2 2): $warm"
   fails=$((fails + 1))
 fi
 exit $((fails > 0))

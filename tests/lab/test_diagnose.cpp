@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Lab tests of dpctl validate, probe and diagnose (issue 15): a healthy lab
+// Lab tests of dpctl validate, probe and diagnose: a healthy lab
 // is "go", each fault the lab can inject is named, diagnose tells one bad
 // rail from a common upstream from a bottleneck inside a node, and probe's
 // RTT agrees with an application's ping-pong. A lab of its own with a short

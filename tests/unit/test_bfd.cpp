@@ -275,7 +275,7 @@ TEST(BfdSession, JitterStaysWithin75To100Percent) {
   }
 }
 
-// Found by fuzzing (issue 13): a peer advertising Required Min RX Interval 0
+// Found by fuzzing: a peer advertising Required Min RX Interval 0
 // ("send me nothing") left the next transmission in the past, so the daemon's
 // loop woke at once, forever. RFC 5880 6.8.7: with a remote RequiredMinRxInterval
 // of zero the local system must not transmit periodically, and has nothing to

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The control server over a real unix socket and event loop, without root:
 // the command table's errors and privileges, nesting refused before parsing,
-// and that no client can stall the loop (issue 13): a flood of slow requests
+// and that no client can stall the loop: a flood of slow requests
 // is handled a few milliseconds per pass while a timer keeps firing, and a
 // client that never reads its replies neither blocks the loop nor another
 // client.

@@ -406,7 +406,8 @@ struct ClientOpts {
   double skew_shift_s = 2;               // the hottest expert changes this often
   uint64_t seed = 1;
   std::string json_file;
-  std::string steps_file;  // one JSON line per completed MoE step
+  std::string steps_file;     // one JSON line per completed MoE step
+  bool count_warmup = false;  // the warm-up steps in the step times too
   bool quiet = false;
   Ports ports;
 };
@@ -546,16 +547,19 @@ class Moe : public Workload {
   }
 
   void report(json& out, double elapsed) const override {
-    out["steps"] = {{"started", started_},
-                    {"completed", completed_},
-                    {"failed", failed_},
-                    {"longest_stall_s", longest_stall_s_},
-                    {"time_ms", step_ns_.summary(1e6)}};
+    out["steps"] = {
+        {"started", started_},
+        {"completed", completed_},
+        {"failed", failed_},
+        {"longest_stall_s", longest_stall_s_},
+        {"time_ms", step_ns_.summary(1e6)},
+        {"warmup", {{"steps", warmup_ms_.size()}, {"counted", count_warmup_}, {"ms", warmup_ms_}}}};
     out["goodput_bps"] = static_cast<double>(bytes_done_) * 8 / std::max(elapsed, 1e-9);
   }
   uint64_t failures() const override { return failed_; }
   // --steps: each completed step as a JSON line (trace_step)
   void trace_to(std::ostream* out) { steps_ = out; }
+  void count_warmup(bool yes) { count_warmup_ = yes; }
 
  private:
   struct Queue {  // a dispatch connection's steps to send: step, bytes
@@ -569,6 +573,7 @@ class Moe : public Workload {
     uint64_t bytes = 0;              // dispatch and combine bytes the step moves
     uint64_t phase = 0;              // which expert was the hottest (--skew-shift periods)
     std::vector<double> combine_ms;  // per combine connection: when its message arrived
+    bool warmup = false;             // started before any step had finished
   };
 
   void write_dispatch(Run& r, size_t i) {
@@ -610,8 +615,9 @@ class Moe : public Workload {
       if (++step.combines == r.o.combine) {
         auto now = Clock::now();
         if (steps_) trace_step(r, m->step, step, now);
-        step_ns_.record(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(now - step.start).count()));
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - step.start);
+        if (step.warmup) warmup_ms_.push_back(static_cast<double>(ns.count()) / 1e6);
+        if (!step.warmup || count_warmup_) step_ns_.record(static_cast<uint64_t>(ns.count()));
         bytes_done_ += step.bytes;
         longest_stall_s_ = std::max(longest_stall_s_,
                                     std::chrono::duration<double>(now - last_completion_).count());
@@ -633,7 +639,16 @@ class Moe : public Workload {
     for (size_t j = 0; j < cfd_.size(); ++j) bytes += sizes[j % sizes.size()];
     {
       std::lock_guard<std::mutex> lk(mu_);
-      open_[step] = {now, 0, bytes, phase, std::vector<double>(steps_ ? cfd_.size() : 0, 0.0)};
+      // A step started before any has finished runs on connections that
+      // have carried nothing yet, in slow start, beside the other steps of
+      // the first instant: it measures the connections' start, not the
+      // paths. Its time is kept apart from the steady steps'.
+      open_[step] = {now,
+                     0,
+                     bytes,
+                     phase,
+                     std::vector<double>(steps_ ? cfd_.size() : 0, 0.0),
+                     completed_ == 0};
       ++started_;
     }
     for (size_t i = 0; i < dfd_.size(); ++i) {
@@ -652,6 +667,7 @@ class Moe : public Workload {
                  {"phase", s.phase},
                  {"ms", std::chrono::duration<double, std::milli>(now - s.start).count()},
                  {"combine_ms", s.combine_ms}};
+    if (s.warmup) line["warmup"] = true;
     *steps_ << line.dump() << "\n";
   }
 
@@ -662,8 +678,10 @@ class Moe : public Workload {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Open> open_;
-  uint64_t bytes_done_ = 0;  // of completed steps
-  Histogram step_ns_;
+  uint64_t bytes_done_ = 0;        // of completed steps
+  Histogram step_ns_;              // every step's time but the warm-up's (unless counted)
+  std::vector<double> warmup_ms_;  // the warm-up steps' times
+  bool count_warmup_ = false;
   uint64_t started_ = 0, completed_ = 0, failed_ = 0;
   double longest_stall_s_ = 0;
   Clock::time_point last_completion_ = Clock::now();
@@ -763,6 +781,7 @@ int run_client(const ClientOpts& o) {
   std::vector<std::unique_ptr<Workload>> work;
   Moe* moe = nullptr;
   if (o.moe) moe = static_cast<Moe*>(work.emplace_back(std::make_unique<Moe>()).get());
+  if (moe) moe->count_warmup(o.count_warmup);
   if (o.rpc) work.push_back(std::make_unique<Rpc>());
   if (o.stream) work.push_back(std::make_unique<Stream>());
   std::ofstream steps;
@@ -819,7 +838,8 @@ int run_client(const ClientOpts& o) {
         {"completed", 0},
         {"failed", 0},
         {"longest_stall_s", 0.0},
-        {"time_ms", Histogram().summary(1e6)}}},
+        {"time_ms", Histogram().summary(1e6)},
+        {"warmup", {{"steps", 0}, {"counted", o.count_warmup}, {"ms", json::array()}}}}},
       {"rpc", {{"completed", 0}, {"rtt_us", Histogram().summary(1e3)}}},
       {"stream", {{"logs_bytes", 0}, {"sync_transfers", 0}}},
       {"goodput_bps", 0.0},
@@ -838,6 +858,16 @@ int run_client(const ClientOpts& o) {
     std::printf("  step time ms   p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f\n",
                 s["p50"].get<double>(), s["p90"].get<double>(), s["p99"].get<double>(),
                 s["max"].get<double>());
+    const json& w = out["steps"]["warmup"];
+    if (w["steps"].get<size_t>() > 0) {
+      double worst = 0;
+      for (auto& v : w["ms"]) worst = std::max(worst, v.get<double>());
+      std::printf(
+          "  warm-up        %zu step%s started before any had finished, the slowest "
+          "%.2f ms: %s\n",
+          w["steps"].get<size_t>(), w["steps"].get<size_t>() == 1 ? "" : "s", worst,
+          o.count_warmup ? "counted above (--count-warmup)" : "not counted above");
+    }
     std::printf("  rpc rtt us     p50 %8.0f  p90 %8.0f  p99 %8.0f  max %8.0f  (%llu)\n",
                 rt["p50"].get<double>(), rt["p90"].get<double>(), rt["p99"].get<double>(),
                 rt["max"].get<double>(),
@@ -909,6 +939,8 @@ int main(int argc, char** argv) {
   cli->add_option("--json", co.json_file, "write the results here");
   cli->add_option("--steps", co.steps_file,
                   "write each MoE step here, one JSON line: its time and each combine's");
+  cli->add_flag("--count-warmup", co.count_warmup,
+                "count the steps started before any had finished in the step times");
   cli->add_flag("-q,--quiet", co.quiet, "no table");
   for (auto* sc : {srv, cli}) {
     Ports& p = sc == srv ? so.ports : co.ports;

@@ -103,10 +103,11 @@ void print_table(const std::vector<json>& sums, bool faults) {
       "reported as duplicates\n (DSACK: not lost), qdrop: packets the rails' qdiscs dropped, "
       "reord: reorderings the senders detected "
       "(SACK and\n timestamps), ofo: segments the receivers queued out of order, cpu: both "
-      "cores busy;\n gput/1 and p99/1 against single)\n");
+      "cores busy;\n gput/1 and p99/1 against single; step times leave out the warm-up, the "
+      "steps started\n before any had finished, on connections still in slow start: dp-load(1))\n");
 }
 
-// The goals of issue 12 for dualpath against the other modes of the same run;
+// The benchmark goals for dualpath against the other modes of the same run;
 // each line says what was measured and whether the goal was met.
 json print_goals(const std::vector<json>& sums, const Opts& o, const std::string& mine) {
   std::map<std::string, const json*> m;
