@@ -3,6 +3,7 @@
 // table, the goals of the dualpath modes against the others of the same run,
 // and the step floors.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -42,6 +43,12 @@ json summarise(const std::vector<json>& runs, const std::string& mode) {
     f["goodput_bps"].push_back(num(c, {"goodput_bps"}));
     f["step_p50_ms"].push_back(num(c, {"steps", "time_ms", "p50"}));
     f["step_p99_ms"].push_back(num(c, {"steps", "time_ms", "p99"}));
+    double warm = NAN;  // the slowest warm-up step (dp-load leaves them out of the step times)
+    if (json w = get(c, {"steps", "warmup", "ms"}); w.is_array())
+      for (auto& v : w)
+        if (v.is_number())
+          warm = std::isnan(warm) ? v.get<double>() : std::max(warm, v.get<double>());
+    if (!std::isnan(warm)) f["warmup_max_ms"].push_back(warm);
     f["rpc_p50_us"].push_back(num(c, {"rpc", "rtt_us", "p50"}));
     f["rpc_p99_us"].push_back(num(c, {"rpc", "rtt_us", "p99"}));
     f["steps_failed"].push_back(num(c, {"steps", "failed"}));
@@ -105,6 +112,13 @@ void print_table(const std::vector<json>& sums, bool faults) {
       "(SACK and\n timestamps), ofo: segments the receivers queued out of order, cpu: both "
       "cores busy;\n gput/1 and p99/1 against single; step times leave out the warm-up, the "
       "steps started\n before any had finished, on connections still in slow start: dp-load(1))\n");
+  std::string warm;
+  for (auto& s : sums)
+    if (s.contains("warmup_max_ms") && s["warmup_max_ms"].is_number() &&
+        !std::isnan(s["warmup_max_ms"].get<double>()))
+      warm += fmt::format("{}{} {:.1f} ms", warm.empty() ? "" : ", ", s["mode"].get<std::string>(),
+                          s["warmup_max_ms"].get<double>());
+  if (!warm.empty()) std::printf("warm-up, the slowest of its steps: %s\n", warm.c_str());
 }
 
 // The benchmark goals for dualpath against the other modes of the same run;
