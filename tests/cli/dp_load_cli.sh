@@ -9,25 +9,21 @@
 set -uo pipefail
 load=$1
 fails=0
-out=$("$load" client --connect 127.0.0.1 --congestion-control nosuch 2>&1)
-rc=$?
-if [[ $rc == 2 && $out == *"congestion control 'nosuch': not in this kernel"* ]]; then
-  echo "ok   an unknown congestion control is refused"
-else
-  echo "FAIL unknown congestion control: rc $rc, output: $out"
-  fails=$((fails + 1))
-fi
-out=$("$load" server --congestion-control nosuch 2>&1)
-rc=$?
-if [[ $rc == 2 && $out == *"not in this kernel"* ]]; then
-  echo "ok   the server refuses it too"
-else
-  echo "FAIL server, unknown congestion control: rc $rc, output: $out"
-  fails=$((fails + 1))
-fi
+refused() {  # refused NAME ARGS...: exit 2 and the reason, before anything is sent
+  local name=$1 out rc
+  shift
+  out=$("$load" "$@" --congestion-control nosuch 2>&1)
+  rc=$?
+  if [[ $rc == 2 && $out == *"congestion control 'nosuch': not in this kernel"* ]]; then
+    echo "ok   $name refuses an unknown congestion control"
+  else
+    echo "FAIL $name, unknown congestion control: rc $rc, output: $out"
+    fails=$((fails + 1))
+  fi
+}
+refused client client --connect 127.0.0.1
+refused server server
 
-# reno is in every kernel, and is no namespace's default here unless the
-# machine's is reno: then the check below cannot tell, and says so
 if ! unshare -n true 2>/dev/null; then
   echo "skip the rest: it needs a network namespace of its own (root)"
   exit $((fails > 0 ? 1 : 77))
