@@ -39,6 +39,7 @@ struct dp_pkt {
 	__u16 l3_off;	/* offset of the IP header from the start of the frame */
 	__u16 l4_off;	/* offset of the TCP or UDP header */
 	__u8 tcp_flags; /* TCP: the header's flags byte (FIN 0x01, SYN 0x02, ACK 0x10) */
+	__u8 tcp_hlen;	/* TCP: the header's length with its options, in bytes */
 	__u32 tcp_seq;	/* TCP: the sequence number, host order */
 };
 
@@ -137,6 +138,7 @@ static __always_inline int dp_parse(void *data, void *data_end, struct dp_pkt *p
 			if ((void *)(th + 14) > data_end)
 				return DP_EXC_SHORT;
 			pkt->tcp_flags = th[13];
+			pkt->tcp_hlen = (__u8)((th[12] >> 4) * 4);
 			pkt->tcp_seq = bpf_ntohl(((struct tcphdr *)th)->seq);
 		}
 	}

@@ -47,23 +47,53 @@ static __always_inline __u64 dp_mono_tstamp(const struct __sk_buff *skb)
 	return skb->tstamp;
 }
 
-/* Stamps the class's skb->priority and DSCP. Called last: after it, packet
- * pointers are invalid (bpf_skb_store_bytes). */
+#define DP_TCP_FIN 0x01
+#define DP_TCP_SYN 0x02
+#define DP_TCP_RST 0x04
+#define DP_TCP_ACK 0x10
+
+/* A TCP segment that only acknowledges: ACK set, no SYN, FIN or RST, and
+ * nothing after its header (skb->len counts the whole frame, a GSO one's
+ * too, from the Ethernet header as l4_off does). */
+static __always_inline int dp_pure_ack(const struct __sk_buff *skb, const struct dp_pkt *pkt)
+{
+	return pkt->key.proto == IPPROTO_TCP &&
+	       (pkt->tcp_flags & (DP_TCP_SYN | DP_TCP_FIN | DP_TCP_RST | DP_TCP_ACK)) ==
+		       DP_TCP_ACK &&
+	       skb->len <= (__u32)pkt->l4_off + pkt->tcp_hlen;
+}
+
+/* Stamps the class's skb->priority and DSCP, or those for its pure ACKs.
+ * Called last: after it, packet pointers are invalid (bpf_skb_store_bytes). */
 static __always_inline void dp_apply_qos(struct __sk_buff *skb, const struct dp_pkt *pkt, __u8 cls)
 {
 	__u32 idx = cls;
 	struct dp_class_qos *q = bpf_map_lookup_elem(&dp_class_qos, &idx);
-	__u8 hdr[2];
+	__u32 priority;
+	__u8 hdr[2], dscp, flags;
 
 	if (!q || !q->flags)
 		return;
-	if (q->flags & DP_QOS_F_PRIORITY)
-		skb->priority = q->priority;
-	if (!(q->flags & DP_QOS_F_DSCP) || bpf_skb_load_bytes(skb, pkt->l3_off, hdr, 2))
+	priority = q->priority;
+	dscp = q->dscp;
+	flags = q->flags;
+	if ((flags & (DP_QOS_F_ACK_PRIORITY | DP_QOS_F_ACK_DSCP)) && dp_pure_ack(skb, pkt)) {
+		if (flags & DP_QOS_F_ACK_PRIORITY) {
+			priority = q->ack_priority;
+			flags |= DP_QOS_F_PRIORITY;
+		}
+		if (flags & DP_QOS_F_ACK_DSCP) {
+			dscp = q->ack_dscp;
+			flags |= DP_QOS_F_DSCP;
+		}
+	}
+	if (flags & DP_QOS_F_PRIORITY)
+		skb->priority = priority;
+	if (!(flags & DP_QOS_F_DSCP) || bpf_skb_load_bytes(skb, pkt->l3_off, hdr, 2))
 		return;
 	if (pkt->family == DP_AF_INET) {
 		/* version/IHL and TOS form the header's first 16-bit word */
-		__u8 tos = (__u8)((q->dscp << 2) | (hdr[1] & 3));
+		__u8 tos = (__u8)((dscp << 2) | (hdr[1] & 3));
 		__u16 old_word, new_word;
 
 		if (tos == hdr[1])
@@ -75,7 +105,7 @@ static __always_inline void dp_apply_qos(struct __sk_buff *skb, const struct dp_
 		bpf_skb_store_bytes(skb, pkt->l3_off + 1, &tos, 1, 0);
 	} else {
 		/* version(4) | traffic class(8) | flow label(20); DSCP = TC >> 2 */
-		__u8 tc = (__u8)((q->dscp << 2) | (((hdr[1] >> 4) & 0x0f) & 3));
+		__u8 tc = (__u8)((dscp << 2) | (((hdr[1] >> 4) & 0x0f) & 3));
 		__u8 b0 = (__u8)((hdr[0] & 0xf0) | (tc >> 4));
 		__u8 b1 = (__u8)((hdr[1] & 0x0f) | ((tc & 0x0f) << 4));
 
@@ -101,9 +131,6 @@ struct mptcp_pm_data___dp {
 struct mptcp_sock {
 	struct mptcp_pm_data___dp pm;
 } __attribute__((preserve_access_index));
-
-#define DP_TCP_SYN 0x02
-#define DP_TCP_ACK 0x10
 
 /* Where the packet's own socket puts it, before any decision (DP_RAIL_NONE:
  * the class's decision places it):

@@ -23,12 +23,12 @@ namespace {
 
 // The policy's sections that a description holds for every node, and that a
 // group or a node may override.
-constexpr std::string_view kSections[] = {"routing",     "scheduler", "health",
-                                          "measurement", "metrics",   "responder"};
+constexpr std::string_view kSections[] = {"routing", "scheduler", "health", "measurement",
+                                          "metrics", "responder", "qos"};
 // What a [[group]] or [[node]] entry may override, besides its own keys.
-constexpr std::string_view kOverrides[] = {"default_class", "routing",     "scheduler",
-                                           "health",        "measurement", "metrics",
-                                           "responder",     "path",        "class"};
+constexpr std::string_view kOverrides[] = {"default_class", "routing", "scheduler", "health",
+                                           "measurement",   "metrics", "responder", "qos",
+                                           "path",          "class"};
 // Keys of a description's [[path]] that are not the policy's: the rail's
 // networks, where a node's address is found by its host number.
 constexpr std::string_view kPathOnly[] = {"network", "network6"};
@@ -376,7 +376,7 @@ ClusterRender render_cluster(const std::string& text, const std::string& file,
   // The description's shape; what is inside a policy section is checked
   // by the policy checks, per node.
   auto top = names_of({"cluster", "routing", "scheduler", "health", "measurement", "metrics",
-                       "responder", "path", "class", "group", "node"});
+                       "responder", "qos", "path", "class", "group", "node"});
   only_keys(d, root, top, "the top level of a cluster description");
   auto* cluster = root.get_as<toml::table>("cluster");
   if (!cluster) {

@@ -185,7 +185,7 @@ const char* exception_name(int reason) {
   return reason >= 0 && reason < DP_EXC_MAX ? names[reason] : "?";
 }
 
-dp_class_qos encode_qos(const ClassSpec& c) {
+dp_class_qos encode_qos(const ClassSpec& c, const QosSettings& node) {
   dp_class_qos q{};
   if (c.skb_priority) {
     q.priority = *c.skb_priority;
@@ -194,6 +194,14 @@ dp_class_qos encode_qos(const ClassSpec& c) {
   if (c.dscp) {
     q.dscp = *c.dscp;
     q.flags |= DP_QOS_F_DSCP;
+  }
+  if (node.ack_skb_priority) {
+    q.ack_priority = *node.ack_skb_priority;
+    q.flags |= DP_QOS_F_ACK_PRIORITY;
+  }
+  if (node.ack_dscp) {
+    q.ack_dscp = *node.ack_dscp;
+    q.flags |= DP_QOS_F_ACK_DSCP;
   }
   return q;
 }

@@ -208,7 +208,7 @@ bool Policy::same_settings(const Policy& o) const {
   return node == o.node && cluster == o.cluster && group == o.group && group_hash == o.group_hash &&
          default_class == o.default_class && routing == o.routing && scheduler == o.scheduler &&
          topology == o.topology && health == o.health && measurement == o.measurement &&
-         metrics == o.metrics && responder == o.responder && paths == o.paths &&
+         metrics == o.metrics && responder == o.responder && qos == o.qos && paths == o.paths &&
          classes == o.classes && peers == o.peers;
 }
 
@@ -1215,41 +1215,71 @@ void parse_cgroups(Checker& c, const toml::table& t, const std::string& section,
   }
 }
 
+// A DSCP key: a number 0-63 or a name. `where` names the section for errors.
+std::optional<uint8_t> parse_dscp_key(Checker& c, const toml::table& t, const char* key,
+                                      const std::string& where) {
+  const toml::node* dn = t.get(key);
+  if (!dn) return std::nullopt;
+  // the range is checked on the 64-bit value: 4294967342 is not 46
+  std::optional<int64_t> d;
+  if (auto* i = dn->as_integer())
+    d = i->get();
+  else if (auto* str = dn->as_string())
+    if (auto x = parse_dscp(str->get())) d = *x;
+  if (!d || *d < 0 || *d > 63) {
+    c.error(*dn, fmt::format("{} of {} must be 0-63 or a name such as \"EF\", \"AF41\" or "
+                             "\"CS1\"",
+                             key, where));
+    return std::nullopt;
+  }
+  return static_cast<uint8_t>(*d);
+}
+
+// An skb->priority key: a band 0-7, or a tc class id written as a string.
+std::optional<uint32_t> parse_skb_priority_key(Checker& c, const toml::table& t, const char* key,
+                                               const std::string& where) {
+  const toml::node* sn = t.get(key);
+  if (!sn) return std::nullopt;
+  std::optional<int64_t> v;
+  bool number = false;
+  if (auto* i = sn->as_integer())
+    v = i->get(), number = true;
+  else if (auto* str = sn->as_string())
+    if (auto x = parse_tc_handle(str->get())) v = *x;
+  if (number && v && *v > 7) {
+    c.error(*sn, fmt::format("{} = {} of {} is out of range: a number is a priority band, 0-7; "
+                             "a tc class is written as a string such as \"1:10\"",
+                             key, *v, where));
+    return std::nullopt;
+  }
+  if (!v || *v < 0 || *v > 0xFFFFFFFFll) {
+    c.error(*sn,
+            fmt::format("{} of {} must be a number or a tc class id such as \"1:10\"", key, where));
+    return std::nullopt;
+  }
+  return static_cast<uint32_t>(*v);
+}
+
 // A class's QoS on the wire: dscp (a number or a name) and skb_priority (a
 // band or a tc class id).
 void parse_class_qos(Checker& c, const toml::table& t, const std::string& section, ClassSpec& cs) {
-  if (const toml::node* dn = t.get("dscp")) {
-    // the range is checked on the 64-bit value: 4294967342 is not 46
-    std::optional<int64_t> d;
-    if (auto* i = dn->as_integer())
-      d = i->get();
-    else if (auto* str = dn->as_string())
-      if (auto x = parse_dscp(str->get())) d = *x;
-    if (!d || *d < 0 || *d > 63)
-      c.error(*dn, fmt::format("dscp of {} must be 0-63 or a name such as \"EF\", \"AF41\" or "
-                               "\"CS1\"",
-                               section));
-    else
-      cs.dscp = static_cast<uint8_t>(*d);
+  if (auto d = parse_dscp_key(c, t, "dscp", section)) cs.dscp = *d;
+  if (auto v = parse_skb_priority_key(c, t, "skb_priority", section)) cs.skb_priority = *v;
+}
+
+// [qos]: the pure ACKs' dscp and skb_priority, for every class.
+void parse_qos(Checker& c, const toml::table& root, Policy& p) {
+  const toml::node* n = root.get("qos");
+  if (!n) return;
+  auto* t = n->as_table();
+  if (!t) {
+    c.error(*n, "qos must be a [qos] section");
+    return;
   }
-  if (const toml::node* sn = t.get("skb_priority")) {
-    std::optional<int64_t> v;
-    bool number = false;
-    if (auto* i = sn->as_integer())
-      v = i->get(), number = true;
-    else if (auto* str = sn->as_string())
-      if (auto x = parse_tc_handle(str->get())) v = *x;
-    if (number && v && *v > 7)
-      c.error(*sn, fmt::format("skb_priority = {} of {} is out of range: a number is a priority "
-                               "band, 0-7; a tc class is written as a string such as \"1:10\"",
-                               *v, section));
-    else if (!v || *v < 0 || *v > 0xFFFFFFFFll)
-      c.error(*sn, fmt::format("skb_priority of {} must be a number or a tc class id such as "
-                               "\"1:10\"",
-                               section));
-    else
-      cs.skb_priority = static_cast<uint32_t>(*v);
-  }
+  const std::string s = "[qos]";
+  c.only_keys(*t, {"ack_dscp", "ack_skb_priority"}, s.c_str());
+  p.qos.ack_dscp = parse_dscp_key(c, *t, "ack_dscp", s);
+  p.qos.ack_skb_priority = parse_skb_priority_key(c, *t, "ack_skb_priority", s);
 }
 
 // A class's TCP settings: its minimum RTO, and whether it is multipath.
@@ -1567,7 +1597,7 @@ PolicyLoad check_policy(const toml::table& root, const std::string& text, const 
   p.text = text;
   c.only_keys(root,
               {"node", "routing", "scheduler", "health", "measurement", "metrics", "responder",
-               "path", "class", "peer"},
+               "qos", "path", "class", "peer"},
               "the top level", {"path", "class", "peer"});
   parse_node(c, root, p);
   parse_routing(c, root, p);
@@ -1579,6 +1609,7 @@ PolicyLoad check_policy(const toml::table& root, const std::string& text, const 
   parse_classes(c, root, p);
   parse_responder(c, root, p);
   check_responder(c, root, p);
+  parse_qos(c, root, p);
   parse_peers(c, root, p);
   out.errors = c.take();
   std::stable_sort(out.errors.begin(), out.errors.end(), [](auto& a, auto& b) {

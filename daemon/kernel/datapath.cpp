@@ -341,7 +341,7 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     }
     dp_slot_name n = encode_name(cs.name);
     DP_TRY(class_names.update(slot, n));
-    dp_class_qos q = encode_qos(cs);
+    dp_class_qos q = encode_qos(cs, next.qos);
     DP_TRY(qos.update(slot, q));
     dp_class_tcp ct = encode_class_tcp(cs);
     DP_TRY(skel_->dp_class_tcp().update(slot, ct));

@@ -35,8 +35,9 @@
 #ifdef DP_ABI_TEST_LAYOUT
 #define DP_LAYOUT_VERSION 0x8001u
 #else
-/* 2: dp_flow.tail_ns, dp_cell_cfg.flags; 3: bursts; 4: dp_rail.subflow_pace, dp_joins */
-#define DP_LAYOUT_VERSION 4u
+/* 2: dp_flow.tail_ns, dp_cell_cfg.flags; 3: bursts; 4: dp_rail.subflow_pace, dp_joins;
+ * 5: dp_class_qos.ack_priority, ack_dscp */
+#define DP_LAYOUT_VERSION 5u
 #endif
 
 /* dp_abi: ARRAY with one element, written by the daemon: the layout version
@@ -220,16 +221,24 @@ struct dp_vq {
 
 /* dp_class_qos: ARRAY, key = class slot. What the egress program stamps on
  * every packet of the class, so that the rail's qdisc (and, by DSCP, NIC and
- * switch queues) can serve latency-sensitive classes ahead of bulk ones. */
+ * switch queues) can serve latency-sensitive classes ahead of bulk ones.
+ * The class's pure ACKs (TCP, no data, no SYN, FIN or RST) may get their own
+ * ([qos] in the policy): a bulk class's ACKs then do not wait behind
+ * another class's data that a strict-priority queue serves first. */
 enum dp_qos_flags {
-  DP_QOS_F_PRIORITY = 1u << 0, /* set skb->priority */
-  DP_QOS_F_DSCP = 1u << 1,     /* rewrite the DSCP bits of the IP header */
+  DP_QOS_F_PRIORITY = 1u << 0,     /* set skb->priority */
+  DP_QOS_F_DSCP = 1u << 1,         /* rewrite the DSCP bits of the IP header */
+  DP_QOS_F_ACK_PRIORITY = 1u << 2, /* pure ACKs: ack_priority instead of priority */
+  DP_QOS_F_ACK_DSCP = 1u << 3,     /* pure ACKs: ack_dscp instead of dscp */
 };
 struct dp_class_qos {
   __u32 priority; /* skb->priority: a tc class id (major:minor) or 0-7 */
   __u8 dscp;      /* 0-63 */
   __u8 flags;     /* enum dp_qos_flags */
   __u8 pad[2];
+  __u32 ack_priority; /* the same, for the class's pure ACKs */
+  __u8 ack_dscp;
+  __u8 pad2[3];
 };
 
 /* dp_class_tcp: ARRAY, key = class slot. TCP settings sockops applies to a

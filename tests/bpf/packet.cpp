@@ -51,10 +51,12 @@ std::vector<uint8_t> build_packet(const PacketSpec& s) {
     tcphdr t{};
     t.source = htons(s.sport);
     t.dest = htons(s.dport);
-    t.doff = 5;
     t.syn = s.syn ? 1 : 0;
     t.ack = s.ack ? 1 : 0;
+    t.fin = s.fin ? 1 : 0;
     put(l4, &t, sizeof(t));
+    l4[12] = static_cast<uint8_t>((5 + s.tcp_options / 4) << 4);  // data offset, in words
+    l4.resize(l4.size() + s.tcp_options, 1);                      // NOP
   } else if (s.proto == IPPROTO_UDP) {
     udphdr u{};
     u.source = htons(s.sport);

@@ -25,6 +25,8 @@ struct PacketSpec {
   size_t truncate_to = 0;  // 0: full packet
   bool syn = false;        // TCP: SYN (with ack: a SYN-ACK)
   bool ack = true;         // TCP: ACK
+  bool fin = false;        // TCP: FIN
+  size_t tcp_options = 0;  // TCP: bytes of options (NOPs), a multiple of 4
 };
 
 std::vector<uint8_t> build_packet(const PacketSpec& s);

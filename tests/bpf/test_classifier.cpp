@@ -863,7 +863,7 @@ TEST_F(Classifier, APolicedClassIsHeldToItsRateOnThatRailAndNoOtherIs) {
 
 TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   uint32_t slot = kControl;
-  dp_class_qos q{0x10010, 46, DP_QOS_F_PRIORITY | DP_QOS_F_DSCP, {}};
+  dp_class_qos q{0x10010, 46, DP_QOS_F_PRIORITY | DP_QOS_F_DSCP, {}, 0, 0, {}};
   ASSERT_TRUE(skel_->dp_class_qos().update(slot, q));
   constexpr size_t kL3 = 14;
   for (int fam : {4, 6}) {
@@ -907,6 +907,82 @@ TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   ASSERT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0);
   EXPECT_EQ(ctx_out.priority, 3u);
   EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + static_cast<long>(pkt.size())), pkt);
+}
+
+// [qos] ack_skb_priority and ack_dscp: a class's pure ACKs (no data, no SYN,
+// FIN or RST; TCP options allowed) get the ACK QoS, everything else the
+// class's, or none where the class has none.
+TEST_F(Classifier, PureAcksGetTheAckQos) {
+  uint32_t dispatch = kDispatch, logs = kLogs;
+  dp_class_qos q{};
+  q.priority = 0x10014;
+  q.dscp = 10;
+  q.ack_priority = 0x10005;
+  q.ack_dscp = 48;
+  q.flags = DP_QOS_F_PRIORITY | DP_QOS_F_DSCP | DP_QOS_F_ACK_PRIORITY | DP_QOS_F_ACK_DSCP;
+  ASSERT_TRUE(skel_->dp_class_qos().update(dispatch, q));
+  dp_class_qos acks_only{};
+  acks_only.ack_priority = 0x10005;
+  acks_only.flags = DP_QOS_F_ACK_PRIORITY;
+  ASSERT_TRUE(skel_->dp_class_qos().update(logs, acks_only));
+  constexpr size_t kL3 = 14;
+  struct Seen {
+    uint32_t priority;
+    uint8_t dscp;
+  };
+  auto run = [&](const PacketSpec& s) {
+    auto pkt = build_packet(s);
+    std::vector<uint8_t> out(pkt.size() + 64);
+    __sk_buff ctx_in{}, ctx_out{};
+    ctx_in.priority = 3;
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(), .data_out = out.data(),
+                .data_size_in = static_cast<uint32_t>(pkt.size()),
+                .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx_in,
+                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
+                .repeat = 1);
+    EXPECT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0) << std::strerror(errno);
+    uint8_t tc = s.family == 4 ? out[kL3 + 1]
+                               : static_cast<uint8_t>((out[kL3] & 0x0f) << 4 | out[kL3 + 1] >> 4);
+    return Seen{ctx_out.priority, static_cast<uint8_t>(tc >> 2)};
+  };
+  for (int fam : {4, 6}) {
+    SCOPED_TRACE(fam == 4 ? "IPv4" : "IPv6");
+    PacketSpec ack = tcp4(40000, 50001);  // expert-dispatch
+    ack.family = fam;
+    ack.payload = 0;
+    auto seen = run(ack);
+    EXPECT_EQ(seen.priority, 0x10005u) << "a pure ACK";
+    EXPECT_EQ(seen.dscp, 48);
+    ack.tcp_options = 12;  // timestamps, as Linux sends them
+    seen = run(ack);
+    EXPECT_EQ(seen.priority, 0x10005u) << "a pure ACK with options";
+    EXPECT_EQ(seen.dscp, 48);
+
+    PacketSpec data = ack;
+    data.payload = 1;
+    seen = run(data);
+    EXPECT_EQ(seen.priority, 0x10014u) << "one byte of data";
+    EXPECT_EQ(seen.dscp, 10);
+    PacketSpec fin = ack;
+    fin.fin = true;
+    EXPECT_EQ(run(fin).priority, 0x10014u) << "a FIN";
+    PacketSpec synack = ack;
+    synack.syn = true;
+    EXPECT_EQ(run(synack).priority, 0x10014u) << "a SYN-ACK";
+    PacketSpec udp = ack;
+    udp.proto = IPPROTO_UDP;
+    EXPECT_EQ(run(udp).priority, 0x10014u) << "an empty UDP datagram";
+
+    // a class with ACK QoS only: its data keeps what it came with
+    PacketSpec logs_ack = tcp4(40000, 54001);  // logs
+    logs_ack.family = fam;
+    logs_ack.payload = 0;
+    EXPECT_EQ(run(logs_ack).priority, 0x10005u);
+    logs_ack.payload = 100;
+    seen = run(logs_ack);
+    EXPECT_EQ(seen.priority, 3u);
+    EXPECT_EQ(seen.dscp, 0);
+  }
 }
 
 // dp-bench-classifier's object: its prelude runs whatever program it is given

@@ -147,6 +147,20 @@ TEST(Cluster, OneNodeOrARefusalWithTheNearestName) {
       << only_error(none);
 }
 
+TEST(Cluster, QosIsASharedSectionAGroupMayOverride) {
+  auto r = dp::render_cluster(small("[qos]\nack_skb_priority = 7\n"
+                                    "[[group]]\nname = \"g\"\n[group.qos]\nack_dscp = \"CS6\"\n"
+                                    "[[node]]\nname = \"n1\"\nhost = 11\n"
+                                    "[[node]]\nname = \"n2\"\nhost = 12\ngroup = \"g\"\n"),
+                              "c.toml");
+  ASSERT_TRUE(r.ok()) << r.errors.front().str();
+  auto n1 = policy_of(*node(r, "n1")), n2 = policy_of(*node(r, "n2"));
+  EXPECT_EQ(n1.qos.ack_skb_priority, 7u);
+  EXPECT_FALSE(n1.qos.ack_dscp.has_value());
+  EXPECT_EQ(n2.qos.ack_skb_priority, 7u) << "the group's [qos] adds to the shared one";
+  EXPECT_EQ(n2.qos.ack_dscp, 48);
+}
+
 TEST(Cluster, IPv6NetworksAndHostNumbers) {
   auto text = small("[[node]]\nname = \"n1\"\nhost = 300\n");
   text.replace(

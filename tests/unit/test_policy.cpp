@@ -481,6 +481,42 @@ TEST(Policy, BadDscpAndSkbPriorityAreRefusedWithTheirPosition) {
   }
 }
 
+TEST(Policy, QosSectionGivesEveryClassItsAckQos) {
+  std::string text = std::string(kBase) + "[qos]\nack_skb_priority = \"1:5\"\nack_dscp = \"CS6\"\n";
+  auto r = dp::parse_policy(text, "p.toml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].str();
+  EXPECT_EQ(r.policy->qos.ack_skb_priority, 0x10005u);
+  EXPECT_EQ(r.policy->qos.ack_dscp, 48);
+  for (const auto& c : r.policy->classes) {
+    auto q = dp::encode_qos(c, r.policy->qos);
+    EXPECT_EQ(q.flags & (DP_QOS_F_ACK_PRIORITY | DP_QOS_F_ACK_DSCP),
+              DP_QOS_F_ACK_PRIORITY | DP_QOS_F_ACK_DSCP)
+        << c.name;
+    EXPECT_EQ(q.ack_priority, 0x10005u);
+    EXPECT_EQ(q.ack_dscp, 48);
+    EXPECT_EQ(q.flags & DP_QOS_F_PRIORITY, c.skb_priority ? DP_QOS_F_PRIORITY : 0) << c.name;
+  }
+  // without [qos], a class's ACKs are stamped as its data is
+  auto plain = dp::parse_policy(kBase, "p.toml");
+  ASSERT_TRUE(plain.ok());
+  auto q = dp::encode_qos(plain.policy->classes[0], plain.policy->qos);
+  EXPECT_EQ(q.flags & (DP_QOS_F_ACK_PRIORITY | DP_QOS_F_ACK_DSCP), 0);
+  EXPECT_FALSE(r.policy->same_settings(*plain.policy)) << "a [qos] change is a change";
+}
+
+TEST(Policy, BadQosIsRefusedWithItsPosition) {
+  const std::string base = std::string(kBase) + "[qos]\n";
+  const int line = 1 + static_cast<int>(std::count(base.begin(), base.end(), '\n'));
+  expect_one_error(base + "ack_skb_priority = 9\n", line,
+                   "ack_skb_priority = 9 of [qos] is out of range: a number is a priority band");
+  expect_one_error(base + "ack_skb_priority = \"1:5:1\"\n", line,
+                   "ack_skb_priority of [qos] must be a number or a tc class id");
+  expect_one_error(base + "ack_dscp = \"AF51\"\n", line, "ack_dscp of [qos] must be 0-63");
+  expect_one_error(base + "ack_skb_priorty = \"1:5\"\n", line,
+                   "unknown key \"ack_skb_priorty\" in [qos]; did you mean \"ack_skb_priority\"?");
+  expect_one_error("qos = 1\n" + std::string(kBase), 1, "qos must be a [qos] section");
+}
+
 namespace {
 
 // kBase with routes on both rails (rail1 gets an IPv4 gateway too).

@@ -22,6 +22,7 @@ name = "n1"
 [measurement]
 [metrics]
 [responder]
+[qos]
 [[path]]
 name = "rail0"
 interface = "eth0"
@@ -99,7 +100,7 @@ TEST(PolicyReference, EverySectionDocumentsExactlyTheKeysTheParserTakes) {
   auto doc = documented();
   for (const std::string section :
        {"", "[node]", "[routing]", "[scheduler]", "[health]", "[measurement]", "[metrics]",
-        "[responder]", "[[path]]", "[[class]]"}) {
+        "[responder]", "[qos]", "[[path]]", "[[class]]"}) {
     SCOPED_TRACE(section.empty() ? "the top level" : section);
     auto parser = allowed(section);
     ASSERT_FALSE(parser.empty());

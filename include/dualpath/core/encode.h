@@ -61,8 +61,9 @@ std::vector<std::pair<dp_peer_key, dp_peer>> encode_peers(const Policy& p,
 // handover (abi.h, dp_local_addr): all zero in the shared topology.
 dp_local_addr encode_local_addr(const PathSpec& p, Topology t);
 
-// What the egress program stamps on a class's packets (flags 0: nothing).
-dp_class_qos encode_qos(const ClassSpec& c);
+// What the egress program stamps on a class's packets (flags 0: nothing),
+// and on its pure ACKs where the policy's [qos] says.
+dp_class_qos encode_qos(const ClassSpec& c, const QosSettings& node);
 dp_class_tcp encode_class_tcp(const ClassSpec& c);
 
 dp_slot_name encode_name(const std::string& name);

@@ -215,6 +215,15 @@ struct ResponderSettings {
   bool operator==(const ResponderSettings&) const = default;
 };
 
+// [qos]: what the pure ACKs of every class are stamped with (TCP segments
+// that only acknowledge), in place of their class's dscp and skb_priority.
+// Unset: a class's ACKs are stamped as its data is.
+struct QosSettings {
+  std::optional<uint8_t> ack_dscp;
+  std::optional<uint32_t> ack_skb_priority;
+  bool operator==(const QosSettings&) const = default;
+};
+
 struct RoutingSettings {
   uint32_t rule_priority = 10000;  // the service owns [rule_priority, rule_priority + 99]
   uint8_t route_protocol = 200;    // rtnetlink protocol tag of our rules and routes
@@ -254,6 +263,7 @@ struct Policy {
   MeasurementSettings measurement;
   MetricsSettings metrics;
   ResponderSettings responder;
+  QosSettings qos;
   std::vector<PathSpec> paths;
   std::vector<ClassSpec> classes;
   std::vector<PeerSpec> peers;  // [[peer]]
