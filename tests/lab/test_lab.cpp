@@ -1176,12 +1176,17 @@ TEST_F(Lab, ClassQosReachesTheQdiscAndTheWire) {
     ~Drop() { sh(nsenter("dpl-b") + "nft delete table netdev dpl_qos_test"); }
   } drop_table;
   uint64_t prio0 = htb_class_bytes("dpl-a", "rail0", "1:10");
+  uint64_t acks0 = htb_class_bytes("dpl-b", "rail0", "1:5");
   constexpr uint64_t kBytes1M = 1 << 20;
   // control (EF, skb_priority 1:10) over IPv4 and IPv6, expert-dispatch (AF41, 1:10)
   for (const char* dst : {"10.99.0.2", "fd99::2"})
     ASSERT_TRUE(lab::tcp_transfer({"dpl-a", "dpl-b", dst, 53005, 0, 0, 1 << 20}).ok());
   ASSERT_TRUE(lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 50005, 0, 0, 1 << 20}).ok());
   uint64_t prio0_after = htb_class_bytes("dpl-a", "rail0", "1:10");
+  // b's pure ACKs of those 3 MiB: the lab policies' [qos] ack_skb_priority
+  uint64_t acks = htb_class_bytes("dpl-b", "rail0", "1:5") - acks0;
+  EXPECT_GT(acks, 0u) << "b's ACKs went through the HTB's ACK leaf 1:5";
+  EXPECT_LT(acks, kBytes1M / 4) << "and only ACKs did";
   // param-sync (AF11, no skb_priority) on rail1 and logs (CS1, UDP) on rail1
   ASSERT_TRUE(lab::tcp_transfer({"dpl-a", "dpl-b", "10.99.0.2", 52005, 0, 0, 1 << 20}).ok());
   EXPECT_EQ(lab::udp_send("dpl-a", "10.99.0.2", 54005, 0, 500, 1000), 500);
