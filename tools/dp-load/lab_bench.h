@@ -27,6 +27,9 @@ struct Lab {
   std::string peer;                                 // b's address for the workload
   std::optional<std::array<std::string, 2>> rates;  // unshaped: none
   std::string congestion_control;                   // node a's default (the workload's TCP runs it)
+  // The skb_priority the lab policies' [qos] stamps on pure ACKs ("1:5"); ""
+  // for none: a class's ACKs are stamped as its data.
+  std::string ack_priority;
   static std::optional<Lab> describe(const std::string& dp_lab);
 };
 

@@ -286,6 +286,13 @@ void print_peers(const Opts& o) {
   else
     std::printf("  TCP congestion control: %s (the machine's default, which the namespaces take)\n",
                 o.lab.congestion_control.empty() ? "?" : o.lab.congestion_control.c_str());
+  if (!o.lab.ack_priority.empty())
+    std::printf(
+        "  pure ACKs: skb_priority %s, the rails' HTB leaf served first ([qos] of the lab\n"
+        "  policies), in every mode with dualpathd\n",
+        o.lab.ack_priority.c_str());
+  else
+    std::printf("  pure ACKs: stamped as their class's data (the lab policies have no [qos])\n");
   if (sep)
     std::printf(
         "  not run in the separate topology: ecmp (no route reaches b's rail0 address over\n"

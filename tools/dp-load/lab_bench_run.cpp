@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
@@ -21,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dualpath/core/policy.h"
 #include "dualpath/core/units.h"
 #include "dualpath/kernel/linkstats.h"
 #include "dualpath/kernel/procfs.h"
@@ -85,6 +87,11 @@ std::optional<Lab> Lab::describe(const std::string& dp_lab) {
                                            j["rates"][1].get<std::string>()};
   // the namespaces take the machine's default congestion control, which the
   // figures depend on (BBR paces a flow at the rate it last measured)
+  if (auto pol = dp::load_policy_file(j.value("policy_a", "")); pol.ok()) {
+    if (auto v = pol.policy->qos.ack_skb_priority)
+      lab.ack_priority =
+          *v < 8 ? std::to_string(*v) : fmt::format("{:x}:{:x}", *v >> 16, *v & 0xffff);
+  }
   lab.congestion_control = output_of("cat /proc/sys/net/ipv4/tcp_congestion_control", lab.a);
   while (!lab.congestion_control.empty() &&
          std::isspace(static_cast<unsigned char>(lab.congestion_control.back())))
