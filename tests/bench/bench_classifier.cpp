@@ -171,6 +171,12 @@ int main(int argc, char** argv) {
   dptest::PacketSpec pure_ack{4, IPPROTO_TCP, 40000, 50001};
   pure_ack.payload = 0;
   pure_ack.tcp_options = 12;
+  // a class by port that stays, with its QoS programmed
+  auto with_qos = [](const char* name, const dptest::PacketSpec& pkt, Qos qos) {
+    Case c{name, pkt, 0, Prog::Egress};
+    c.qos = qos;
+    return c;
+  };
   const Case cases[] = {
       {"empty program (floor)", {4, IPPROTO_TCP, 40000, 50001}, 0, Prog::Empty},
       {"reference classifier, v4 tcp", {4, IPPROTO_TCP, 40000, 50001}, 0, Prog::Reference},
@@ -216,26 +222,10 @@ int main(int argc, char** argv) {
        true},
       // the DSCP is rewritten in the first of the repeated runs of the one
       // skb; the others find it written (what a run measures: the check)
-      {"v4 tcp, class by port, QoS",
-       {4, IPPROTO_TCP, 40000, 50001},
-       0,
-       Prog::Egress,
-       Cgroups::Off,
-       false,
-       false,
-       false,
-       Qos::Class},
-      {"v4 tcp, class by port, QoS + [qos]",
-       {4, IPPROTO_TCP, 40000, 50001},
-       0,
-       Prog::Egress,
-       Cgroups::Off,
-       false,
-       false,
-       false,
-       Qos::ClassAndAcks},
-      {"v4 tcp ACK, by port, QoS + [qos]", pure_ack, 0, Prog::Egress, Cgroups::Off, false, false,
-       false, Qos::ClassAndAcks},
+      with_qos("v4 tcp, class by port, QoS", {4, IPPROTO_TCP, 40000, 50001}, Qos::Class),
+      with_qos("v4 tcp, class by port, QoS + [qos]", {4, IPPROTO_TCP, 40000, 50001},
+               Qos::ClassAndAcks),
+      with_qos("v4 tcp ACK, by port, QoS + [qos]", pure_ack, Qos::ClassAndAcks),
       {"v4 tcp, unclassified", {4, IPPROTO_TCP, 40000, 40001}, 0, Prog::Egress},
       {"v4 fragment (passed)", {4, IPPROTO_TCP, 40000, 50001, 0, false, true}, 0, Prog::Egress},
       {"v4 tcp, class by cgroup", {4, IPPROTO_TCP, 40000, 40001}, 0, Prog::Egress, Cgroups::Match},

@@ -113,6 +113,28 @@ class Classifier : public ::testing::Test {
   RunResult egress(const PacketSpec& s, uint32_t mark = 0) {
     return run(skel_->egress_fd(), s, mark);
   }
+  // An egress run of `s`, which comes with skb->priority `prio_in`: the
+  // skb->priority it leaves with, and its bytes as they leave.
+  struct Stamped {
+    uint32_t priority = 0;
+    std::vector<uint8_t> out;
+  };
+  Stamped egress_stamped(const PacketSpec& s, uint32_t prio_in = 0) {
+    auto pkt = build_packet(s);
+    Stamped r;
+    r.out.resize(pkt.size() + 64);
+    __sk_buff ctx_in{}, ctx_out{};
+    ctx_in.priority = prio_in;
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(), .data_out = r.out.data(),
+                .data_size_in = static_cast<uint32_t>(pkt.size()),
+                .data_size_out = static_cast<uint32_t>(r.out.size()), .ctx_in = &ctx_in,
+                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
+                .repeat = 1);
+    EXPECT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0) << std::strerror(errno);
+    r.out.resize(pkt.size());
+    r.priority = ctx_out.priority;
+    return r;
+  }
 
   dp_counters counters(uint32_t rail, uint32_t cls) {
     uint32_t key = rail * DP_MAX_CLASSES + cls;
@@ -870,16 +892,8 @@ TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
     PacketSpec s = tcp4(40000, 53001);
     s.family = fam;
     s.tos = 0x01;  // ECT(1): the ECN bits must survive
-    auto pkt = build_packet(s);
-    std::vector<uint8_t> out(pkt.size() + 64);
-    __sk_buff ctx_in{}, ctx_out{};
-    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(), .data_out = out.data(),
-                .data_size_in = static_cast<uint32_t>(pkt.size()),
-                .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx_in,
-                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
-                .repeat = 1);
-    ASSERT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0) << std::strerror(errno);
-    EXPECT_EQ(ctx_out.priority, 0x10010u) << "IPv" << fam;
+    auto [priority, out] = egress_stamped(s);
+    EXPECT_EQ(priority, 0x10010u) << "IPv" << fam;
     if (fam == 4) {
       EXPECT_EQ(out[kL3 + 1], (46 << 2) | 0x01) << "TOS: EF and ECT(1)";
       EXPECT_EQ(dptest::ipv4_header_sum(&out[kL3], 20), 0xffff)
@@ -895,18 +909,9 @@ TEST_F(Classifier, ClassQosStampsPriorityAndDscpAndKeepsTheChecksumAndEcn) {
   // a class without QoS is left as it came
   PacketSpec s = tcp4(40000, 52001);
   s.tos = 0x20;
-  auto pkt = build_packet(s);
-  std::vector<uint8_t> out(pkt.size() + 64);
-  __sk_buff ctx_in{}, ctx_out{};
-  ctx_in.priority = 3;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(), .data_out = out.data(),
-              .data_size_in = static_cast<uint32_t>(pkt.size()),
-              .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx_in,
-              .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
-              .repeat = 1);
-  ASSERT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0);
-  EXPECT_EQ(ctx_out.priority, 3u);
-  EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + static_cast<long>(pkt.size())), pkt);
+  auto left = egress_stamped(s, 3);
+  EXPECT_EQ(left.priority, 3u);
+  EXPECT_EQ(left.out, build_packet(s));
 }
 
 // [qos] ack_skb_priority and ack_dscp: a class's pure ACKs (no data, no SYN,
@@ -931,19 +936,10 @@ TEST_F(Classifier, PureAcksGetTheAckQos) {
     uint8_t dscp;
   };
   auto run = [&](const PacketSpec& s) {
-    auto pkt = build_packet(s);
-    std::vector<uint8_t> out(pkt.size() + 64);
-    __sk_buff ctx_in{}, ctx_out{};
-    ctx_in.priority = 3;
-    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt.data(), .data_out = out.data(),
-                .data_size_in = static_cast<uint32_t>(pkt.size()),
-                .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx_in,
-                .ctx_out = &ctx_out, .ctx_size_in = sizeof(ctx_in), .ctx_size_out = sizeof(ctx_out),
-                .repeat = 1);
-    EXPECT_EQ(bpf_prog_test_run_opts(skel_->egress_fd(), &opts), 0) << std::strerror(errno);
+    auto [priority, out] = egress_stamped(s, 3);
     uint8_t tc = s.family == 4 ? out[kL3 + 1]
                                : static_cast<uint8_t>((out[kL3] & 0x0f) << 4 | out[kL3 + 1] >> 4);
-    return Seen{ctx_out.priority, static_cast<uint8_t>(tc >> 2)};
+    return Seen{priority, static_cast<uint8_t>(tc >> 2)};
   };
   for (int fam : {4, 6}) {
     SCOPED_TRACE(fam == 4 ? "IPv4" : "IPv6");
