@@ -77,7 +77,7 @@ std::vector<bool> active_rails(const Policy& p, size_t klass, const std::vector<
   if (c.kind != ClassKind::Elastic || c.pinned || operator_pinned || widest == 0) return a;
   for (size_t i = 0; i < P && i < usable.size(); ++i) {
     const double cap = static_cast<double>(p.paths[i].capacity_bps);
-    if (usable[i] && cap >= kComparable * widest && cap * kComparable <= widest) a[i] = true;
+    if (usable[i] && cap >= kComparable * widest) a[i] = true;
   }
   return a;
 }

@@ -194,10 +194,10 @@ TEST(Multipath, RolesFollowTheDecisionOnTheConnectingSideOnly) {
       << "the connecting side's MP_PRIO holds for both directions";
 }
 
-// An elastic class uses every usable rail of comparable capacity, whatever
-// its decision; on a much slower rail, or for a latency-sensitive or pinned
-// class, the decision alone opens rails.
-TEST(Multipath, AnElasticClassIsActiveOnEveryComparableRailTheDecisionAloneOpensTheRest) {
+// An elastic class uses every usable rail of comparable or wider capacity,
+// whatever its decision; on a much slower rail, or for a latency-sensitive
+// or pinned class, the decision alone opens rails.
+TEST(Multipath, AnElasticClassIsActiveOnEveryComparableOrWiderRailTheDecisionAloneOpensTheRest) {
   auto p = policy();  // two 1 Gbit rails
   const dp::Shares on0{DP_SHARE_SCALE, 0};
   using V = std::vector<bool>;
@@ -209,8 +209,10 @@ TEST(Multipath, AnElasticClassIsActiveOnEveryComparableRailTheDecisionAloneOpens
   auto slow = p;
   slow.paths[1].capacity_bps = 250'000'000;  // 4:1
   EXPECT_EQ(active_rails(slow, 0, on0, {true, true}, false), (V{true, false}));
-  EXPECT_EQ(active_rails(slow, 0, {0, DP_SHARE_SCALE}, {true, true}, false), (V{false, true}))
-      << "a class put on the slower rail is not handed the much faster one";
+  EXPECT_EQ(active_rails(slow, 0, {0, DP_SHARE_SCALE}, {true, true}, false), (V{true, true}))
+      << "a class put on the slower rail keeps the faster one";
+  EXPECT_EQ(active_rails(slow, 0, {0, DP_SHARE_SCALE}, {false, true}, false), (V{false, true}))
+      << "... while that one is usable";
   slow.paths[1].capacity_bps = 500'000'000;  // 2:1: comparable
   EXPECT_EQ(active_rails(slow, 0, on0, {true, true}, false), (V{true, true}));
   auto ls = p;

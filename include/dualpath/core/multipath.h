@@ -88,15 +88,18 @@ std::optional<IpAddr> peer_on_path(const Policy& p, const IpAddr& peer, size_t t
 
 // The rails where class `klass`'s subflows are active: those its decision
 // (`shares`) gives a share; and for an elastic class that no operator
-// pinned, also every other usable rail of comparable capacity (within a
-// factor 1/kComparable of the largest rail the decision opens, either way:
-// a class put on a slow rail is not handed a much faster one). MPTCP's own
-// scheduler then spreads each connection's data over the subflows' room:
-// on rails of comparable capacity that carries more than holding one back
-// (dp-lab bench, separate topology, equal rails: stock MPTCP with both
-// active carried 1.63x one rail), while on a much slower rail the kernel's
-// scheduler makes the connection wait for what it sent there (0.70x at
-// 4:1), so there the decision alone opens rails.
+// pinned, also every other usable rail at least kComparable as wide as the
+// widest rail the decision opens (a comparable rail, or a wider one).
+// MPTCP's own scheduler then spreads each connection's data over the
+// subflows' room: on rails of comparable capacity that carries more than
+// holding one back (dp-lab bench, separate topology, equal rails: stock
+// MPTCP with both active carried 1.63x one rail), while on a much slower
+// rail the kernel's scheduler makes the connection wait for what it sent
+// there (0.70x at 4:1), so only the decision opens a much narrower rail.
+// A wider rail never makes it wait: a class the decision moved to a narrow
+// rail keeps sending on the wide one as far as that has room, and the
+// connecting side's roles bind the peer's sending too (a class moved for
+// what this node sends would otherwise confine what the peer answers).
 constexpr double kComparable = 0.5;
 std::vector<bool> active_rails(const Policy& p, size_t klass, const std::vector<uint16_t>& shares,
                                const std::vector<bool>& usable, bool operator_pinned);
