@@ -1296,15 +1296,33 @@ void parse_class_tcp(Checker& c, const toml::table& t, const std::string& sectio
         cs.rto_min = *v;
     }
   }
-  if (auto v = c.boolean(t, "multipath", section)) {
-    cs.multipath = *v;
-    const toml::node& mn = *t.get("multipath");
-    // the socket is made MPTCP at socket(), when only its cgroup is known
-    if (cs.multipath && cs.cgroups.empty() && !t.get("cgroups") && !t.get("units"))
-      c.error(mn, fmt::format("multipath in {} needs the class to match by cgroups or units: "
-                              "its sockets are made MPTCP when they are created, before a "
-                              "port or a mark is known",
-                              section));
+  if (auto v = c.boolean(t, "multipath", section)) cs.multipath = *v;
+}
+
+// A multipath class's sockets are made MPTCP at socket(), when only the
+// task's cgroup is known: a class matched by cgroups or units converts its
+// processes' sockets. A class matched only by ports or a mark converts
+// nothing itself; its connections are MPTCP when their process is in a
+// converting class's cgroup (they are then managed with this class's
+// decision and QoS), so it needs such a class beside it.
+void check_multipath(Checker& c, const toml::table& root, const Policy& p) {
+  auto* arr = root.get("class") ? root.get("class")->as_array() : nullptr;
+  if (!arr) return;
+  auto converts = [&](size_t i) {
+    const auto& t = *(*arr)[i].as_table();
+    return p.classes[i].multipath && (t.get("cgroups") || t.get("units"));
+  };
+  bool any = false;
+  for (size_t i = 0; i < p.classes.size() && i < arr->size(); ++i) any = any || converts(i);
+  if (any) return;
+  for (size_t i = 0; i < p.classes.size() && i < arr->size(); ++i) {
+    if (!p.classes[i].multipath) continue;
+    c.error(where(*(*arr)[i].as_table(), "multipath"),
+            fmt::format("multipath in class \"{}\" needs MPTCP sockets, which are made when "
+                        "they are created, before a port or a mark is known: match the class "
+                        "by cgroups or units, or give the policy a multipath class that does "
+                        "(its processes' connections to this class are then MPTCP)",
+                        p.classes[i].name));
   }
 }
 
@@ -1482,6 +1500,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
 
   check_port_overlaps(c, p);
   check_reserves(c, root, p);
+  check_multipath(c, root, p);
 
   if (p.default_class && !p.klass(*p.default_class)) {
     auto* t = root.get_as<toml::table>("node");

@@ -524,10 +524,13 @@ bool events_say(const std::string& text) {
 
 // ---------------------------------------------------------------- multipath classes
 // The class "collective" (multipath = true, cgroups = ["/dpl-collective"],
-// elastic, prefer rail0) is added to both nodes' policies by main(). Its
-// MPTCP connections get a subflow per rail from the daemons.
+// elastic, prefer rail0) is added to both nodes' policies by main(), and
+// "mp-port" (multipath, ports 61200-61209, outside the ephemeral range).
+// Their MPTCP connections get a subflow per rail from the daemons.
 
 constexpr const char* kCollective = "/dpl-collective";
+// A port of the class "mp-port" (multipath by its port, beside collective).
+constexpr uint16_t kMpPort = 61200;
 
 TransferSpec collective_transfer(uint16_t port, uint64_t bytes, double rate_bps) {
   TransferSpec t;
@@ -581,15 +584,30 @@ std::map<std::string, uint64_t> receive_buffers(const std::string& ns, uint16_t 
 TEST_F(Separate, AMultipathConnectionGetsASubflowOnEachRailAndTheBoundServerAcceptsTheJoin) {
   // 20 Mbit/s for 3 s: long enough to look at it while it runs
   Transfer t(collective_transfer(45101, 7'500'000, 20e6));
+  // the same process's connection to a port of the class "mp-port"
+  // (multipath, latency-sensitive, prefer rail1): MPTCP by collective's
+  // cgroup, with mp-port's subflows and roles
+  Transfer tp(collective_transfer(kMpPort, 7'500'000, 20e6));
   json a = wait_conn("a", 45101, 3000, [](const json& c) {
     return subflow_paths(c) == std::set<std::string>{"rail0", "rail1"};
   });
   json b = wait_conn("b", 45101, 1000, [](const json& c) { return c["subflows"].size() == 2; });
+  json ap = wait_conn("a", kMpPort, 1000, [](const json& c) {
+    return subflow_paths(c, "active") == std::set<std::string>{"rail1"} &&
+           subflow_paths(c, "backup") == std::set<std::string>{"rail0"};
+  });
   // each subflow, at both ends, is paced at most at its rail's capacity (the
   // lab policies': 1 Gbit and 250 Mbit), so that MPTCP's scheduler weighs
   // the rails by what they carry
   auto pa = max_pacing("dpl-a", 45101), pb = max_pacing("dpl-b", 45101);
   auto r = t.wait();
+  auto rp = tp.wait();
+  ASSERT_TRUE(ap.is_object()) << lab::dpctl("a", "flow list").dump();
+  EXPECT_EQ(ap["class"], "mp-port");
+  EXPECT_EQ(subflow_paths(ap, "active"), std::set<std::string>{"rail1"}) << ap.dump();
+  EXPECT_EQ(subflow_paths(ap, "backup"), std::set<std::string>{"rail0"}) << ap.dump();
+  EXPECT_TRUE(rp.ok()) << rp.error;
+  EXPECT_TRUE(rp.client_mptcp && rp.server_mptcp) << "mp-port's connection fell back to TCP";
   EXPECT_EQ(pa, (std::map<std::string, uint64_t>{{"10.10.1.1", 1'000'000'000},
                                                  {"10.20.1.1", 250'000'000}}));
   EXPECT_EQ(pb, (std::map<std::string, uint64_t>{{kB4[0], 1'000'000'000}, {kB4[1], 250'000'000}}));
@@ -1350,7 +1368,9 @@ int main(int argc, char** argv) {
     return std::regex_replace(text, std::regex("holddown = \"5m\""),
                               "holddown = \"3s\"\nramp_interval = \"100ms\"") +
            "\n[[class]]\nname = \"collective\"\nkind = \"elastic\"\npriority = 4\n"
-           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n" +
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"/dpl-collective\"]\n"
+           "\n[[class]]\nname = \"mp-port\"\nkind = \"latency_sensitive\"\npriority = 4\n"
+           "prefer = \"rail1\"\nmultipath = true\nports = [\"tcp:61200-61209\"]\n" +
            (a ? "\n[[peer]]\nname = \"b-spare\"\n"
                 "addresses = { rail0 = \"10.10.2.50\", rail1 = \"10.20.2.77\" }\n"
               : "");

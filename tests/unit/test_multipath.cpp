@@ -352,7 +352,7 @@ TEST(Multipath, TheResponderTakesAnMptcpPortPerRailAfterItsOwn) {
       << r.errors[0].str();
 }
 
-TEST(Multipath, TheKeyNeedsACgroupOrUnitRuleAndIsEncodedForTheDatapath) {
+TEST(Multipath, TheKeyNeedsAClassThatConvertsByCgroupOrUnitAndIsEncoded) {
   auto p = policy();
   ASSERT_TRUE(p.classes[0].multipath);
   EXPECT_EQ(dp::encode_class_tcp(p.classes[0]).flags & DP_CLASS_TCP_F_MULTIPATH,
@@ -364,7 +364,26 @@ TEST(Multipath, TheKeyNeedsACgroupOrUnitRuleAndIsEncodedForTheDatapath) {
   ASSERT_FALSE(r.ok());
   ASSERT_EQ(r.errors.size(), 1u) << r.errors[0].str();
   EXPECT_EQ(r.errors[0].line, 34) << r.errors[0].str();
-  EXPECT_NE(r.errors[0].message.find("needs the class to match by cgroups or units"),
+  EXPECT_NE(r.errors[0].message.find("needs MPTCP sockets"), std::string::npos)
+      << r.errors[0].str();
+  EXPECT_NE(r.errors[0].message.find("match the class by cgroups or units"), std::string::npos)
+      << r.errors[0].str();
+  // beside a class that converts its processes' sockets, a port class may
+  // be multipath: their connections to its ports are MPTCP, and take its
+  // decision and QoS
+  text = std::string(kSeparate) +
+         "\n[[class]]\nname = \"sync\"\nkind = \"elastic\"\nprefer = \"rail1\"\n"
+         "skb_priority = 2\nports = [\"tcp:52000-52999\"]\nmultipath = true\n";
+  p = policy(text);
+  ASSERT_EQ(p.classes.size(), 2u);
+  EXPECT_TRUE(p.classes[1].multipath);
+  EXPECT_EQ(dp::encode_class_tcp(p.classes[1]).flags & DP_CLASS_TCP_F_MULTIPATH,
+            DP_CLASS_TCP_F_MULTIPATH);
+  // ... but not when that class is not multipath
+  text.replace(text.find("multipath = true"), 16, "multipath = false");
+  r = dp::parse_policy(text, "p.toml");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].message.find("multipath in class \"sync\" needs MPTCP sockets"),
             std::string::npos)
       << r.errors[0].str();
   text = kSeparate;

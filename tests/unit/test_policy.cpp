@@ -814,5 +814,8 @@ TEST(Policy, MultipathInTheSharedTopologyNeedsACgroupOrUnit) {
   expect_one_error(replace(kBase, "ports = [\"tcp:50000-50999\"]",
                            "ports = [\"tcp:50000-50999\"]\nmultipath = true"),
                    26,
-                   "multipath in class \"dispatch\" needs the class to match by cgroups or units");
+                   "multipath in class \"dispatch\" needs MPTCP sockets, which are made when "
+                   "they are created, before a port or a mark is known: match the class by "
+                   "cgroups or units, or give the policy a multipath class that does (its "
+                   "processes' connections to this class are then MPTCP)");
 }
