@@ -268,8 +268,9 @@ void print_peers(const Opts& o) {
        "defaults)"},
       {"multipath",
        "dualpathd, adaptive, client and server in a multipath class (bench-mp,\n"
-       "            elastic, dpctl run): every connection MPTCP with a subflow per rail,\n"
-       "            active where the class's decision gives the rail a share, else backup"},
+       "            dpctl run) that makes their sockets MPTCP, and every port class\n"
+       "            multipath: each connection a subflow per rail, active where its\n"
+       "            class's decision gives the rail a share, else backup; the classes' QoS"},
   };
   std::printf("\nhow each mode is set up (tools/dp-lab mode; %s topology):\n",
               o.lab.topology.c_str());

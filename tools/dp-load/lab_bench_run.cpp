@@ -295,13 +295,10 @@ json run_one(const Opts& o, const std::string& mode, int round,
   // would make its sockets MPTCP)
   const bool mptcp = mode == "mptcp" || mode == "multipath";
   // multipath: client and server in the class bench-mp (dp-lab bench_policies),
-  // on ports of no port-matched class (a port class is more specific than a
-  // cgroup's, and would take the connections)
+  // which makes their sockets MPTCP; their connections belong to the lab's
+  // port classes, each multipath there, with its own decision and QoS
   auto in_class = [&](const std::string& node, std::vector<std::string> argv) {
     if (mode != "multipath") return argv;
-    for (const char* a : {"--port-dispatch", "45000", "--port-combine", "46000", "--port-sync",
-                          "47000", "--port-control", "48000", "--port-logs", "49000"})
-      argv.emplace_back(a);
     std::vector<std::string> run{
         o.dpctl, "-s", "/run/dualpath/" + node + ".sock", "run", "--class", "bench-mp", "--"};
     run.insert(run.end(), argv.begin(), argv.end());
