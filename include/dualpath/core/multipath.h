@@ -8,9 +8,10 @@
 //   - A subflow is active on a rail the decision gives a share, a backup
 //     elsewhere (MP_PRIO): a latency-sensitive class runs on its rail and
 //     keeps the other warm; a split elastic class uses both, and an elastic
-//     class uses rails of comparable capacity anyway (active_rails). The connecting
-//     side sets the roles; its MP_PRIO holds for both directions, and the
-//     accepting side's decisions (its own policy) are not consulted.
+//     class uses rails of comparable or wider capacity anyway
+//     (active_rails). The connecting side sets the roles; its MP_PRIO holds
+//     for both directions, and the accepting side's decisions (its own
+//     policy) are not consulted.
 //   - A rail whose subflow failed is tried again after a backoff.
 //   - The first joins wait for the connection to be known at the peer.
 // daemon/multipath.cpp carries the actions out over the path manager.
