@@ -24,6 +24,7 @@
 // quickly; those do not change the detection being measured.
 //
 //   build/tests/bench/dp-bench-failover [--trials N] [--faults a,b,...] [--busy]
+//                                       [--reserve R] [--rto-min D]
 //                                       [--topology shared|separate]
 //
 // --topology separate: each rail its own network. There a connection lives
@@ -237,6 +238,10 @@ int main(int argc, char** argv) {
   app.add_option("--reserve", reserve,
                  "give expert-combine (the elastic stream's class) this reserve, a rate or a "
                  "share of a rail (dualpath-policy(5)), e.g. 10%");
+  std::string rto_min;
+  app.add_option("--rto-min", rto_min,
+                 "give expert-combine this rto_min (dualpath-policy(5)), e.g. 50ms; it has the "
+                 "kernel's 200 ms otherwise");
   std::string topology = "shared";
   app.add_option("--topology", topology, "the lab's topology")
       ->check(CLI::IsMember({"shared", "separate"}))
@@ -246,12 +251,15 @@ int main(int argc, char** argv) {
 
   Env env;
   env.topology = topology;
-  env.edit = [reserve](const std::string& text) {
+  env.edit = [reserve, rto_min](const std::string& text) {
     std::string t = std::regex_replace(text, std::regex("holddown = \"5m\""),
                                        "holddown = \"1s\"\nramp_interval = \"100ms\"");
     if (!reserve.empty())
       t = std::regex_replace(t, std::regex("name = \"expert-combine\""),
                              "name = \"expert-combine\"\nreserve = \"" + reserve + "\"");
+    if (!rto_min.empty())
+      t = std::regex_replace(t, std::regex("name = \"expert-combine\""),
+                             "name = \"expert-combine\"\nrto_min = \"" + rto_min + "\"");
     return t;
   };
   env.prepare = [] {
@@ -370,6 +378,7 @@ int main(int argc, char** argv) {
         "streams paced at 20 Mbit/s in 64 KiB writes%s\n",
         trials, busy ? "; rail0 busy: a line-rate expert-dispatch stream beside them" : "");
   if (!reserve.empty()) std::printf("expert-combine has reserve = \"%s\"\n", reserve.c_str());
+  if (!rto_min.empty()) std::printf("expert-combine has rto_min = \"%s\"\n", rto_min.c_str());
   std::printf("%-10s %-34s %7s %9s %9s %9s  %s\n", "fault", "measure (ms)", "trials", "p50", "p99",
               "max", "goal");
   for (size_t f = 0; f < list.size(); ++f) {
