@@ -254,13 +254,11 @@ int main(int argc, char** argv) {
   env.edit = [reserve, rto_min](const std::string& text) {
     std::string t = std::regex_replace(text, std::regex("holddown = \"5m\""),
                                        "holddown = \"1s\"\nramp_interval = \"100ms\"");
-    if (!reserve.empty())
-      t = std::regex_replace(t, std::regex("name = \"expert-combine\""),
-                             "name = \"expert-combine\"\nreserve = \"" + reserve + "\"");
-    if (!rto_min.empty())
-      t = std::regex_replace(t, std::regex("name = \"expert-combine\""),
-                             "name = \"expert-combine\"\nrto_min = \"" + rto_min + "\"");
-    return t;
+    std::string keys;  // what the options give expert-combine
+    if (!reserve.empty()) keys += "\nreserve = \"" + reserve + "\"";
+    if (!rto_min.empty()) keys += "\nrto_min = \"" + rto_min + "\"";
+    return std::regex_replace(t, std::regex("name = \"expert-combine\""),
+                              "name = \"expert-combine\"" + keys);
   };
   env.prepare = [] {
     for (const char* dev : {"rail0", "rail1"})
