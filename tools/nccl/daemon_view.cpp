@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon_view.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dualpath/nccl/net.h"
+
+namespace dpnccl {
+
+using json = nlohmann::json;
+
+const DaemonClass* DaemonSnapshot::klass(const std::string& name) const {
+  for (auto& c : classes)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+const DaemonPath* DaemonSnapshot::path(const std::string& name) const {
+  for (auto& p : paths)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+bool daemon_call(const std::string& socket, const std::string& cmd, std::string* data_json,
+                 std::string* error, int timeout_ms) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (socket.size() >= sizeof(a.sun_path)) {
+    *error = "socket path " + socket + " is too long";
+    return false;
+  }
+  std::memcpy(a.sun_path, socket.c_str(), socket.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    *error = "cannot reach dualpathd at " + socket + ": " + std::strerror(errno);
+    return false;
+  }
+  std::string out = json{{"cmd", cmd}, {"args", json::object()}}.dump() + "\n";
+  for (size_t off = 0; off < out.size();) {
+    ssize_t n = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      *error = "sending to " + socket + ": " + std::strerror(errno);
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  std::string in;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[16384];
+  while (in.find('\n') == std::string::npos) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) {
+      *error = "dualpathd at " + socket + " did not answer " + cmd;
+      return false;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      *error = "reading dualpathd's reply to " + cmd + " failed";
+      return false;
+    }
+    in.append(buf, static_cast<size_t>(n));
+  }
+  json reply = json::parse(in.substr(0, in.find('\n')), nullptr, false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    *error = "dualpathd's reply to " + cmd + " is not JSON";
+    return false;
+  }
+  if (!reply.value("ok", false)) {
+    *error = cmd + ": " + reply["error"].value("message", std::string("refused"));
+    return false;
+  }
+  *data_json = reply["data"].dump();
+  return true;
+}
+
+namespace {
+
+bool query(const std::string& socket, const std::string& cmd, json* out, std::string* error) {
+  std::string text;
+  if (!daemon_call(socket, cmd, &text, error)) return false;
+  *out = json::parse(text, nullptr, false);
+  return !out->is_discarded();
+}
+
+}  // namespace
+
+bool DaemonView::refresh(std::string* error) {
+  json paths, classes, nccl;
+  if (!query(socket_, "path.list", &paths, error) || !query(socket_, "class.list", &classes, error))
+    return false;
+  auto s = std::make_shared<DaemonSnapshot>();
+  try {
+    for (auto& p : paths) {
+      DaemonPath d;
+      d.name = p.value("name", "");
+      d.interface = p.value("interface", "");
+      d.capacity_bps = p.value("capacity_bps", uint64_t{0});
+      if (p.contains("health") && p["health"].is_object())
+        d.state = p["health"].value("state", "up");
+      s->paths.push_back(d);
+    }
+    for (auto& c : classes) {
+      DaemonClass d;
+      d.name = c.value("name", "");
+      if (c.contains("shares") && c["shares"].is_object())
+        for (auto& [k, v] : c["shares"].items())
+          if (v.is_number()) d.shares[k] = v.get<double>();
+      if (c.contains("cgroups") && c["cgroups"].is_array())
+        for (auto& g : c["cgroups"])
+          if (g.contains("cgroup") && g["cgroup"].is_string())
+            d.cgroups.push_back(g["cgroup"].get<std::string>());
+      s->classes.push_back(d);
+    }
+    // the policy's [nccl] mapping; a daemon without the command has none
+    std::string ignored;
+    if (query(socket_, "nccl.show", &nccl, &ignored) && nccl.is_object()) {
+      if (nccl.contains("traffic_class") && nccl["traffic_class"].is_object())
+        for (auto& [k, v] : nccl["traffic_class"].items())
+          if (v.is_string()) s->traffic_classes[std::stoi(k)] = v.get<std::string>();
+      if (nccl.contains("operation") && nccl["operation"].is_object())
+        for (auto& [k, v] : nccl["operation"].items())
+          if (v.is_string()) s->operations[k] = v.get<std::string>();
+      if (nccl.contains("default_class") && nccl["default_class"].is_string())
+        s->default_class = nccl["default_class"].get<std::string>();
+      s->topology = nccl.value("topology", "");
+    }
+  } catch (const std::exception& e) {
+    *error = std::string("unexpected reply from dualpathd: ") + e.what();
+    return false;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  auto same = [](const DaemonSnapshot& a, const DaemonSnapshot& b) {
+    if (a.paths.size() != b.paths.size() || a.classes.size() != b.classes.size()) return false;
+    for (size_t i = 0; i < a.paths.size(); ++i)
+      if (a.paths[i].name != b.paths[i].name || a.paths[i].state != b.paths[i].state) return false;
+    for (size_t i = 0; i < a.classes.size(); ++i)
+      if (a.classes[i].name != b.classes[i].name || a.classes[i].shares != b.classes[i].shares)
+        return false;
+    return a.traffic_classes == b.traffic_classes && a.operations == b.operations &&
+           a.default_class == b.default_class;
+  };
+  s->generation = snap_ ? snap_->generation + (same(*snap_, *s) ? 0 : 1) : 1;
+  snap_ = std::move(s);
+  return true;
+}
+
+bool DaemonView::start(const std::string& socket, std::string* error) {
+  socket_ = socket;
+  if (!refresh(error)) return false;
+  stop_ = false;
+  thread_ = std::thread([this] { loop(); });
+  return true;
+}
+
+void DaemonView::loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stop_) {
+    cv_.wait_for(lk, std::chrono::milliseconds(100));
+    if (stop_) break;
+    lk.unlock();
+    std::string error;
+    refresh(&error);  // a daemon that went away keeps its last word
+    lk.lock();
+  }
+}
+
+void DaemonView::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+DaemonView::~DaemonView() { stop(); }
+
+std::shared_ptr<const DaemonSnapshot> DaemonView::snapshot() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return snap_;
+}
+
+std::string operation_name(uint32_t op) {
+  switch (op) {
+    case ncclFuncAlltoAll:
+      return "alltoall";
+    case ncclFuncAllReduce:
+      return "allreduce";
+    case ncclFuncAllGather:
+    case ncclFuncAllGatherV:
+      return "allgather";
+    case ncclFuncReduceScatter:
+      return "reducescatter";
+    case ncclFuncBroadcast:
+      return "broadcast";
+    case ncclFuncReduce:
+      return "reduce";
+    case ncclFuncSendRecv:
+    case ncclFuncSend:
+    case ncclFuncRecv:
+      return "sendrecv";
+    default:
+      return "";
+  }
+}
+
+std::string own_cgroup() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  return "";
+}
+
+namespace {
+
+// the cgroup directory of a class rule contains the process's cgroup
+bool cgroup_within(const std::string& own, const std::string& dir) {
+  if (dir.empty() || own.empty()) return false;
+  std::string d = dir;
+  // the daemon names directories below the cgroup mount, with or without it
+  if (auto p = d.find("/sys/fs/cgroup"); p == 0) d = d.substr(std::strlen("/sys/fs/cgroup"));
+  if (d.empty() || d[0] != '/') d = "/" + d;
+  return own == d ||
+         (own.size() > d.size() && own.compare(0, d.size(), d) == 0 && own[d.size()] == '/');
+}
+
+}  // namespace
+
+Placement place(const DaemonSnapshot* snap, const std::string& env_class, int traffic_class,
+                uint32_t op, const std::string& cgroup, const std::vector<Rail>& rails) {
+  Placement p;
+  p.share.assign(rails.size(), 0.0);
+  p.up.assign(rails.size(), true);
+  if (!snap) {
+    uint64_t total = 0;
+    bool known = true;
+    for (auto& r : rails) {
+      total += r.capacity_bps;
+      known = known && r.capacity_bps;
+    }
+    for (size_t i = 0; i < rails.size(); ++i)
+      p.share[i] = known && total
+                       ? static_cast<double>(rails[i].capacity_bps) / static_cast<double>(total)
+                       : 1.0 / static_cast<double>(rails.size());
+    p.why = known ? "no dualpathd: shares by the rails' capacity"
+                  : "no dualpathd: equal shares (rail capacities unknown)";
+    return p;
+  }
+  std::string opname = operation_name(op);
+  const DaemonClass* c = nullptr;
+  if (!env_class.empty() && (c = snap->klass(env_class))) {
+    p.why = "NCCL_DUALPATH_CLASS";
+  } else if (auto t = snap->traffic_classes.find(traffic_class);
+             traffic_class != NCCL_NET_TRAFFIC_CLASS_UNDEF && t != snap->traffic_classes.end() &&
+             (c = snap->klass(t->second))) {
+    p.why = "the communicator's traffic class " + std::to_string(traffic_class);
+  } else if (auto o = snap->operations.find(opname);
+             !opname.empty() && o != snap->operations.end() && (c = snap->klass(o->second))) {
+    p.why = "operation " + opname;
+  } else {
+    for (auto& k : snap->classes) {
+      for (auto& g : k.cgroups)
+        if (cgroup_within(cgroup, g)) c = &k;
+      if (c) break;
+    }
+    if (c) {
+      p.why = "the process's cgroup " + cgroup;
+    } else if (!snap->default_class.empty() && (c = snap->klass(snap->default_class))) {
+      p.why = "the policy's default class";
+    }
+  }
+  for (size_t i = 0; i < rails.size(); ++i) {
+    const DaemonPath* dp = snap->path(rails[i].name);
+    p.up[i] = !dp || (dp->state != "down" && dp->state != "holddown" && dp->state != "drained");
+  }
+  double total = 0;
+  if (c) {
+    p.klass = c->name;
+    for (size_t i = 0; i < rails.size(); ++i) {
+      auto s = c->shares.find(rails[i].name);
+      p.share[i] = p.up[i] && s != c->shares.end() ? s->second : 0.0;
+      total += p.share[i];
+    }
+  }
+  if (total <= 0) {
+    // no class, or a decision that names none of these rails: by capacity over the rails up
+    if (!c) p.why = "no class matched: shares by the rails' capacity";
+    for (size_t i = 0; i < rails.size(); ++i) {
+      p.share[i] =
+          p.up[i] ? static_cast<double>(rails[i].capacity_bps ? rails[i].capacity_bps : 1) : 0.0;
+      total += p.share[i];
+    }
+  }
+  if (total <= 0) {
+    for (auto& s : p.share) s = 1.0 / static_cast<double>(rails.size());
+    return p;
+  }
+  for (auto& s : p.share) s /= total;
+  return p;
+}
+
+}  // namespace dpnccl

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the plugin knows of the local dualpathd: the rails (path.list), each
+// class's decision (class.list: shares per rail), and the policy's mapping of
+// NCCL's traffic classes and operations (nccl.show), refreshed by a
+// background thread at most every 100 ms over the control socket (one JSON
+// object per line, core/protocol.h). The plugin links nothing of the daemon:
+// this is a small client of its own.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "settings.h"
+
+namespace dpnccl {
+
+struct DaemonPath {
+  std::string name, interface, state;  // state: up, suspect, down, holddown, ramping, drained
+  uint64_t capacity_bps = 0;
+};
+
+struct DaemonClass {
+  std::string name;
+  std::map<std::string, double> shares;  // path name -> percent
+  std::vector<std::string> cgroups;      // cgroup directories of the class
+};
+
+struct DaemonSnapshot {
+  uint64_t generation = 0;  // grows when anything below changed
+  std::vector<DaemonPath> paths;
+  std::vector<DaemonClass> classes;
+  std::map<int, std::string> traffic_classes;     // [nccl] traffic_class.N
+  std::map<std::string, std::string> operations;  // [nccl] operation.OP
+  std::string default_class;
+  std::string topology;
+  const DaemonClass* klass(const std::string& name) const;
+  const DaemonPath* path(const std::string& name) const;
+};
+
+// One request and its reply's "data" (or an error message).
+bool daemon_call(const std::string& socket, const std::string& cmd, std::string* data_json,
+                 std::string* error, int timeout_ms = 1000);
+
+class DaemonView {
+ public:
+  ~DaemonView();
+  // Reads the daemon once; false (and why) if it does not answer.
+  bool start(const std::string& socket, std::string* error);
+  void stop();
+  bool running() const { return thread_.joinable(); }
+  std::shared_ptr<const DaemonSnapshot> snapshot() const;
+
+ private:
+  bool refresh(std::string* error);
+  void loop();
+  std::string socket_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::shared_ptr<const DaemonSnapshot> snap_;
+  std::thread thread_;
+};
+
+// NCCL's operation (ncclFunc_t) as the policy names it: alltoall, allreduce,
+// allgather, reducescatter, broadcast, reduce, sendrecv; "" for others.
+std::string operation_name(uint32_t op);
+
+// The process's cgroup v2 path (/proc/self/cgroup), "" if none.
+std::string own_cgroup();
+
+// Where a request's bytes go: its class, why that class, and a share per rail
+// (the plugin's rail order; they add up to 1 over the rails that are up).
+struct Placement {
+  std::string klass;  // "" without a daemon
+  std::string why;
+  std::vector<double> share;
+  std::vector<bool> up;
+  bool operator==(const Placement& o) const {
+    return klass == o.klass && share == o.share && up == o.up;
+  }
+};
+
+// The class, in this order: NCCL_DUALPATH_CLASS; the policy's mapping of the
+// communicator's traffic class; of the operation setNetAttr announced; the
+// class of the process's cgroup; the policy's default class. Without a
+// daemon (snap null): shares by capacity, equal where capacities are unknown.
+Placement place(const DaemonSnapshot* snap, const std::string& env_class, int traffic_class,
+                uint32_t op, const std::string& cgroup, const std::vector<Rail>& rails);
+
+}  // namespace dpnccl
