@@ -115,6 +115,7 @@ bool DaemonView::refresh(std::string* error) {
       d.name = p.value("name", "");
       d.interface = p.value("interface", "");
       d.capacity_bps = p.value("capacity_bps", uint64_t{0});
+      d.fwmark = p.value("fwmark", uint32_t{0});
       if (p.contains("health") && p["health"].is_object())
         d.state = p["health"].value("state", "up");
       s->paths.push_back(d);

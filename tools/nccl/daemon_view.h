@@ -23,6 +23,7 @@ namespace dpnccl {
 struct DaemonPath {
   std::string name, interface, state;  // state: up, suspect, down, holddown, ramping, drained
   uint64_t capacity_bps = 0;
+  uint32_t fwmark = 0;
 };
 
 struct DaemonClass {

@@ -123,6 +123,7 @@ bool discover(State& st, std::string* error) {
         for (auto& p : snap->paths)
           if (p.interface == r.ifname) {
             r.name = p.name;
+            r.fwmark = p.fwmark;
             if (!r.capacity_bps) r.capacity_bps = p.capacity_bps;
           }
   } else {
@@ -131,6 +132,7 @@ bool discover(State& st, std::string* error) {
       r.name = p.name;
       r.ifname = p.interface;
       r.capacity_bps = p.capacity_bps;
+      r.fwmark = p.fwmark;
       if (!interface_address(r.ifname, &r.addr, &r.addrlen)) {
         DPN_INFO("rail %s: interface %s has no address here: not used", r.name.c_str(),
                  r.ifname.c_str());

@@ -46,6 +46,7 @@ struct Rail {
   uint64_t capacity_bps = 0;  // 0: unknown
   std::string pci_path;       // realpath of /sys/class/net/IF/device, "" for virtual ones
   uint64_t guid = 0;
+  uint32_t fwmark = 0;  // the path's fwmark (dualpathd): pins a socket to the rail, no class
 };
 
 // Rails from NCCL_DUALPATH_RAILS ("IF[=ADDR][@RATE],..."; RATE like 1Gbit or

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <linux/sockios.h>
 #include <linux/tcp.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/ioctl.h>
@@ -139,7 +140,7 @@ void set_port(sockaddr_storage* s, uint16_t port_net) {
     reinterpret_cast<sockaddr_in6*>(s)->sin6_port = port_net;
 }
 
-std::once_flag bind_warned;
+std::once_flag bind_warned, mark_warned;
 
 // A socket bound to a rail: to its interface where allowed (SO_BINDTODEVICE
 // needs CAP_NET_RAW), and to its address, so the kernel routes it out there.
@@ -157,6 +158,17 @@ int rail_socket(const Rail& r, std::string* error) {
           "binding to interface %s refused (%s): rails are kept apart by their source "
           "addresses only",
           r.ifname.c_str(), errstr(e).c_str());
+    });
+  }
+  // the path's fwmark tells dualpathd's datapath that the plugin placed this
+  // socket itself: it stays on the rail (SO_MARK needs CAP_NET_ADMIN)
+  if (r.fwmark && ::setsockopt(fd, SOL_SOCKET, SO_MARK, &r.fwmark, sizeof(r.fwmark)) != 0) {
+    int e = errno;
+    std::call_once(mark_warned, [&] {
+      DPN_INFO(
+          "marking sockets with %s's fwmark 0x%x refused (%s): dualpathd may steer them "
+          "as unclassified traffic",
+          r.name.c_str(), r.fwmark, errstr(e).c_str());
     });
   }
   sockaddr_storage a = r.addr;
@@ -823,9 +835,14 @@ void SendConnImpl::fail_stream(SStream& st, const std::string& why, bool whole_r
     st2.fd = -1;
     st2.state = SStream::Down;
   }
+  bool was_failed = rs.failed;
   rs.reason = why;
   rs.retry_at = now + ms(s_.reopen_ms);
   if (whole_rail) rs.failed = true;
+  if (was_failed && moved == 0) {
+    DPN_TRACE("%s: %s still failed (%s)", label_.c_str(), rs.rail.name.c_str(), why.c_str());
+    return;
+  }
   std::string to;
   for (auto& o : rails_)
     if (&o != &rs) to += (to.empty() ? "" : ", ") + o.rail.name;
@@ -931,9 +948,24 @@ Status SendConnImpl::write_stream(SStream& st) {
   return {};
 }
 
+// The rail's interface has its carrier (up and running); asked through any
+// socket of the node's namespace.
+bool carrier(int fd, const std::string& ifname) {
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname.c_str());
+  if (::ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) return true;  // cannot tell: the stall check decides
+  return (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING);
+}
+
 void SendConnImpl::check_stall(SStream& st, Clock::time_point now) {
   if (now - st.last_check < ms(10)) return;
   st.last_check = now;
+  const Rail& rail = rails_[static_cast<size_t>(st.rail)].rail;
+  if (!carrier(st.fd, rail.ifname)) {
+    fail_stream(st, "carrier lost on " + rail.ifname, true);
+    return;
+  }
+  if (!st.unacked) return;
   tcp_info ti{};
   socklen_t len = sizeof(ti);
   if (::getsockopt(st.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return;
@@ -954,9 +986,12 @@ void SendConnImpl::check_stall(SStream& st, Clock::time_point now) {
       len >= offsetof(tcp_info, tcpi_snd_wnd) + sizeof(ti.tcpi_snd_wnd) && ti.tcpi_snd_wnd == 0;
   // bytes in flight, a retransmission timeout fired, and neither a TCP ACK
   // nor a chunk's acknowledgement for the stall time
+  // (or four times the stall time without one, where retransmissions fail locally)
+  bool retransmitting = ti.tcpi_retransmits > 0 || ti.tcpi_backoff > 0 ||
+                        ti.tcpi_last_ack_recv > 4 * static_cast<uint32_t>(s_.stall_ms);
   if (now - st.busy_since > stall && now - st.last_progress > stall &&
-      ti.tcpi_last_ack_recv > static_cast<uint32_t>(s_.stall_ms) &&
-      (ti.tcpi_retransmits > 0 || ti.tcpi_backoff > 0) && !window_closed) {
+      ti.tcpi_last_ack_recv > static_cast<uint32_t>(s_.stall_ms) && retransmitting &&
+      !window_closed) {
     fail_stream(st,
                 "stall: " + std::to_string(ti.tcpi_unacked) +
                     " segments unacknowledged, no ACK for " +
@@ -1022,7 +1057,17 @@ Status SendConnImpl::progress() {
     RailState& rs = rails_[static_cast<size_t>(st.rail)];
     bool allowed = rs.usable && placement_.up[static_cast<size_t>(st.rail)];
     if (st.state == SStream::Down) {
-      if (allowed && now >= rs.retry_at) open_stream(st, now);
+      if (allowed && now >= rs.retry_at) {
+        int probe = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        bool up = probe < 0 || carrier(probe, rs.rail.ifname);
+        if (probe >= 0) ::close(probe);
+        if (up) {
+          open_stream(st, now);
+        } else {
+          rs.reason = "carrier lost on " + rs.rail.ifname;
+          rs.retry_at = now + ms(std::min(s_.reopen_ms, 100));
+        }
+      }
       continue;
     }
     if (!allowed) {
@@ -1071,7 +1116,7 @@ Status SendConnImpl::progress() {
   for (auto& st : streams_) {
     if (st.state != SStream::Live) continue;
     if (Status s = write_stream(st); !s.ok()) return error_ = s;
-    if (st.state == SStream::Live && st.unacked) check_stall(st, now);
+    if (st.state == SStream::Live) check_stall(st, now);
     live = live || st.state == SStream::Live;
   }
   bool work = !pending_.empty() || !by_seq_.empty();

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The NCCL net plugin between the lab's two nodes (tools/dp-lab), one rank of
+# the harness in each: every byte checked by the harness; the bytes each rail
+# carried, from node a's kernel link counters, against the placement the
+# plugin logged (within 10%); then a blackhole and a carrier loss of rail0
+# mid-transfer: no error, data intact, the longest stall reported. With
+# dualpathd built (DP_NCCL_LAB_BUILD or the build given, daemon/dualpathd)
+# the ranks ask their node's daemon; without, the plugin runs on the rails
+# NCCL_DUALPATH_RAILS names. Takes the lab lock; skipped without root or
+# while a lab is up.
+#   lab_nccl.sh BUILD_DIR HARNESS PLUGIN
+set -euo pipefail
+build=${1:?usage: lab_nccl.sh BUILD_DIR HARNESS PLUGIN}
+harness=${2:?}
+plugin=${3:?}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+lab="$here/../../tools/dp-lab"
+[[ $(id -u) == 0 ]] || { echo "skipped: the lab needs root"; exit 77; }
+exec 9>/tmp/dp-lab.lock
+flock 9
+if ip netns list | grep -qw dpl-a; then
+  echo "skipped: a lab is already up (tools/dp-lab down first)"
+  exit 77
+fi
+export DP_BUILD=${DP_NCCL_LAB_BUILD:-$build}
+work=$(mktemp -d /tmp/dp-nccl-lab.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  "$lab" fault clear >/dev/null 2>&1 || true
+  "$lab" down >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+daemon_opt=(--no-daemon)
+[[ -x $DP_BUILD/daemon/dualpathd ]] && daemon_opt=()
+"$lab" up "${daemon_opt[@]}" >"$work/up.log" 2>&1 || { cat "$work/up.log"; exit 1; }
+mode="without dualpathd"
+((${#daemon_opt[@]})) || mode="with dualpathd"
+echo "lab up ($mode)"
+
+tx_bytes() { # node rail
+  "$lab" exec "$1" ip -j -s link show dev "$2" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'
+}
+
+# run_pair NAME ROUNDS BYTES [FAULT...]: both ranks; the fault (dp-lab fault
+# arguments) 1.5 s in, cleared 2 s later
+run_pair() {
+  local name=$1 rounds=$2 bytes=$3
+  shift 3
+  local ex="$work/$name"
+  mkdir -p "$ex"
+  pids=()
+  for r in 0 1; do
+    local node=a
+    ((r == 1)) && node=b
+    local env=(NCCL_DUALPATH_STALL_MS=200 NCCL_DUALPATH_TIMEOUT_MS=20000)
+    if ((${#daemon_opt[@]})); then
+      env+=("NCCL_DUALPATH_RAILS=rail0@1Gbit,rail1@250Mbit" NCCL_DUALPATH_DAEMON=0)
+    else
+      env+=("NCCL_DUALPATH_SOCKET=/run/dualpath/dpl-$node.sock")
+    fi
+    "$lab" exec "$node" env "${env[@]}" "$harness" --plugin "$plugin" --version 12 \
+      --scenario stream --rank "$r" --exchange "$ex" --rounds "$rounds" --bytes "$bytes" \
+      >"$ex/r$r.out" 2>"$ex/r$r.err" &
+    pids+=($!)
+  done
+  if (($#)); then
+    sleep 1.5
+    "$lab" fault "$@" >/dev/null
+    echo "$name: fault $* injected"
+    sleep 2
+    "$lab" fault clear >/dev/null
+    echo "$name: fault cleared"
+  fi
+  local rc=0
+  for i in 0 1; do
+    if ! wait "${pids[$i]}"; then
+      echo "FAIL: $name: rank $i failed:"
+      tail -20 "$ex/r$i.err"
+      rc=1
+    fi
+  done
+  pids=()
+  return $rc
+}
+
+# 1. bytes per rail against the placement
+a0=$(tx_bytes a rail0)
+a1=$(tx_bytes a rail1)
+run_pair split 24 8388608
+b0=$(tx_bytes a rail0)
+b1=$(tx_bytes a rail1)
+placed=$(grep -m1 'placed in class' "$work/split/r0.err" || true)
+[[ -n $placed ]] || { echo "FAIL: rank 0 logged no placement"; exit 1; }
+echo "rank 0: ${placed#*NET/dualpath : }"
+python3 - "$((b0 - a0))" "$((b1 - a1))" "$placed" <<'PY'
+import re, sys
+r0, r1, line = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+share = dict(re.findall(r"(rail\d) (\d+)%", line))
+want0 = int(share["rail0"]) / 100
+got0 = r0 / (r0 + r1)
+print(f"node a sent {r0/2**20:.1f} MiB on rail0 and {r1/2**20:.1f} MiB on rail1: "
+      f"rail0 {got0:.1%}, the decision {want0:.0%}")
+for name, got, want in (("rail0", got0, want0), ("rail1", 1 - got0, 1 - want0)):
+    if want > 0 and abs(got - want) > 0.10 * want:
+        sys.exit(f"FAIL: {name} carried {got:.1%}, the decision {want:.0%} (more than 10% apart)")
+PY
+tail -1 "$work/split/r0.out"
+
+# 2. a blackhole of rail0 (node a's ingress) mid-transfer, 3. its carrier lost
+for fault in "blackhole rail0" "down rail0"; do
+  name=${fault%% *}
+  # shellcheck disable=SC2086 # the fault's words are dp-lab fault's arguments
+  run_pair "$name" 48 4194304 a $fault
+  for r in 0 1; do
+    summary=$(tail -1 "$work/$name/r$r.out")
+    echo "$name rank $r: $summary"
+    grep -q '"ok":true' <<<"$summary" || { echo "FAIL: $name rank $r"; exit 1; }
+  done
+  moves=$(grep -c 'move to' "$work/$name/r0.err" "$work/$name/r1.err" | awk -F: '{s+=$2} END {print s}')
+  ((moves > 0)) || { echo "FAIL: $name: the plugin never moved chunks off rail0"; exit 1; }
+  grep -h 'move to\|reopened\|every rail failed' "$work/$name"/r*.err | sed 's/.*NET\/dualpath : /  /' | head -8
+done
+echo "lab_nccl: every byte intact, rails as decided, rail0's blackhole and carrier loss survived"
