@@ -27,6 +27,7 @@ struct RenderedNode {
   std::string text;        // its policy, byte-for-byte the same for the same description
   std::string hash;        // content_hash(text): what dualpathd reports running
   std::string group_hash;  // of its group's settings (the description before node overrides)
+  std::string hostname;    // its DNS name as the description gives it; "" when none
 };
 
 struct ClusterRender {
@@ -43,9 +44,10 @@ struct ClusterRender {
 // [cluster] table. False for text that is not TOML.
 bool is_cluster_description(const std::string& text);
 
-// Every node's policy, or only the node named `only` (refused, with the
-// nearest name, when the description does not hold it). Nothing is
-// rendered when any node has an error.
+// Every node's policy, or only the node named `only` (its name or its
+// hostname; refused, with the nearest name, when the description does not
+// hold it). Every node is checked either way: nothing is rendered when any
+// node has an error.
 ClusterRender render_cluster(const std::string& text, const std::string& file,
                              const std::optional<std::string>& only = std::nullopt);
 ClusterRender load_cluster_file(const std::string& path,
