@@ -122,6 +122,18 @@ check "a rendered policy passes policy check" 0 "valid (node prefill-001" \
   "$dpctl" policy check "$out/nodes/prefill-001.toml"
 check "policy check of a description checks every node" 0 '"cluster":"moe-west"' \
   "$dpctl" -j policy check "$cl"
+# render --node checks every node, as --all and policy check do
+sed 's/^load_threshold = 0.50 /load_treshold = 0.50 /' "$cl" >"$out/typo.toml"
+check "render --node refuses a mistake in another group, with its line" 1 \
+  "$out/typo.toml:103:17: error: nodes prefill-001, prefill-002, prefill-003: unknown key" \
+  "$dpctl" policy render "$out/typo.toml" --node decode-001
+sed 's/^name = "decode-002"/name = "decode-002.moe.internal"/' "$cl" >"$out/dotted.toml"
+check "render --node of a node whose entry is invalid: its error, not 'not in the description'" 1 \
+  'node name "decode-002.moe.internal" must be 1-31 characters' \
+  "$dpctl" policy render "$out/dotted.toml" --node decode-002.moe.internal
+sed 's/^name = "decode-002"/name = "decode-002"\nhostname = "ip-10-20-0-22.ec2.internal"/' "$cl" >"$out/hostname.toml"
+check "render --node by hostname" 0 "# dualpath policy of node decode-002 (hostname ip-10-20-0-22.ec2.internal" \
+  "$dpctl" policy render "$out/hostname.toml" --node ip-10-20-0-22.ec2.internal
 sed 's/^load_threshold = 0.50 /load_threshold = 0.45 /' "$cl" >"$out/new.toml"
 check "policy diff of two descriptions names the nodes that change" 1 \
   "3 of 7 nodes change" "$dpctl" policy diff "$cl" "$out/new.toml"
