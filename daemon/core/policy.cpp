@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -208,8 +209,8 @@ bool Policy::same_settings(const Policy& o) const {
   return node == o.node && cluster == o.cluster && group == o.group && group_hash == o.group_hash &&
          default_class == o.default_class && routing == o.routing && scheduler == o.scheduler &&
          topology == o.topology && health == o.health && measurement == o.measurement &&
-         metrics == o.metrics && responder == o.responder && qos == o.qos && paths == o.paths &&
-         classes == o.classes && peers == o.peers;
+         metrics == o.metrics && responder == o.responder && qos == o.qos && nccl == o.nccl &&
+         paths == o.paths && classes == o.classes && peers == o.peers;
 }
 
 const PeerSpec* Policy::peer_of(const IpAddr& a, size_t* path) const {
@@ -1282,6 +1283,80 @@ void parse_qos(Checker& c, const toml::table& root, Policy& p) {
   p.qos.ack_skb_priority = parse_skb_priority_key(c, *t, "ack_skb_priority", s);
 }
 
+// [nccl]: traffic_class.N = "CLASS" and operation.OP = "CLASS", each naming
+// a class of this policy (after parse_classes).
+void parse_nccl(Checker& c, const toml::table& root, Policy& p) {
+  const toml::node* n = root.get("nccl");
+  if (!n) return;
+  auto* t = n->as_table();
+  if (!t) {
+    c.error(*n, "nccl must be a [nccl] section");
+    return;
+  }
+  c.only_keys(*t, {"traffic_class", "operation"}, "[nccl]");
+  std::string classes;
+  for (const auto& k : p.classes) classes += (classes.empty() ? "" : ", ") + k.name;
+  // the class a key maps to, or an error at the value
+  auto klass = [&](const toml::node& v, const std::string& key) -> std::optional<std::string> {
+    auto s = v.value<std::string>();
+    if (!s) {
+      c.error(v, fmt::format("[nccl] {} must be a class name in quotes", key));
+      return std::nullopt;
+    }
+    if (!p.klass(*s)) {
+      c.error(v, fmt::format("[nccl] {} = \"{}\" is not a class of this policy (classes: {})", key,
+                             *s, classes));
+      return std::nullopt;
+    }
+    return s;
+  };
+  if (const toml::node* tc = t->get("traffic_class")) {
+    auto* tt = tc->as_table();
+    if (!tt) {
+      c.error(*tc, "[nccl] traffic_class must be written traffic_class.N = \"CLASS\"");
+    } else {
+      for (auto& [k, v] : *tt) {
+        const std::string key = std::string(k.str());
+        int num = -1;
+        auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), num);
+        if (ec != std::errc() || end != key.data() + key.size() || num < 0 || num > 255) {
+          c.error(k.source().begin.line ? k.source() : v.source(),
+                  fmt::format("[nccl] traffic_class.{}: the key must be an NCCL traffic class, a "
+                              "whole number from 0 to 255 (the communicator's trafficClass)",
+                              key));
+          continue;
+        }
+        if (auto s = klass(v, "traffic_class." + key)) p.nccl.traffic_class[num] = *s;
+      }
+    }
+  }
+  if (const toml::node* op = t->get("operation")) {
+    auto* ot = op->as_table();
+    if (!ot) {
+      c.error(*op, "[nccl] operation must be written operation.OP = \"CLASS\"");
+      return;
+    }
+    std::string ops;
+    std::vector<std::string> names;
+    for (auto o : kNcclOperations) {
+      ops += (ops.empty() ? "" : ", ") + std::string(o);
+      names.emplace_back(o);
+    }
+    for (auto& [k, v] : *ot) {
+      const std::string key = std::string(k.str());
+      if (std::find(std::begin(kNcclOperations), std::end(kNcclOperations), key) ==
+          std::end(kNcclOperations)) {
+        auto near = nearest_name(key, names);
+        c.error(k.source().begin.line ? k.source() : v.source(),
+                fmt::format("[nccl] operation.{} is not an NCCL operation{} (one of: {})", key,
+                            near ? fmt::format("; did you mean \"{}\"?", *near) : "", ops));
+        continue;
+      }
+      if (auto s = klass(v, "operation." + key)) p.nccl.operation[key] = *s;
+    }
+  }
+}
+
 // A class's TCP settings: its minimum RTO, and whether it is multipath.
 void parse_class_tcp(Checker& c, const toml::table& t, const std::string& section, ClassSpec& cs) {
   if (cs.kind == ClassKind::LatencySensitive) cs.rto_min = kDefaultLatencyRtoMin;
@@ -1616,7 +1691,7 @@ PolicyLoad check_policy(const toml::table& root, const std::string& text, const 
   p.text = text;
   c.only_keys(root,
               {"node", "routing", "scheduler", "health", "measurement", "metrics", "responder",
-               "qos", "path", "class", "peer"},
+               "qos", "nccl", "path", "class", "peer"},
               "the top level", {"path", "class", "peer"});
   parse_node(c, root, p);
   parse_routing(c, root, p);
@@ -1629,6 +1704,7 @@ PolicyLoad check_policy(const toml::table& root, const std::string& text, const 
   parse_responder(c, root, p);
   check_responder(c, root, p);
   parse_qos(c, root, p);
+  parse_nccl(c, root, p);
   parse_peers(c, root, p);
   out.errors = c.take();
   std::stable_sort(out.errors.begin(), out.errors.end(), [](auto& a, auto& b) {

@@ -819,3 +819,42 @@ TEST(Policy, MultipathInTheSharedTopologyNeedsACgroupOrUnit) {
                    "cgroups or units, or give the policy a multipath class that does (its "
                    "processes' connections to this class are then MPTCP)");
 }
+
+// [nccl]: NCCL's traffic classes and operations mapped to classes (dualpath-nccl(7)).
+TEST(Policy, NcclMapsTrafficClassesAndOperations) {
+  auto r =
+      dp::parse_policy(std::string(kBase) +
+                           "\n[nccl]\ntraffic_class.3 = \"logs\"\n"
+                           "operation.alltoall = \"logs\"\noperation.allreduce = \"dispatch\"\n",
+                       "p.toml");
+  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].str());
+  EXPECT_EQ(r.policy->nccl.traffic_class.at(3), "logs");
+  EXPECT_EQ(r.policy->nccl.operation.at("alltoall"), "logs");
+  EXPECT_EQ(r.policy->nccl.operation.at("allreduce"), "dispatch");
+  // a policy that differs only there is a different policy
+  auto base = dp::parse_policy(kBase, "p.toml");
+  EXPECT_FALSE(r.policy->same_settings(*base.policy));
+}
+
+TEST(Policy, NcclUnknownClassIsRefused) {
+  expect_one_error(
+      std::string(kBase) + "\n[nccl]\noperation.alltoall = \"expert\"\n", 35,
+      "operation.alltoall = \"expert\" is not a class of this policy (classes: dispatch, logs)");
+}
+
+TEST(Policy, NcclUnknownOperationIsRefused) {
+  expect_one_error(std::string(kBase) + "\n[nccl]\noperation.alltoal = \"logs\"\n", 35,
+                   "operation.alltoal is not an NCCL operation; did you mean \"alltoall\"?");
+}
+
+TEST(Policy, NcclTrafficClassMustBeANumber) {
+  expect_one_error(std::string(kBase) + "\n[nccl]\ntraffic_class.high = \"logs\"\n", 35,
+                   "the key must be an NCCL traffic class, a whole number from 0 to 255");
+  expect_one_error(std::string(kBase) + "\n[nccl]\ntraffic_class.256 = \"logs\"\n", 35,
+                   "traffic_class.256");
+}
+
+TEST(Policy, NcclUnknownKeyIsRefused) {
+  expect_one_error(std::string(kBase) + "\n[nccl]\noperations.alltoall = \"logs\"\n", 35,
+                   "unknown key \"operations\" in [nccl]; did you mean \"operation\"?");
+}

@@ -7,8 +7,10 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dp {
@@ -224,6 +226,18 @@ struct QosSettings {
   bool operator==(const QosSettings&) const = default;
 };
 
+// [nccl]: the class of NCCL's traffic through dualpath's net plugin
+// (dualpath-nccl(7)), by the communicator's traffic class (NCCL's
+// ncclConfig_t.trafficClass) and by the operation NCCL announces.
+struct NcclSettings {
+  std::map<int, std::string> traffic_class;      // traffic_class.N = "CLASS"
+  std::map<std::string, std::string> operation;  // operation.OP = "CLASS"
+  bool operator==(const NcclSettings&) const = default;
+};
+// The operations [nccl] may name (NCCL's collectives, and send/recv).
+inline constexpr std::string_view kNcclOperations[] = {
+    "alltoall", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"};
+
 struct RoutingSettings {
   uint32_t rule_priority = 10000;  // the service owns [rule_priority, rule_priority + 99]
   uint8_t route_protocol = 200;    // rtnetlink protocol tag of our rules and routes
@@ -264,6 +278,7 @@ struct Policy {
   MetricsSettings metrics;
   ResponderSettings responder;
   QosSettings qos;
+  NcclSettings nccl;
   std::vector<PathSpec> paths;
   std::vector<ClassSpec> classes;
   std::vector<PeerSpec> peers;  // [[peer]]
