@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -95,6 +96,118 @@ bool daemon_call(const std::string& socket, const std::string& cmd, std::string*
 
 namespace {
 
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+// a key or a string value without its quotes
+std::string unquote(std::string s) {
+  s = trim(s);
+  if (s.size() >= 2 && (s.front() == '"' || s.front() == '\'') && s.back() == s.front())
+    return s.substr(1, s.size() - 2);
+  return s;
+}
+
+// the line without its comment (a # outside quotes)
+std::string strip_comment(const std::string& line) {
+  char quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char ch = line[i];
+    if (quote) {
+      if (ch == quote) quote = 0;
+    } else if (ch == '"' || ch == '\'') {
+      quote = ch;
+    } else if (ch == '#') {
+      return line.substr(0, i);
+    }
+  }
+  return line;
+}
+
+// "a . b" -> {"a", "b"}
+std::vector<std::string> dotted(const std::string& key) {
+  std::vector<std::string> out;
+  std::string cur;
+  char quote = 0;
+  for (char ch : key) {
+    if (quote) {
+      if (ch == quote) quote = 0;
+      cur += ch;
+    } else if (ch == '"' || ch == '\'') {
+      quote = ch;
+      cur += ch;
+    } else if (ch == '.') {
+      out.push_back(unquote(cur));
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  out.push_back(unquote(cur));
+  return out;
+}
+
+void put(DaemonSnapshot* s, const std::string& table, const std::string& key,
+         const std::string& value) {
+  if (table == "traffic_class") {
+    char* end = nullptr;
+    long n = std::strtol(key.c_str(), &end, 10);
+    if (end && !*end && !key.empty()) s->traffic_classes[static_cast<int>(n)] = value;
+  } else if (table == "operation") {
+    s->operations[key] = value;
+  }
+}
+
+}  // namespace
+
+void parse_policy_nccl(const std::string& text, DaemonSnapshot* s) {
+  std::string section;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = trim(strip_comment(text.substr(start, end - start)));
+    start = end + 1;
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      std::string name = line.substr(line.find_first_not_of('['));
+      name = name.substr(0, name.find(']'));
+      auto parts = dotted(name);
+      section.clear();
+      for (auto& p : parts) section += (section.empty() ? "" : ".") + p;
+      continue;
+    }
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto key = dotted(trim(line.substr(0, eq)));
+    std::string value = trim(line.substr(eq + 1));
+    if (section == "node" && key.size() == 1 && key[0] == "default_class") {
+      s->default_class = unquote(value);
+    } else if (section == "nccl" && key.size() == 2) {
+      put(s, key[0], key[1], unquote(value));
+    } else if (section == "nccl" && key.size() == 1 && value.size() > 1 && value.front() == '{') {
+      // traffic_class = { 3 = "a", 5 = "b" }
+      std::string body = value.substr(1, value.rfind('}') - 1);
+      size_t i = 0;
+      while (i < body.size()) {
+        size_t comma = body.find(',', i);
+        if (comma == std::string::npos) comma = body.size();
+        std::string pair = body.substr(i, comma - i);
+        i = comma + 1;
+        auto e = pair.find('=');
+        if (e != std::string::npos)
+          put(s, key[0], unquote(pair.substr(0, e)), unquote(pair.substr(e + 1)));
+      }
+    } else if ((section == "nccl.traffic_class" || section == "nccl.operation") &&
+               key.size() == 1) {
+      put(s, section.substr(5), key[0], unquote(value));
+    }
+  }
+}
+
+namespace {
+
 bool query(const std::string& socket, const std::string& cmd, json* out, std::string* error) {
   std::string text;
   if (!daemon_call(socket, cmd, &text, error)) return false;
@@ -132,19 +245,25 @@ bool DaemonView::refresh(std::string* error) {
             d.cgroups.push_back(g["cgroup"].get<std::string>());
       s->classes.push_back(d);
     }
-    // the policy's [nccl] mapping; a daemon without the command has none
-    std::string ignored;
-    if (query(socket_, "nccl.show", &nccl, &ignored) && nccl.is_object()) {
-      if (nccl.contains("traffic_class") && nccl["traffic_class"].is_object())
-        for (auto& [k, v] : nccl["traffic_class"].items())
-          if (v.is_string()) s->traffic_classes[std::stoi(k)] = v.get<std::string>();
-      if (nccl.contains("operation") && nccl["operation"].is_object())
-        for (auto& [k, v] : nccl["operation"].items())
-          if (v.is_string()) s->operations[k] = v.get<std::string>();
-      if (nccl.contains("default_class") && nccl["default_class"].is_string())
-        s->default_class = nccl["default_class"].get<std::string>();
-      s->topology = nccl.value("topology", "");
+    // the policy's [nccl] mapping and default class, read again when the policy changed
+    auto now = std::chrono::steady_clock::now();
+    if (policy_hash_.empty() || now - policy_read_ > std::chrono::seconds(1)) {
+      json pol;
+      std::string ignored;
+      policy_read_ = now;
+      if (query(socket_, "policy.show", &pol, &ignored) && pol.is_object() &&
+          pol.contains("text") && pol["text"].is_string()) {
+        DaemonSnapshot mapping;
+        parse_policy_nccl(pol["text"].get<std::string>(), &mapping);
+        policy_hash_ = pol.value("hash", std::string("?"));
+        traffic_classes_ = mapping.traffic_classes;
+        operations_ = mapping.operations;
+        default_class_ = mapping.default_class;
+      }
     }
+    s->traffic_classes = traffic_classes_;
+    s->operations = operations_;
+    s->default_class = default_class_;
   } catch (const std::exception& e) {
     *error = std::string("unexpected reply from dualpathd: ") + e.what();
     return false;

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the plugin knows of the local dualpathd: the rails (path.list), each
 // class's decision (class.list: shares per rail), and the policy's mapping of
-// NCCL's traffic classes and operations (nccl.show), refreshed by a
+// NCCL's traffic classes and operations ([nccl], from policy.show), refreshed by a
 // background thread at most every 100 ms over the control socket (one JSON
 // object per line, core/protocol.h). The plugin links nothing of the daemon:
 // this is a small client of its own.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -39,10 +40,15 @@ struct DaemonSnapshot {
   std::map<int, std::string> traffic_classes;     // [nccl] traffic_class.N
   std::map<std::string, std::string> operations;  // [nccl] operation.OP
   std::string default_class;
-  std::string topology;
   const DaemonClass* klass(const std::string& name) const;
   const DaemonPath* path(const std::string& name) const;
 };
+
+// The [nccl] mapping and [node] default_class of a policy's text (as
+// policy.show returns it). dualpathd has checked the policy, so the forms
+// TOML allows for these keys are enough: dotted keys (operation.alltoall =
+// "C"), an inline table, or [nccl.operation] / [nccl.traffic_class] tables.
+void parse_policy_nccl(const std::string& text, DaemonSnapshot* s);
 
 // One request and its reply's "data" (or an error message).
 bool daemon_call(const std::string& socket, const std::string& cmd, std::string* data_json,
@@ -66,6 +72,12 @@ class DaemonView {
   bool stop_ = false;
   std::shared_ptr<const DaemonSnapshot> snap_;
   std::thread thread_;
+  // the policy's mapping, read at most every second (policy.show is the whole text)
+  std::string policy_hash_;
+  std::chrono::steady_clock::time_point policy_read_{};
+  std::map<int, std::string> traffic_classes_;
+  std::map<std::string, std::string> operations_;
+  std::string default_class_;
 };
 
 // NCCL's operation (ncclFunc_t) as the policy names it: alltoall, allreduce,
