@@ -167,10 +167,11 @@ void write_addresses(Assembly& a, const std::vector<NodeAddress>& addrs, const S
   auto* paths = a.policy.get_as<toml::array>("path");
   if (!paths) return;
   for (auto& e : *paths) {
-    auto& pt = *e.as_table();
-    auto name = name_of(pt);
+    auto* t = e.as_table();
+    auto name = t ? name_of(*t) : std::nullopt;
     auto* rail = name ? shape.path(*name) : nullptr;
-    if (!rail) continue;
+    if (!rail) continue;  // the description's shape errors name it
+    auto& pt = *t;
     for (auto& x : addrs) {
       if (x.path != rail->name) continue;
       if (x.v4) a.journal.set(pt, "source", toml::value<std::string>(x.v4->str()));
@@ -203,10 +204,11 @@ std::string emit_policy(const toml::table& p, const std::string& header) {
   for (auto s : kSections) section(s);
   for (std::string_view key : {"path", "class", "peer"})
     if (auto* a = p.get_as<toml::array>(key))
-      for (auto& e : *a) {
-        out << "\n[[" << key << "]]\n";
-        emit_keys(out, *e.as_table());
-      }
+      for (auto& e : *a)
+        if (auto* t = e.as_table()) {  // else the policy's checks refuse it
+          out << "\n[[" << key << "]]\n";
+          emit_keys(out, *t);
+        }
   return out.str();
 }
 

@@ -614,3 +614,20 @@ TEST(ClusterStages, GroupErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// Values of the wrong shape where the render walks entries: refused with
+// their lines, never followed.
+TEST(Cluster, EntriesOfTheWrongShapeAreRefused) {
+  for (auto* text : {"class = [1, 2]\n[cluster]\nname = \"c\"\n[[node]]\nname = \"n\"\n",
+                     "path = [3]\n[cluster]\nname = \"c\"\n[[node]]\nname = \"n\"\nhost = 1\n",
+                     "[cluster]\nname = \"c\"\n[[group]]\nname = \"g\"\npath = [1]\nclass = \"x\"\n"
+                     "[[node]]\nname = \"n\"\ngroup = \"g\"\n"}) {
+    auto r = dp::render_cluster(text, "c.toml");
+    auto e = only_error(r);
+    EXPECT_EQ(e.rfind("c.toml:", 0), 0u) << e;
+  }
+}
+
+}  // namespace
