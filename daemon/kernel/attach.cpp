@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -186,12 +187,61 @@ Result<void> detach_pinned(const std::string& pin_dir, const std::string& what) 
 
 // ---------------------------------------------------------------- bpffs
 
+namespace {
+
+// The inode numbers of the initial namespaces' files under /proc/PID/ns:
+// the PID namespace's is fixed since Linux 3.8, the mount namespace's since
+// Linux 6.18 (before, it is allocated like any other's, never this value).
+constexpr ino_t kInitPidNsIno = 0xEFFFFFFCU;
+constexpr ino_t kInitMntNsIno = 0xEFFFFFF8U;
+
+ino_t ns_ino(const char* path) {
+  struct stat st {};
+  return ::stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+// Why a bpffs this process mounts would die with it: empty when it would
+// not (the host's mount namespace, or no way to tell, as before), else the
+// reason. A mount namespace other than the host's is a container's (or
+// `ip netns exec`'s, or a systemd unit's PrivateMounts): a bpffs mounted
+// there goes, with every pin in it, when its last process exits.
+std::string private_mount_namespace() {
+  ino_t self = ns_ino("/proc/self/ns/mnt");
+  if (self == 0 || self == kInitMntNsIno) return {};
+  if (ino_t init = ns_ino("/proc/1/ns/mnt"); init != 0) {
+    if (init != self) return "this process's mount namespace is not PID 1's";
+    if (ns_ino("/proc/self/ns/pid") == kInitPidNsIno) return {};
+    return "PID 1 is this container's own (a PID namespace of its own)";
+  }
+  // PID 1's namespaces unreadable (no CAP_SYS_PTRACE over it, as in a
+  // container with hostPID): what container runtimes and Kubernetes leave.
+  // /.dockerenv is not taken as a sign: images of virtual machines made
+  // from container images keep it on the host.
+  if (::access("/run/.containerenv", F_OK) == 0) return "/run/.containerenv: a podman container";
+  if (const char* c = ::getenv("container"); c != nullptr && *c != '\0')
+    return fmt::format("container={} in the environment", c);
+  if (::getenv("KUBERNETES_SERVICE_HOST") != nullptr) return "a Kubernetes pod";
+  return {};
+}
+
+}  // namespace
+
 Result<void> ensure_bpffs(const std::string& dir) {
   struct statfs st {};
-  // The usual place is mounted if it is not; another root (--bpffs) must be
-  // a bpffs already.
+  // The usual place is mounted if it is not, on the host; another root
+  // (--bpffs) must be a bpffs already.
   bool usual = dir.rfind("/sys/fs/bpf/", 0) == 0;
   if (usual && (statfs("/sys/fs/bpf", &st) != 0 || st.f_type != BPF_FS_MAGIC)) {
+    // never a bpffs that dies with a container: the datapath must outlive it
+    if (auto why = private_mount_namespace(); !why.empty())
+      return DP_ERROR(
+          "/sys/fs/bpf is not a BPF filesystem, and one mounted here would be private to this "
+          "mount namespace ({}): the pins, and with them the datapath, would go when it exits. "
+          "Mount the host's: `mount -t bpf bpf /sys/fs/bpf` on the host (systemd does at boot), "
+          "and give the container the host's /sys/fs/bpf (Kubernetes: a hostPath volume with "
+          "mountPropagation HostToContainer; deploy/kubernetes's mount-bpffs init container "
+          "mounts it), or pass --bpffs DIR on a BPF filesystem",
+          why);
     ::mkdir("/sys/fs/bpf", 0700);
     if (::mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") != 0)
       return DP_SYS_ERROR(errno, "/sys/fs/bpf is not a BPF filesystem and mounting one failed");
