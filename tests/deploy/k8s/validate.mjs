@@ -5,9 +5,10 @@
 // TypeScript's excess-property check against the same models' types (the
 // schema itself allows unknown fields). Kustomizations are checked for
 // their keys and that what they name exists; patches as partial objects of
-// their kind. Then what the DaemonSet must be (hostNetwork, the unit's
-// capabilities, pins on the host's bpffs, maxUnavailable 1, the readiness
-// probe, the policy rendered by node name) is asserted.
+// their kind. Then what the DaemonSet must be (hostNetwork, its
+// capabilities, pins on the host's bpffs mounted by an init container,
+// maxUnavailable 1, the readiness probe, the policy rendered by node name)
+// is asserted.
 //
 //   node validate.mjs DEPLOY_DIR WORK_DIR     (WORK_DIR has node_modules)
 //   node validate.mjs --self-test WORK_DIR    (a mistake of each kind is refused)
@@ -139,8 +140,8 @@ function checkDaemonSet(docs) {
   if (!main) return;
   const caps = main.securityContext?.capabilities ?? {};
   expect(JSON.stringify([...(caps.add ?? [])].sort()) ===
-    JSON.stringify(["BPF", "DAC_OVERRIDE", "NET_ADMIN", "PERFMON", "SYS_ADMIN"]),
-    "capabilities must be the unit's: BPF PERFMON NET_ADMIN DAC_OVERRIDE SYS_ADMIN");
+    JSON.stringify(["DAC_OVERRIDE", "NET_ADMIN", "SYS_ADMIN"]),
+    "capabilities must be NET_ADMIN SYS_ADMIN DAC_OVERRIDE (SYS_ADMIN covers BPF and PERFMON)");
   expect((caps.drop ?? []).includes("ALL"), "every other capability must be dropped");
   expect(!main.securityContext?.privileged, "the daemon must not be privileged");
   const mounts = Object.fromEntries((main.volumeMounts ?? []).map((m) => [m.mountPath, m.name]));
@@ -153,6 +154,12 @@ function checkDaemonSet(docs) {
     init?.env?.some((e) => e.name === "NODE_NAME" && e.valueFrom?.fieldRef?.fieldPath === "spec.nodeName"),
     "the policy must be rendered by the node's name (spec.nodeName)");
   expect(!(main.lifecycle?.preStop), "no preStop: a stopped pod keeps the datapath pinned");
+  const bpffs = (pod.initContainers ?? []).find((c) => c.name === "mount-bpffs");
+  expect(bpffs?.volumeMounts?.some((m) => m.mountPath === "/sys/fs/bpf" &&
+    m.mountPropagation === "Bidirectional" && host[m.name] === "/sys/fs/bpf") &&
+    bpffs?.securityContext?.privileged === true &&
+    (pod.initContainers ?? [])[0]?.name === "mount-bpffs",
+    "the first init container must be mount-bpffs: the host's /sys/fs/bpf, Bidirectional (privileged)");
 }
 
 function readTree(dir) {
