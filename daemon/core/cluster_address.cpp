@@ -133,8 +133,8 @@ std::vector<Peer> peer_table(const std::vector<NodeEntry>& nodes,
     for (auto& rail : shape.paths) {  // in the description's path order
       auto it = written[i].find(rail.name);
       if (it == written[i].end() || it->second.empty()) continue;
-      std::vector<IpAddr> list;
-      for (auto& x : it->second) list.push_back(x.addr);
+      std::vector<std::string> list;
+      for (auto& x : it->second) list.push_back(x.addr.str());
       p.by_path.push_back({rail.name, std::move(list)});
     }
     if (!p.by_path.empty()) out.push_back(std::move(p));
@@ -149,10 +149,10 @@ toml::array peer_entries(const std::vector<Peer>& peers, const std::string& self
     toml::table addresses;
     for (auto& [path, list] : p.by_path) {
       if (list.size() == 1) {
-        addresses.insert(path, list.front().str());
+        addresses.insert(path, list.front());
       } else {
         toml::array both;
-        for (auto& a : list) both.push_back(a.str());
+        for (auto& a : list) both.push_back(a);
         addresses.insert(path, std::move(both));
       }
     }

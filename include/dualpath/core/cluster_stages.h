@@ -113,7 +113,8 @@ std::vector<NodeAddress> address_node(Diags& d, const NodeEntry& n, const Writte
 // on another rail by it, not by their host part).
 struct Peer {
   std::string name;
-  std::vector<std::pair<std::string, std::vector<IpAddr>>> by_path;  // in path order
+  // its addresses as written in a policy, by path, in path order
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_path;
 };
 std::vector<Peer> peer_table(const std::vector<NodeEntry>& nodes,
                              const std::vector<WrittenAddresses>& written, const Shape& shape);
