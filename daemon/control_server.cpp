@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "control_server.h"
 
+#include <endian.h>
 #include <grp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -69,7 +73,98 @@ json check_args(const Command& c, const json& args) {
 
 }  // namespace
 
-json CommandTable::dispatch(const json& req, bool privileged) const {
+Result<void> SocketRoles::resolve() {
+  auto look_up = [](const std::string& name, const char* option) -> Result<std::optional<gid_t>> {
+    if (name.empty()) return std::optional<gid_t>{};
+    const ::group* gr = ::getgrnam(name.c_str());
+    if (!gr) return DP_ERROR("{} {}: no such group", option, name);
+    return std::optional<gid_t>{gr->gr_gid};
+  };
+  auto a = look_up(admin_group, "--admin-group");
+  if (!a) return a.error();
+  auto r = look_up(read_group, "--read-group (or --socket-group)");
+  if (!r) return r.error();
+  admin_gid = *a;
+  read_gid = *r;
+  return {};
+}
+
+Role SocketRoles::role_of(uid_t uid, std::span<const gid_t> groups) const {
+  auto in = [&](const std::optional<gid_t>& g) {
+    return g && std::find(groups.begin(), groups.end(), *g) != groups.end();
+  };
+  // root, and the daemon's own user (a daemon run without root, as in tests)
+  if (uid == 0 || uid == ::geteuid() || in(admin_gid)) return Role::Admin;
+  if (in(read_gid)) return Role::Reader;
+  return Role::None;
+}
+
+std::string SocketRoles::refusal(std::string_view cmd, bool mutates, Role role) const {
+  std::string admins = admin_gid
+                           ? fmt::format("root or a member of group {}", admin_group)
+                           : std::string("root (dualpathd was started without --admin-group)");
+  if (mutates)
+    return fmt::format("{} changes the node: it needs {}{}", cmd, admins,
+                       role == Role::Reader ? "; this client may only query" : "");
+  if (read_gid && admin_gid && *read_gid != *admin_gid)
+    return fmt::format("{} needs root or a member of group {} or {}", cmd, read_group, admin_group);
+  if (read_gid) return fmt::format("{} needs root or a member of group {}", cmd, read_group);
+  return fmt::format("{} needs {}", cmd, admins);
+}
+
+namespace {
+
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59  // Linux 4.13
+#endif
+
+// The supplementary groups of a process, from its Groups: line.
+Result<std::vector<gid_t>> proc_groups(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("Groups:")) continue;
+    std::istringstream words(line.substr(7));
+    std::vector<gid_t> out;
+    for (unsigned long g; words >> g;) out.push_back(static_cast<gid_t>(g));
+    return out;
+  }
+  return DP_ERROR("no Groups: line in /proc/{}/status", pid);
+}
+
+}  // namespace
+
+Result<PeerCredentials> peer_credentials(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return DP_SYS_ERROR(errno, "SO_PEERCRED failed");
+  PeerCredentials p;
+  p.pid = cred.pid;
+  p.uid = cred.uid;
+  p.groups.push_back(cred.gid);
+  std::vector<gid_t> groups(64);
+  for (;;) {
+    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
+      groups.resize(len / sizeof(gid_t));
+      break;
+    }
+    if (errno == ERANGE && len / sizeof(gid_t) > groups.size()) {
+      groups.resize(len / sizeof(gid_t));  // the kernel said how many
+      continue;
+    }
+    if (errno != ENOPROTOOPT) return DP_SYS_ERROR(errno, "SO_PEERGROUPS failed");
+    auto from_proc = proc_groups(cred.pid);
+    if (!from_proc) return from_proc.error();
+    groups = std::move(*from_proc);
+    break;
+  }
+  p.groups.insert(p.groups.end(), groups.begin(), groups.end());
+  return p;
+}
+
+json CommandTable::dispatch(const json& req, Role role, const SocketRoles& roles) const {
   if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
     return reply_error(ErrorCode::BadRequest, "a request is a JSON object with a string \"cmd\"");
   const std::string cmd = req["cmd"];
@@ -77,8 +172,8 @@ json CommandTable::dispatch(const json& req, bool privileged) const {
   if (!args.is_object()) return reply_error(ErrorCode::BadRequest, "\"args\" must be an object");
   for (const auto& c : commands_) {
     if (c.name != cmd) continue;
-    if (c.mutates && !privileged)
-      return reply_error(ErrorCode::PermissionDenied, fmt::format("{} needs root", cmd));
+    if (role == Role::None || (c.mutates && role != Role::Admin))
+      return reply_error(ErrorCode::PermissionDenied, roles.refusal(cmd, c.mutates, role));
     if (json refused = check_args(c, args); !refused.is_null()) return refused;
     return c.handler(args);
   }
@@ -107,20 +202,86 @@ size_t json_depth(std::string_view line) {
   return deepest;
 }
 
+namespace {
+
+// The admin group of listen(path, read_group).
+std::string& default_admin_group() {
+  static std::string group;
+  return group;
+}
+
+// Adds a group to the file's ACL with rw, beside its owner (rw), its owning
+// group (rw) and others (none): a system.posix_acl_access value as the kernel
+// reads it (little-endian; entries by tag, then id).
+Result<void> admit_group(const std::string& path, gid_t gid) {
+  struct Entry {
+    uint16_t tag, perm;
+    uint32_t id;
+  };
+  constexpr uint16_t kUserObj = 0x01, kGroupObj = 0x04, kGroup = 0x08, kMask = 0x10, kOther = 0x20,
+                     kRw = 4 | 2;
+  constexpr uint32_t kNoId = static_cast<uint32_t>(-1);
+  const Entry entries[] = {{kUserObj, kRw, kNoId},
+                           {kGroupObj, kRw, kNoId},
+                           {kGroup, kRw, static_cast<uint32_t>(gid)},
+                           {kMask, kRw, kNoId},
+                           {kOther, 0, kNoId}};
+  std::string value;
+  auto put = [&](const void* p, size_t n) { value.append(static_cast<const char*>(p), n); };
+  uint32_t version = htole32(2);
+  put(&version, sizeof(version));
+  for (const auto& e : entries) {
+    uint16_t tag = htole16(e.tag), perm = htole16(e.perm);
+    uint32_t id = htole32(e.id);
+    put(&tag, sizeof(tag));
+    put(&perm, sizeof(perm));
+    put(&id, sizeof(id));
+  }
+  if (::setxattr(path.c_str(), "system.posix_acl_access", value.data(), value.size(), 0) != 0)
+    return DP_SYS_ERROR(errno, "adding group {} to the ACL of {} failed", gid, path);
+  return {};
+}
+
+}  // namespace
+
+void ControlServer::set_admin_group(std::string group) { default_admin_group() = std::move(group); }
+
 Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& path,
-                                                             const std::string& group) {
+                                                             const std::string& read_group) {
+  return listen(path, SocketRoles{default_admin_group(), read_group, {}, {}});
+}
+
+Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& path,
+                                                             SocketRoles roles) {
+  DP_TRY(roles.resolve());
   std::unique_ptr<ControlServer> s(new ControlServer);
   auto lfd = listen_unix(path, 0660);
   if (!lfd) return lfd.error();
   s->listen_fd_ = std::move(*lfd);
   s->path_ = path;
-  if (!group.empty()) {
-    const ::group* gr = ::getgrnam(group.c_str());
-    if (!gr) return DP_ERROR("--socket-group {}: no such group", group);
-    if (::chown(path.c_str(), static_cast<uid_t>(-1), gr->gr_gid) != 0)
-      return DP_SYS_ERROR(errno, "giving {} to group {} failed", path, group);
-    spdlog::info("members of group {} may query {}; changes need root", group, path);
+  // the file's group: the read group, or the admin group without one
+  auto owner = roles.read_gid ? roles.read_gid : roles.admin_gid;
+  if (owner && ::chown(path.c_str(), static_cast<uid_t>(-1), *owner) != 0)
+    return DP_SYS_ERROR(errno, "giving {} to group {} failed", path,
+                        roles.read_gid ? roles.read_group : roles.admin_group);
+  if (roles.read_gid && roles.admin_gid && *roles.read_gid != *roles.admin_gid) {
+    if (auto r = admit_group(path, *roles.admin_gid); !r) {
+      // not more open than asked: the admins who are not readers too cannot
+      // connect, and are told so here
+      if (r.error().code != EOPNOTSUPP) return r.error();
+      spdlog::warn(
+          "{} is on a filesystem without POSIX ACLs: members of group {} who are not also in "
+          "group {} cannot connect to it",
+          path, roles.admin_group, roles.read_group);
+    }
   }
+  if (roles.admin_gid)
+    spdlog::info("root and members of group {} may run every command on {}", roles.admin_group,
+                 path);
+  if (roles.read_gid && roles.read_gid != roles.admin_gid)
+    spdlog::info("members of group {} may query {}{}", roles.read_group, path,
+                 roles.admin_gid ? "" : "; changes need root");
+  s->roles_ = std::move(roles);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) s->ino_ = st.st_ino;
   return s;
@@ -179,11 +340,16 @@ void ControlServer::accept_clients() {
       ::close(c);
       continue;
     }
-    ucred cred{};
-    socklen_t len = sizeof(cred);
     Client cl;
     cl.fd.reset(c);
-    cl.privileged = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == 0;
+    // the credentials the kernel recorded at connect(): they cannot change
+    // over the connection, so they are read once and checked per request
+    if (auto peer = peer_credentials(c)) {
+      cl.role = roles_.role_of(peer->uid, peer->groups);
+    } else {
+      spdlog::warn("control socket: a client's credentials are unknown ({}): it may run nothing",
+                   peer.error().str());
+    }
     cl.active = std::chrono::steady_clock::now();
     loop_->watch(c, [this, c] { on_readable(c); });
     clients_.emplace(c, std::move(cl));
@@ -255,7 +421,7 @@ void ControlServer::pump() {
         json req = json::parse(line, nullptr, false);
         reply = req.is_discarded()
                     ? reply_error(ErrorCode::BadRequest, "the request is not valid JSON")
-                    : table_->dispatch(req, cl.privileged);
+                    : table_->dispatch(req, cl.role, roles_);
       }
       cl.out += reply.dump() + "\n";
       flush(cl);  // may drop the client

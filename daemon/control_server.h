@@ -8,9 +8,23 @@
 // closed, and running out of file descriptors pauses accepting instead of
 // spinning.
 // What a request does is the CommandTable's: each command is declared once
-// (daemon/commands/), with its name, whether it changes anything (then only
-// root may run it), a summary, its arguments and its handler, so privileges
-// and argument checks are properties of the command, not lists kept by hand.
+// (daemon/commands/), with its name, whether it changes anything, a summary,
+// its arguments and its handler, so privileges and argument checks are
+// properties of the command, not lists kept by hand.
+//
+// Who may steer. Two roles, decided from the peer's credentials as the kernel
+// recorded them at connect (SO_PEERCRED's uid and gid, SO_PEERGROUPS'
+// supplementary groups), checked on every request against the command's
+// `mutates`:
+//   admin   root (and the daemon's own user), and members of the admin
+//           group: every command;
+//   reader  members of the read group: queries only.
+// A refused request gets a permission_denied reply that names the command and
+// the group it needs; the connection stays open for what the peer may do.
+// The socket file is the first gate, so that nobody else reaches the parser:
+// it is root:<read group> 0660, and the admin group gets rw through a POSIX
+// ACL entry (one file has one group; the ACL admits the second). Without a
+// read group it is root:<admin group> 0660; without either, root's alone.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +32,8 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,20 +46,57 @@ namespace dp {
 
 struct Command {
   std::string name;      // object.verb
-  bool mutates = false;  // only root (uid 0 by SO_PEERCRED) may run it
+  bool mutates = false;  // only an admin (root or the admin group) may run it
   std::string summary;
   std::vector<Arg> args;
   std::function<json(const json& args)> handler;  // returns a whole reply; args fit `args`
 };
+
+// What a peer of the control socket may run.
+enum class Role {
+  None,    // nothing: neither root nor a member of either group
+  Reader,  // queries
+  Admin,   // every command
+};
+
+// The groups of the control socket's two roles (root is always an admin).
+struct SocketRoles {
+  std::string admin_group;                   // may run every command; empty: root only
+  std::string read_group;                    // may run queries; empty: admins only
+  std::optional<gid_t> admin_gid, read_gid;  // resolved by resolve()
+
+  // Looks both groups up; an unknown name is an error naming its option.
+  Result<void> resolve();
+  // The role of a peer: its uid, and every group it is in (the primary one
+  // and the supplementary ones).
+  Role role_of(uid_t uid, std::span<const gid_t> groups) const;
+  // Why `role` may not run `cmd`, for the reply: the group it needs.
+  std::string refusal(std::string_view cmd, bool mutates, Role role) const;
+};
+
+// A connected peer's credentials as the kernel recorded them at connect():
+// uid and gid (SO_PEERCRED) and its groups (SO_PEERGROUPS; on kernels before
+// 4.13, the Groups: line of /proc/PID/status, which a pid reused since the
+// connect would make wrong).
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = static_cast<uid_t>(-1);
+  std::vector<gid_t> groups;  // the primary gid first
+};
+Result<PeerCredentials> peer_credentials(int fd);
 
 class CommandTable {
  public:
   void add(Command c);
   // One request, as the socket delivers it: errors for a request that is not
   // an object with a string "cmd" and object "args", an unknown command, a
-  // mutating command from an unprivileged peer, or arguments that do not fit
-  // the command's.
-  json dispatch(const json& request, bool privileged) const;
+  // command the peer's role may not run (the reply says which group it
+  // needs, from `roles`), or arguments that do not fit the command's.
+  json dispatch(const json& request, Role role, const SocketRoles& roles = {}) const;
+  // privileged: an admin; otherwise a reader.
+  json dispatch(const json& request, bool privileged) const {
+    return dispatch(request, privileged ? Role::Admin : Role::Reader);
+  }
   const std::vector<Command>& commands() const { return commands_; }
 
  private:
@@ -61,10 +114,17 @@ class ControlServer {
   static constexpr std::chrono::milliseconds kBudget{10};  // request handling per loop pass
   static constexpr size_t kMaxDepth = 32;                  // nesting of a request
   static constexpr size_t kMaxPending = 64u << 20;         // replies waiting for a client
-  // Claims the socket: fails if another daemon serves it. Members of `group`
-  // (if not empty) may connect; the socket is 0660.
+  // Claims the socket: fails if another daemon serves it, or if a group of
+  // `roles` does not exist. The socket is 0660, its group the read group (or
+  // the admin group without one), the admin group admitted by an ACL entry.
+  static Result<std::unique_ptr<ControlServer>> listen(const std::string& path, SocketRoles roles);
+  // Members of `read_group` (if not empty) query; the admin group is the one
+  // set_admin_group() gave, the daemon's --admin-group.
   static Result<std::unique_ptr<ControlServer>> listen(const std::string& path,
-                                                       const std::string& group);
+                                                       const std::string& read_group);
+  // The admin group of listen(path, read_group): the daemon's option, set by
+  // main() before the daemon starts (the daemon's options carry one group).
+  static void set_admin_group(std::string group);
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -78,10 +138,10 @@ class ControlServer {
  private:
   struct Client {
     Fd fd;
-    std::string in;   // bytes read, not yet handled
-    std::string out;  // replies not yet sent
-    bool privileged = false;
-    bool closing = false;  // after `out`, close
+    std::string in;          // bytes read, not yet handled
+    std::string out;         // replies not yet sent
+    Role role = Role::None;  // from the peer's credentials at connect
+    bool closing = false;    // after `out`, close
     std::chrono::steady_clock::time_point active;
   };
   ControlServer() = default;
@@ -95,6 +155,7 @@ class ControlServer {
   void drop(int fd);
 
   std::string path_;
+  SocketRoles roles_;
   Fd listen_fd_;
   ino_t ino_ = 0;  // unlink the socket at exit only if it is still ours
   EventLoop* loop_ = nullptr;

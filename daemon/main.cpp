@@ -2,6 +2,7 @@
 // dualpathd: the dualpath traffic-steering daemon.
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdarg>
@@ -45,8 +46,17 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--socket", opts.socket_path, "control socket path")->capture_default_str();
-  app.add_option("--socket-group", opts.socket_group,
-                 "group that may query the control socket (changes need root)");
+  // Two roles on the control socket (control_server.h). --socket-group is
+  // another name of --read-group (its members query, and no more), so a unit
+  // that names it gives no one the right to change anything; changes need
+  // root or --admin-group.
+  std::string admin_group;
+  app.add_option("--read-group,--socket-group", opts.socket_group,
+                 "group whose members may run queries on the control socket (status, lists, "
+                 "events); --socket-group is its earlier name");
+  app.add_option("--admin-group", admin_group,
+                 "group whose members may also run the commands that change the node (class set, "
+                 "policy reload, path drain, ...); root always may");
   app.add_option("--bpffs", opts.bpffs_root, "bpffs root; pins go to ROOT/dualpath/NODE")
       ->capture_default_str();
   app.add_flag("--cleanup", cleanup,
@@ -58,6 +68,10 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   if (verbose) spdlog::set_level(spdlog::level::debug);
   libbpf_set_print(libbpf_log);
+  // Nothing the daemon makes (pin directories, its run directory, the
+  // socket before its mode is set) is group- or other-writable, whatever
+  // umask started it: only root may change the datapath behind its back.
+  ::umask(::umask(0) | 022);
 
   if (cleanup) {
     auto load = dp::load_policy_file(opts.policy_file);
@@ -74,6 +88,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  dp::ControlServer::set_admin_group(admin_group);
   if (auto why = dp::running_kernel_problem(); !why.empty()) {
     spdlog::error("{}", why);
     return 1;

@@ -58,7 +58,7 @@ Result<json> call(const std::string& socket_path, const json& request, int timeo
     if (err == EACCES || err == EPERM)
       return DP_SYS_ERROR(err,
                           "no permission to use dualpathd's socket {} (root may, and members of "
-                          "the group the daemon was given with --socket-group)",
+                          "the groups the daemon was given with --read-group and --admin-group)",
                           socket_path);
     return DP_SYS_ERROR(err, "cannot reach dualpathd at {} (is it running?)", socket_path);
   }
