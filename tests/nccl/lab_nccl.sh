@@ -163,5 +163,13 @@ if ! ((${#daemon_opt[@]})); then
   grep -q 'placed in class param-sync (the communicator.s traffic class 3)' "$work/tc/r0.err" ||
     { echo "FAIL: traffic class 3 was not placed in param-sync"; grep -h 'placed' "$work/tc/r0.err"; exit 1; }
   grep -h 'placed in class [a-z]' "$work/op/r0.err" "$work/tc/r0.err" | sed 's/.*NET\/dualpath : /  /'
+  # a class the running policy lacks: init fails with the classes there are
+  if ! "$lab" exec a env NCCL_DUALPATH_SOCKET=/run/dualpath/dpl-a.sock NCCL_DUALPATH_CLASS=no-such \
+    "$harness" --plugin "$plugin" --version 12 --scenario badenv >"$work/badclass.log" 2>&1; then
+    echo "FAIL: NCCL_DUALPATH_CLASS=no-such was not refused"
+    cat "$work/badclass.log"
+    exit 1
+  fi
+  grep -h 'WARN.*NCCL_DUALPATH_CLASS' "$work/badclass.log" | sed 's/.*NET\/dualpath : /  /'
 fi
 echo "lab_nccl: every byte intact, rails as decided, rail0's blackhole and carrier loss survived"
