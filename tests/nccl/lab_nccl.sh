@@ -9,7 +9,9 @@
 # DP_NCCL_LAB_DAEMON=1 runs the lab with dualpathd (DP_NCCL_LAB_BUILD or the
 # build given has it) and policies with an [nccl] mapping, and also checks the
 # class by operation and by traffic class (about 3.5 min: not for CI). Takes the lab lock; skipped without root or
-# while a lab is up. DP_NCCL_LAB_KEEP=DIR keeps the ranks' logs there.
+# while a lab is up. DP_NCCL_LAB_KEEP=DIR keeps the ranks' logs there;
+# DP_NCCL_LAB_TOPOLOGY=separate runs it on the separate topology (a router
+# per rail: each rail's streams go to the peer's address on that rail).
 #   lab_nccl.sh BUILD_DIR HARNESS PLUGIN
 set -euo pipefail
 build=${1:?usage: lab_nccl.sh BUILD_DIR HARNESS PLUGIN}
@@ -51,10 +53,11 @@ if [[ ${DP_NCCL_LAB_DAEMON:-0} == 1 ]]; then
       >>"$DP_LAB_POLICIES/lab-$n.toml"
   done
 fi
-"$lab" up "${daemon_opt[@]}" >"$work/up.log" 2>&1 || { cat "$work/up.log"; exit 1; }
+topology=${DP_NCCL_LAB_TOPOLOGY:-shared}
+"$lab" up --topology "$topology" "${daemon_opt[@]}" >"$work/up.log" 2>&1 || { cat "$work/up.log"; exit 1; }
 mode="without dualpathd"
 ((${#daemon_opt[@]})) || mode="with dualpathd"
-echo "lab up ($mode)"
+echo "lab up ($topology topology, $mode)"
 
 tx_bytes() { # node rail
   "$lab" exec "$1" ip -j -s link show dev "$2" |
