@@ -19,11 +19,14 @@
 # host's own /sys/fs/bpf is left alone).
 #
 # Shared topology, node a (b runs a pod too, the peer):
-#   1. without the host's bpffs the daemon refuses to start, naming the mount
+#   1. without the host's bpffs the daemon refuses to start, naming the
+#      mount; without SYS_ADMIN (even with BPF and PERFMON) or NET_ADMIN it
+#      does not start
 #   2. the pod starts; the readiness and liveness probes pass; dpctl answers
 #      on the host (the hostPath socket) and in the container; the metrics
 #      are scraped over the rails from node b at a's address; each class's
-#      bytes go on its rail (the rails' kernel counters, iperf3 on its port)
+#      bytes go on its rail (the rails' kernel counters, iperf3 on its port),
+#      and a command's under `dpctl run` (its cgroup)
 #   3. an operator pins a class (dpctl class set), the container is
 #      SIGKILLed: steering goes on, pin included; the next pod adopts the
 #      pins and the pinned class
@@ -80,6 +83,7 @@ cleanup() {
   local rc=$?
   set +e
   for c in $(podman ps -a --format '{{.Names}}' | grep '^dp-podtest-'); do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+  mountpoint -q "$work/capsbpf" && umount "$work/capsbpf"
   for n in a b; do
     [[ -f $work/$n/policy/policy.toml ]] && nsenter --net="/run/netns/dpl-$n" -- \
       "$dualpathd" --cleanup --policy "$work/$n/policy/policy.toml" --bpffs "$work/$n/bpffs" >/dev/null 2>&1
@@ -167,10 +171,11 @@ daemon_of() { echo "${current[$1]}"; }
 secs() { echo "$((ready_t / 10)).$((ready_t % 10)) s"; }
 
 # A DaemonSet's pod going away: SIGTERM, SIGKILL after the grace period.
-stop_pod() { # node
-  local c; c=$(daemon_of "$1")
+stop_pod() { # node; how long it took in stop_t (ms)
+  local c t; c=$(daemon_of "$1") t=$(date +%s%N)
   podman stop -t "$grace" "$c" >/dev/null
   podman rm "$c" >/dev/null
+  stop_t=$((($(date +%s%N) - t) / 1000000))
 }
 
 tx() { ip netns exec "dpl-$1" cat "/sys/class/net/$2/statistics/tx_bytes"; }
@@ -208,14 +213,21 @@ pin_kept() { # what
     bad "$1 lost the operator's pin: expert-dispatch on $rail, pinned by $by"
   fi
 }
-resets() { # TCP resets and aborts seen by both nodes (nstat, absolute)
-  local n s=0 v
+resets() { # TCP resets and aborts counted by both nodes: "node:counter=N ..." (absolute)
+  local n
   for n in a b; do
-    v=$(nsenter --net="/run/netns/dpl-$n" -- nstat -asz TcpEstabResets TcpExtTCPAbortOnData TcpExtTCPAbortOnClose TcpExtTCPAbortOnTimeout TcpOutRsts 2>/dev/null |
-      awk 'NR > 1 && $1 != "TcpOutRsts" { s += $2 } END { print s + 0 }')
-    s=$((s + v))
+    nsenter --net="/run/netns/dpl-$n" -- nstat -asz TcpEstabResets TcpExtTCPAbortOnData \
+      TcpExtTCPAbortOnClose TcpExtTCPAbortOnTimeout TcpExtTCPAbortOnMemory TcpExtTCPAbortFailed 2>/dev/null |
+      awk -v n="$n" 'NR > 1 { printf "%s:%s=%s ", n, $1, $2 }'
   done
-  echo "$s"
+}
+# what changed between two resets() readings: "" when nothing did
+resets_delta() { # before after
+  python3 -c '
+import sys
+b = dict(x.split("=") for x in sys.argv[1].split())
+a = dict(x.split("=") for x in sys.argv[2].split())
+print(" ".join(f"{k}+{int(v) - int(b.get(k, 0))}" for k, v in a.items() if int(v) != int(b.get(k, 0))))' "$1" "$2"
 }
 
 # ---------------------------------------------------------------- shared
@@ -244,6 +256,25 @@ else
 fi
 [[ -z $(ip netns exec dpl-a tc filter show dev rail0 egress) ]] && ok "... and changed nothing on the node (no tc filter)" || bad "the refused daemon left tc filters"
 
+# The manifest's capabilities, each needed: without SYS_ADMIN (BPF and
+# PERFMON given instead) or without NET_ADMIN the daemon does not start,
+# under podman's default seccomp profile. On a bpffs of their own, cleaned
+# up after, so that nothing a failed start left is adopted later.
+mkdir -p "$work/capsbpf" && mount -t bpf bpf "$work/capsbpf"
+for drop in SYS_ADMIN NET_ADMIN; do
+  extra=()
+  [[ $drop == SYS_ADMIN ]] && extra=(--extra-cap BPF --extra-cap PERFMON)
+  mapfile -d '' -t args < <(pod_args a dualpathd "dp-podtest-a-no-$drop" "$v1" --host-path "/sys/fs/bpf=$work/capsbpf" \
+    --host-path "/run/dualpath=$work/capsrun" --without-cap "$drop" "${extra[@]}")
+  if out=$(timeout 30 podman run --rm "${args[@]}" 2>&1); then
+    bad "the daemon ran without $drop"
+  else
+    ok "without $drop${extra:+ (with BPF and PERFMON)} the daemon does not start: $(grep -m1 -o 'error.*' <<<"$out" | cut -c1-150)"
+  fi
+  nsenter --net=/run/netns/dpl-a -- "$dualpathd" --cleanup --policy "$work/a/policy/policy.toml" --bpffs "$work/capsbpf" >/dev/null 2>&1 || true
+done
+umount "$work/capsbpf"
+
 # 2. the pod on both nodes
 echo "==> the pod on dpl-a and dpl-b ($v1)"
 for n in a b; do
@@ -265,37 +296,63 @@ p=$(on_rail 50000 2 0); ((p >= 90)) && ok "expert-dispatch (tcp:50000) on rail0:
 # is not spilled by bursts onto rail0 (the scheduler's part, not the pod's)
 p=$(on_rail 52000 2 1 30M); ((p >= 90)) && ok "param-sync (tcp:52000, 30 Mbit/s) on rail1: $p% of its bytes" || bad "param-sync: $p% on rail1"
 
+# dpctl run: a command's sockets in a class by its cgroup, the run slice
+# made by the pod's daemon (DAC_OVERRIDE: the cgroup tree's root is 0555)
+nsenter --net=/run/netns/dpl-b -- iperf3 -s -1 -D -p 40000 >/dev/null
+sleep 0.3
+r1=$(tx a rail1); r0=$(tx a rail0)
+if nsenter --net=/run/netns/dpl-a -- "$dpctl" -s "$(sock a)" run --class param-sync -- \
+  iperf3 -c "$peer" -p 40000 -t 2 -b 30M >"$work/run.log" 2>&1; then
+  b0=$(($(tx a rail0) - r0)) b1=$(($(tx a rail1) - r1))
+  p=$((b1 * 100 / (b0 + b1 + 1)))
+  ((p >= 90)) && ok "dpctl run --class param-sync (iperf3 to port 40000, no class's port): $p% of its bytes on rail1" || bad "dpctl run: $p% on rail1"
+else
+  bad "dpctl run failed: $(tail -2 "$work/run.log")"
+fi
+
 # 3. an operator's pin, a SIGKILLed container, the next one adopts
 "$dpctl" -s "$(sock a)" class set expert-dispatch rail1 >/dev/null
 p=$(on_rail 50000 2 1); ((p >= 90)) && ok "dpctl class set expert-dispatch rail1 (an operator's pin): $p% of its bytes on rail1" || bad "class set: $p% on rail1"
 podman kill -s KILL "$(daemon_of a)" >/dev/null
 podman rm "$(daemon_of a)" >/dev/null
 p=$(on_rail 50000 2 1); ((p >= 90)) && ok "container SIGKILLed: steering goes on, the pinned expert-dispatch on rail1: $p%" || bad "after SIGKILL expert-dispatch: $p% on rail1"
+s0=$(date +%s)
 if start_pod a "$v1"; then ok "the next pod ready after $(secs)"; else die "the pod after SIGKILL did not become ready"; fi
+pod_start=$(($(date +%s) - s0))  # a pod's start, init containers included: sizes the transfer below
 adopted() { local log; log=$(podman logs "$(daemon_of a)" 2>&1); grep -q 'adopting the datapath' <<<"$log"; }
 adopted && ok "it adopted the pinned datapath" || bad "it did not adopt the pins: $(podman logs "$(daemon_of a)" 2>&1 | grep -m1 'datapath pinned')"
 pin_kept "the pod after SIGKILL"
 
 # 4. rolling update v1 -> v2 and back, a transfer running
-echo "==> rolling update v1 -> v2 -> v1 (SIGTERM, grace ${grace}s, the new pod), iperf3 running"
+echo "==> rolling update v1 -> v2 -> v1 (SIGTERM, grace ${grace}s, the new pod), iperf3 running (a pod starts in ${pod_start} s here)"
 r_before=$(resets)
+xfer=$((4 * pod_start + 12))  # two pod starts and the stops between, with room on a busy machine
 nsenter --net=/run/netns/dpl-b -- iperf3 -s -1 -D -p 53001 >/dev/null
 sleep 0.3
-nsenter --net=/run/netns/dpl-a -- iperf3 -c "$peer" -p 53001 -t 14 -i 0.1 -b 200M -J >"$work/iperf.json" 2>&1 &
+x0=$(date +%s%N)
+nsenter --net=/run/netns/dpl-a -- iperf3 -c "$peer" -p 53001 -t "$xfer" -i 0.1 -b 200M -J >"$work/iperf.json" 2>&1 &
 client=$!
 sleep 1
 old=$(daemon_of a)
 stop_pod a
-if start_pod a "$v2"; then ok "v1 -> v2: the v2 pod ready after $(secs)"; else bad "v2 did not become ready"; fi
+s0=$(date +%s%N)
+if start_pod a "$v2"; then ok "v1 -> v2: v1 stopped in $stop_t ms, the v2 pod started in $((($(date +%s%N) - s0) / 1000000)) ms, ready after $(secs)"; else bad "v2 did not become ready"; fi
 [[ $(podman ps -a --format '{{.Names}}') == *"$old"* ]] && bad "the v1 container is left" || ok "no v1 container left"
 adopted && ok "v2 adopted v1's pins" || bad "v2 did not adopt"
 pin_kept v2
 sleep 1
 stop_pod a
-if start_pod a "$v1"; then ok "v2 -> v1: the v1 pod ready after $(secs)"; else bad "the rollback did not become ready"; fi
+s0=$(date +%s%N)
+if start_pod a "$v1"; then ok "v2 -> v1: v2 stopped in $stop_t ms, the v1 pod started in $((($(date +%s%N) - s0) / 1000000)) ms, ready after $(secs)"; else bad "the rollback did not become ready"; fi
 pin_kept "the rollback to v1"
+rollout_ms=$((($(date +%s%N) - x0) / 1000000))
+if ((rollout_ms < xfer * 1000 - 1000)); then
+  ok "both updates done $((rollout_ms / 1000)).$((rollout_ms % 1000 / 100)) s into the $xfer s transfer"
+else
+  bad "the updates took $rollout_ms ms, longer than the transfer: it did not run across them"
+fi
 if wait "$client"; then
-  read -r stall zero total bytes < <(python3 -c '
+  read -r stall zero total bytes retrans < <(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 iv = [i["sum"] for i in r["intervals"]]
@@ -305,13 +362,13 @@ for s in iv:
         run += s["seconds"]; zero += 1; longest = max(longest, run)
     else:
         run = 0.0
-print(int(longest * 1000), zero, len(iv), r["end"]["sum_received"]["bytes"])' "$work/iperf.json")
-  ok "the transfer (control, tcp:53001, 200 Mbit/s, 14 s) completed across both updates: $((bytes / 1000000)) MB received, longest stall ${stall} ms ($zero of $total intervals of 100 ms empty)"
+print(int(longest * 1000), zero, len(iv), r["end"]["sum_received"]["bytes"], r["end"]["sum_sent"].get("retransmits", 0))' "$work/iperf.json")
+  ok "the transfer (control, tcp:53001, 200 Mbit/s, $xfer s) completed across both updates: $((bytes / 1000000)) MB received, $retrans retransmits, longest stall ${stall} ms ($zero of $total intervals of 100 ms empty)"
 else
   bad "the transfer failed during the rolling update: $(tail -3 "$work/iperf.json")"
 fi
-r_after=$(resets)
-((r_after == r_before)) && ok "0 TCP resets or aborts on either node during the updates" || bad "$((r_after - r_before)) TCP resets or aborts during the updates"
+d=$(resets_delta "$r_before" "$(resets)")
+[[ -z $d ]] && ok "0 TCP resets or aborts on either node during the updates (nstat)" || bad "TCP resets or aborts during the updates: $d"
 
 # 5. a broken cluster description rolls out: the new pod's init fails
 echo "==> a broken cluster description"

@@ -8,6 +8,7 @@ container of the pod needs:
 
   pod_template.py MANIFEST run CONTAINER --name NAME --image IMAGE --node NODE
       --netns PATH [--volume NAME=DIR]... [--host-path PATH=DIR]...
+      [--without-cap CAP]... [--extra-cap CAP]...
     the arguments of `podman run` for the container (the image and the
     container's args included): hostNetwork as the node's network namespace,
     command and args, env (spec.nodeName as NODE), securityContext
@@ -24,6 +25,8 @@ container of the pod needs:
 
 --host-path PATH=DIR puts a hostPath volume of PATH at DIR instead: the
 lab's two nodes share one host, so each gets a /run/dualpath of its own.
+--without-cap CAP and --extra-cap CAP take a capability from, or add one
+to, the container's (to show that each one granted is needed).
 """
 import argparse
 import json
@@ -88,6 +91,9 @@ def run_args(pod, c, a):
     for cap in caps.get("drop", []):
         out += ["--cap-drop", cap]
     for cap in caps.get("add", []):
+        if cap not in a.without_cap:
+            out += ["--cap-add", cap]
+    for cap in a.extra_cap:
         out += ["--cap-add", cap]
     seccomp = sc.get("seccompProfile", {}).get("type")
     if seccomp == "Unconfined":
@@ -145,6 +151,8 @@ def main():
     p.add_argument("--netns")
     p.add_argument("--volume", action="append", default=[])
     p.add_argument("--host-path", action="append", default=[])
+    p.add_argument("--without-cap", action="append", default=[])
+    p.add_argument("--extra-cap", action="append", default=[])
     a = p.parse_args()
     pod = pod_spec(a.manifest)
     if a.what == "init":
