@@ -122,6 +122,10 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   std::vector<Controller::Pin> cpins;
   for (auto& pin : *pins) cpins.push_back({pin.klass, pin.path});
   controller_.set_policy(next, carrier, around, cpins, SchedClock::now());
+  if (!have_policy_ && datapath_->adopted())
+    // a restart: each rail starts from what the daemon before this one knew
+    controller_.inherit(datapath_->health_records(next.classes.size()), SchedClock::now());
+  health_written_.clear();
   policy_ = next;
   have_policy_ = true;
   monitor_.setup(next, datapath_->rail_ifindexes());
@@ -246,6 +250,32 @@ void Daemon::check_interfaces() {
     if (datapath_->check_present(i, policy_.paths[i])) controller_.vanished(i);
 }
 
+// The kernel flushes a link's routes when it is set down, and someone may
+// delete ours: once a second, and at once when a rail's carrier came back,
+// what policy routing should hold is compared with what the kernel has and
+// the missing rules and routes are added again. Without it, a rail that
+// comes back after its link was down carries nothing until the next reload
+// (the decisions move to it, the packets find no route).
+void Daemon::resync_routing(std::chrono::steady_clock::time_point now) {
+  std::vector<bool> carrier;
+  for (size_t i = 0; i < policy_.paths.size(); ++i)
+    carrier.push_back(controller_.health(i).carrier_up());
+  if (carrier == routing_carrier_ && now - routing_checked_ < std::chrono::seconds(1)) return;
+  routing_carrier_ = carrier;
+  routing_checked_ = now;
+  auto around = controller_.routed_around_for(policy_);
+  auto missing = Routing::missing(policy_, around);
+  if (!missing || missing->empty()) return;
+  auto r = Routing::apply(policy_, around);
+  if (!r)
+    spdlog::error("restoring policy routing failed: {}", r.error().what());
+  else if (r->added > 0)
+    spdlog::info(
+        "policy routing: {} of its rules and routes missing (a link set down flushes "
+        "its routes; or removed by hand): {} added",
+        missing->size(), r->added);
+}
+
 void Daemon::tick() {
   const auto began = std::chrono::steady_clock::now();
   check_interfaces();
@@ -260,6 +290,7 @@ void Daemon::tick() {
   auto in = measurements_.tick_input(policy_, *datapath_);
   note_class_tx(in.class_tx_bytes, began);
   carry_out(controller_.tick(in));
+  resync_routing(began);
   place_bursts();
   keep_reserves(began);
   // the tick's own time, shown by the metrics it is about to publish
@@ -455,6 +486,14 @@ void Daemon::carry_out(Plan plan) {
   }
   if (std::find(around.begin(), around.end(), true) == around.end()) neighbours_said_ = false;
   steer_multipath();
+  // what the next daemon starts from, should this one be killed
+  auto records = controller_.records();
+  if (records != health_written_) {
+    if (auto r = datapath_->write_health(records); !r)
+      spdlog::warn("keeping the rails' health for a restart failed: {}", r.error().what());
+    else
+      health_written_ = std::move(records);
+  }
 }
 
 // Multipath connections follow health and decisions on every plan: a

@@ -67,6 +67,7 @@ class Daemon : private Node {
   void arm_tick();
   void tick();
   void check_interfaces();
+  void resync_routing(std::chrono::steady_clock::time_point now);
   void adapt_flowlet_gap();
   void place_bursts();
   void note_class_tx(const std::vector<uint64_t>& tx, std::chrono::steady_clock::time_point now);
@@ -102,6 +103,11 @@ class Daemon : private Node {
   BurstSizes burst_sizes_{kBurstHalfLife};
   bool plans_written_ = false;    // dp_plans may hold entries (placement = "bursts")
   bool neighbours_said_ = false;  // unresolved neighbours of a failed rail deleted: logged once
+  std::vector<RailRecord> health_written_;  // dp_health as last written
+  // policy routing compared with the kernel's (resync_routing): when, and
+  // each rail's carrier then
+  std::chrono::steady_clock::time_point routing_checked_{};
+  std::vector<bool> routing_carrier_;
   std::chrono::steady_clock::time_point cgroups_checked_{};
 
   EventLoop loop_;

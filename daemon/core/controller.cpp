@@ -81,6 +81,12 @@ std::string rail_key(const Policy& p, size_t path) {
   return ps.name + "|" + ps.interface + "|" + (peer ? peer->str() : "");
 }
 
+uint64_t rail_key_hash(const Policy& p, size_t path) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (unsigned char ch : rail_key(p, path)) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
 void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier,
                             const std::vector<bool>& route_around, const std::vector<Pin>& pins,
                             Time now) {
@@ -94,6 +100,15 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
   }
   std::vector<Path> old;
   old.swap(paths_);
+  // a kept rail's way back (its classes' former shares) goes by class name
+  auto former_of = [&](const std::vector<double>& was) {
+    std::vector<double> out(C, 0);
+    for (size_t c = 0; c < C; ++c) {
+      int i = policy_.class_index(next.classes[c].name);
+      if (i >= 0 && static_cast<size_t>(i) < was.size()) out[c] = was[static_cast<size_t>(i)];
+    }
+    return out;
+  };
   for (size_t i = 0; i < P; ++i) {
     std::string key = rail_key(next, i);
     auto it = std::find_if(old.begin(), old.end(), [&](const Path& r) { return r.key == key; });
@@ -101,6 +116,7 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
       paths_.push_back(std::move(*it));
       old.erase(it);
       paths_.back().health.set_settings(next.health);
+      paths_.back().former = former_of(paths_.back().former);
     } else {
       Path r{PathHealth(next.health, now), key, true, {}, {}, false, {}};
       r.health.carrier(i < carrier.size() ? carrier[i] : true, now);
@@ -109,7 +125,7 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
     }
     Path& r = paths_.back();
     r.present = true;
-    r.former.assign(C, 0);
+    r.former.resize(C, 0);
     r.routed_around = i < route_around.size() && route_around[i];
   }
   cells_.reset();
@@ -122,6 +138,34 @@ void Controller::set_policy(const Policy& next, const std::vector<bool>& carrier
   move_seen_.assign(C, std::vector<std::optional<MoveSeen>>(P));
   rx_primed_ = false;
   policy_ = next;
+}
+
+void Controller::inherit(const std::vector<std::optional<RailRecord>>& records, Time now) {
+  const size_t C = policy_.classes.size();
+  for (size_t i = 0; i < paths_.size() && i < records.size(); ++i) {
+    const auto& rec = records[i];
+    if (!rec || rec->key != rail_key_hash(policy_, i)) continue;
+    Path& r = paths_[i];
+    for (size_t c = 0; c < C && c < rec->former.size(); ++c) r.former[c] = rec->former[c];
+    bool failed = rec->state != RailState::Up && rec->state != RailState::Drained;
+    bool none = std::none_of(r.former.begin(), r.former.end(), [](double f) { return f > 0; });
+    if (failed && none)
+      // a record without its classes' way back: their preferred rails
+      for (size_t c = 0; c < C && c < sched_.classes.size(); ++c)
+        r.former[c] = i < sched_.classes[c].shares.size()
+                          ? sched_.classes[c].shares[i] / double(DP_SHARE_SCALE)
+                          : 0;
+    r.health.inherit(rec->state, rec->bfd_seen, now);
+  }
+}
+
+std::vector<RailRecord> Controller::records() const {
+  std::vector<RailRecord> out;
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    const auto& h = paths_[i].health;
+    out.push_back({rail_key_hash(policy_, i), h.state(), h.bfd_seen(), paths_[i].former});
+  }
+  return out;
 }
 
 std::vector<bool> Controller::routed_around_for(const Policy& next) const {
@@ -166,6 +210,7 @@ Plan Controller::tick(const TickInput& in) {
 
 Plan Controller::settle(Time now) {
   Plan plan;
+  first_back(now);
   health_events(plan);
   effective(plan);
   routing(plan, now);
@@ -434,6 +479,21 @@ void Controller::run_scheduler(const TickInput& in, Plan& plan) {
   sched_ = res.state;  // written by effective(), through the rails' health
 }
 
+// When no rail carries traffic, the first rail back takes it at once: its
+// hold-down and ramp protect traffic only where another rail carries it. The
+// next rail back is held down and ramped as usual behind it.
+void Controller::first_back(Time now) {
+  for (const auto& r : paths_)
+    if (r.present && r.health.weight() > 0) return;
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    auto& h = paths_[i].health;
+    if (!paths_[i].present || !h.alive()) continue;
+    if (h.state() != RailState::Holddown && h.state() != RailState::Ramping) continue;
+    h.promote("back while no other path carries traffic: carries at once (no hold-down)", now);
+    return;
+  }
+}
+
 void Controller::health_events(Plan& plan) {
   const size_t R = paths_.size(), C = policy_.classes.size();
   for (size_t i = 0; i < R; ++i) {
@@ -461,7 +521,10 @@ void Controller::health_events(Plan& plan) {
         }
       }
       if (policy_.topology == Topology::Separate) {
-        if (was_carrying && (ev.to == RailState::Down || ev.to == RailState::Holddown))
+        // (a rail inherited as failed: the daemon before may have been
+        // killed before it ended the connections stuck there)
+        if ((was_carrying || ev.inherited) &&
+            (ev.to == RailState::Down || ev.to == RailState::Holddown))
           plan.resets.push_back({i, false});
         else if (ev.from == RailState::Up && ev.to == RailState::Suspect)
           // the classes that leave a suspect rail (suspect_moves) cannot take
@@ -501,7 +564,7 @@ void Controller::effective(Plan& plan) const {
     const auto& h = paths_[r].health;
     bool gone = !paths_[r].present;
     views[r] = {gone ? 0 : h.weight(), h.latency_ok(), h.alive() && !gone,
-                static_cast<double>(policy_.paths[r].capacity_bps)};
+                static_cast<double>(policy_.paths[r].capacity_bps), h.carrier_up() && !gone};
   }
   for (size_t c = 0; c < C; ++c) {
     std::vector<double> former(R);
@@ -541,9 +604,14 @@ void Controller::routing(Plan& plan, Time now) {
   }
   bool any_alive =
       std::any_of(paths_.begin(), paths_.end(), [](auto& r) { return r.health.alive(); });
-  if (!any_up && any_alive) {
-    // no rail has a weight but some forward (a hold-down with no alternative)
-    for (size_t i = 0; i < R; ++i) failed[i] = !paths_[i].health.alive();
+  bool carrier_differs = std::any_of(paths_.begin(), paths_.end(), [&](auto& r) {
+    return r.health.carrier_up() != paths_.front().health.carrier_up();
+  });
+  if (!any_up && (any_alive || carrier_differs)) {
+    // no rail has a weight but some forward (a hold-down with no
+    // alternative), or have their carrier back before BFD (apply_health)
+    for (size_t i = 0; i < R; ++i)
+      failed[i] = any_alive ? !paths_[i].health.alive() : !paths_[i].health.carrier_up();
     any_up = true;
   }
   if (!any_up) {

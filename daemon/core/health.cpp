@@ -97,8 +97,16 @@ void PathHealth::bfd(bfd::State s, bfd::Diag diag, bool peer_admin_down, Time no
   std::string why;
   if (s == bfd::State::Up) {
     bfd_up_once_ = true;
+    bfd_seen_ = true;
     failed = false;
     why = "BFD up";
+    if (await_bfd_) {
+      // the positive evidence a failed rail waited for: the usual way back
+      await_bfd_ = false;
+      bfd_failed_ = false;
+      evaluate(now, why);
+      return;
+    }
     // the ramp stood in for the BFD session that was missing when the
     // suspicion expired; a session now up clears it, as it would have then
     if (unconfirmed_ramp_ && state_ == RailState::Ramping && !bfd_failed_) {
@@ -108,6 +116,7 @@ void PathHealth::bfd(bfd::State s, bfd::Diag diag, bool peer_admin_down, Time no
   } else if (peer_admin_down || s == bfd::State::AdminDown) {
     failed = false;  // RFC 5882 3.2: not a forwarding failure
     bfd_up_once_ = false;
+    bfd_seen_ = false;  // the peer runs no session for now: nothing to wait for
     why = "BFD peer administratively down";
   } else if (bfd_up_once_ && s == bfd::State::Down) {
     failed = true;
@@ -140,6 +149,37 @@ void PathHealth::evidence(const std::string& why, std::chrono::nanoseconds confi
   suspect_until_ = now + confirm_within;
 }
 
+void PathHealth::inherit(RailState was, bool bfd_seen, Time now) {
+  bfd_seen_ = bfd_seen && s_.bfd;
+  if (was == RailState::Up) return;
+  if (was == RailState::Drained) {
+    drained_ = true;
+    state_ = RailState::Drained;
+    reason_ = "drained by the operator (before the restart)";
+  } else if (bfd_seen_) {
+    await_bfd_ = true;
+    state_ = RailState::Down;
+    reason_ = fmt::format(
+        "{} before the restart: down until its BFD session, up before, says it forwards",
+        to_string(was));
+  } else {
+    // no session that could say it forwards: the hold-down, then the ramp,
+    // where new evidence fails it again
+    state_ = RailState::Holddown;
+    reason_ = fmt::format("{} before the restart, and no BFD session to tell: hold-down {}",
+                          to_string(was), format_duration(s_.holddown));
+  }
+  since_ = now;
+  HealthEvent e{now, state_, state_, reason_};
+  e.inherited = true;
+  events_.push_back(std::move(e));
+}
+
+void PathHealth::promote(const std::string& why, Time now) {
+  if (state_ != RailState::Holddown && state_ != RailState::Ramping) return;
+  go(RailState::Up, why, now);
+}
+
 void PathHealth::drain(bool on, Time now) {
   if (on == drained_) return;
   drained_ = on;
@@ -156,9 +196,14 @@ void PathHealth::tick(Time now) {
     // off, or never up) nothing has said so: the traffic returns through
     // the ramp, where new evidence sends the rail to hold-down instead of
     // letting every class back onto a rail that may still drop everything.
-    if (bfd_up_once_)
+    if (bfd_up_once_) {
       go(RailState::Up, "suspicion not confirmed by BFD: restored", now);
-    else {
+    } else if (bfd_seen_) {
+      // the session was up before (the last run's) and is not up now: no
+      // session yet is no confirmation that the rail forwards
+      await_bfd_ = true;
+      go(RailState::Down, "suspicion not cleared: no BFD session yet; down until it comes up", now);
+    } else {
       go(RailState::Ramping, "suspicion not confirmed, and no BFD session to clear it: ramping",
          now);
       unconfirmed_ramp_ = true;
@@ -215,15 +260,22 @@ std::optional<Shares> apply_health(const Shares& sched, const std::vector<double
   if (!any) {
     // No rail may carry traffic by the rules: what forwards at all carries it
     // as if it were up (a rail in hold-down with no alternative).
-    std::vector<HealthView> alive = rails;
-    bool some = false;
-    for (auto& v : alive) {
-      v.weight = v.alive ? 1 : 0;
-      v.latency_ok = true;
-      some = some || v.alive;
+    // With none alive, a rail whose carrier is back while another's is not
+    // (its BFD session comes up a second later) is tried: nothing else
+    // carries, and the carrier at least tells the rails apart.
+    bool any_alive = false, carrier_differs = false;
+    for (auto& v : rails) {
+      any_alive = any_alive || v.alive;
+      carrier_differs = carrier_differs || v.carrier != rails.front().carrier;
     }
-    if (!some) return std::nullopt;
-    return apply_health(sched, former, alive, latency_sensitive);
+    if (!any_alive && !carrier_differs) return std::nullopt;
+    std::vector<HealthView> last = rails;
+    for (auto& v : last) {
+      v.weight = (any_alive ? v.alive : v.carrier) ? 1 : 0;
+      v.latency_ok = true;
+      v.alive = v.carrier = true;  // (the recursion stops at the first rule)
+    }
+    return apply_health(sched, former, last, latency_sensitive);
   } else {
     double ramped = 0;
     std::vector<double> base(R, 0);

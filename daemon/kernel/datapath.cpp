@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -331,9 +332,12 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     auto slot = static_cast<uint32_t>(s.class_slot[i]);
     dp_decision cur{};
     bool known = s.existing_classes[slot] == cs.name && decisions.lookup(slot, &cur);
-    auto pinned_rail = decision_single_rail(cur);
-    bool keep = known && (cur.flags & kOperatorPinned) && pinned_rail &&
-                contains(s.rail_slot, static_cast<uint32_t>(*pinned_rail));
+    // A known class keeps the decision it has until the controller settles
+    // (right after the flip): written back to its preferred rail first, a
+    // class moved off a failed rail would return there for that moment.
+    uint32_t on_rails = 0;
+    for (int rs : s.rail_slot) on_rails += cur.share[rs];
+    bool keep = known && on_rails == DP_SHARE_SCALE;
     if (!keep) {
       int prefer = s.rail_slot[static_cast<size_t>(next.path_index(cs.prefer))];
       dp_decision d = decision_all_on(prefer, cs.pinned, ++decision_version_);
@@ -428,6 +432,76 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     pins.push_back(pin);
   }
   return pins;
+}
+
+namespace {
+
+RailState state_of(uint32_t v) {
+  switch (v) {
+    case DP_HEALTH_SUSPECT:
+      return RailState::Suspect;
+    case DP_HEALTH_DOWN:
+      return RailState::Down;
+    case DP_HEALTH_HOLDDOWN:
+      return RailState::Holddown;
+    case DP_HEALTH_RAMPING:
+      return RailState::Ramping;
+    case DP_HEALTH_DRAINED:
+      return RailState::Drained;
+    default:
+      return RailState::Up;
+  }
+}
+
+uint32_t encode_state(RailState s) {
+  switch (s) {
+    case RailState::Up:
+      return DP_HEALTH_UP;
+    case RailState::Suspect:
+      return DP_HEALTH_SUSPECT;
+    case RailState::Down:
+      return DP_HEALTH_DOWN;
+    case RailState::Holddown:
+      return DP_HEALTH_HOLDDOWN;
+    case RailState::Ramping:
+      return DP_HEALTH_RAMPING;
+    case RailState::Drained:
+      return DP_HEALTH_DRAINED;
+  }
+  return DP_HEALTH_NONE;
+}
+
+}  // namespace
+
+std::vector<std::optional<RailRecord>> Datapath::health_records(size_t classes) const {
+  std::vector<std::optional<RailRecord>> out(rail_slot_.size());
+  auto map = skel_->dp_health();
+  for (size_t i = 0; i < rail_slot_.size(); ++i) {
+    dp_rail_health h{};
+    if (!map.lookup(static_cast<uint32_t>(rail_slot_[i]), &h) || h.state == DP_HEALTH_NONE)
+      continue;
+    RailRecord r{h.key, state_of(h.state), (h.flags & DP_HEALTH_F_BFD_SEEN) != 0, {}};
+    r.former.assign(classes, 0);
+    for (size_t c = 0; c < classes && c < class_slot_.size(); ++c)
+      r.former[c] = h.former[class_slot_[c]] / double(DP_SHARE_SCALE);
+    out[i] = std::move(r);
+  }
+  return out;
+}
+
+Result<void> Datapath::write_health(const std::vector<RailRecord>& records) {
+  auto map = skel_->dp_health();
+  for (size_t i = 0; i < records.size() && i < rail_slot_.size(); ++i) {
+    dp_rail_health h{};
+    h.state = encode_state(records[i].state);
+    h.flags = records[i].bfd_seen ? DP_HEALTH_F_BFD_SEEN : 0;
+    h.key = records[i].key;
+    for (size_t c = 0; c < records[i].former.size() && c < class_slot_.size(); ++c)
+      h.former[class_slot_[c]] = static_cast<__u16>(
+          std::lround(std::clamp(records[i].former[c], 0.0, 1.0) * DP_SHARE_SCALE));
+    DP_TRY(map.update(static_cast<uint32_t>(rail_slot_[i]), h));
+  }
+  return {};
 }
 
 Result<void> Datapath::write_decision(size_t klass, const Shares& shares, uint32_t flags) {

@@ -9,7 +9,11 @@
 #include <netlink/route/neighbour.h>
 #include <netlink/route/route.h>
 #include <netlink/route/rule.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <set>
 
@@ -17,6 +21,20 @@
 
 namespace dp {
 namespace {
+
+// The interface is administratively up (IFF_UP); unknown ones count as up,
+// so that adding their routes reports the kernel's own error.
+bool link_is_up(int ifindex) {
+  char name[IF_NAMESIZE] = {};
+  if (!if_indextoname(static_cast<unsigned>(ifindex), name)) return true;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, name, sizeof(ifr.ifr_name) - 1);
+  bool up = ::ioctl(fd, SIOCGIFFLAGS, &ifr) != 0 || (ifr.ifr_flags & IFF_UP);
+  ::close(fd);
+  return up;
+}
 
 constexpr uint32_t kRuleRange = 100;
 // Failover rules ("to <a failed path's route> lookup <survivor's table>") use
@@ -280,6 +298,10 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
   }
   for (auto& w : *routes) {
     if (have_routes.count(w.key)) continue;
+    if (!link_is_up(w.ifindex)) {
+      ++ch.skipped;
+      continue;
+    }
     RoutePtr r(rtnl_route_alloc());
     rtnl_route_set_family(r.get(), static_cast<uint8_t>(w.dst.addr.family));
     rtnl_route_set_table(r.get(), w.path->table);

@@ -548,6 +548,32 @@ struct dp_police_drops {
   __u64 packets;
   __u64 bytes;
 };
+/* dp_health: ARRAY, key = rail slot, written by the daemon only (no program
+ * reads it): each rail's health as the daemon last settled it, so that a
+ * restarted daemon starts from what the last one knew rather than from "up"
+ * (a rail failed before the restart stays failed until evidence says it
+ * forwards, and the classes it carried keep their way back). */
+enum dp_health_state {
+  DP_HEALTH_NONE = 0, /* never written */
+  DP_HEALTH_UP,
+  DP_HEALTH_SUSPECT,
+  DP_HEALTH_DOWN,
+  DP_HEALTH_HOLDDOWN,
+  DP_HEALTH_RAMPING,
+  DP_HEALTH_DRAINED,
+};
+enum dp_health_flags {
+  DP_HEALTH_F_BFD_SEEN = 1u << 0, /* the rail's BFD session was up at least once */
+};
+struct dp_rail_health {
+  __u32 state; /* enum dp_health_state */
+  __u32 flags; /* enum dp_health_flags */
+  __u64 key;   /* a hash of the rail's name, interface and BFD peer */
+  /* per class slot: its share of the rail before the rail failed, in
+   * DP_SHARE_SCALE units (what failback gives back) */
+  __u16 former[DP_MAX_CLASSES];
+};
+
 struct dp_local_addr {
   __u32 addr4;
   __u32 addr6[4];

@@ -88,6 +88,8 @@
 	/* reserves: the classes policed on each rail, and what was dropped */                  \
 	X(dp_police, BPF_MAP_TYPE_ARRAY, DP_MAX_RAILS, __u32, struct dp_police)                     \
 	X(dp_police_drops, BPF_MAP_TYPE_PERCPU_ARRAY, DP_MAX_RAILS, __u32, struct dp_police_drops)  \
+	/* each rail's health as the daemon last settled it (a restart starts from it) */          \
+	X(dp_health, BPF_MAP_TYPE_ARRAY, DP_MAX_RAILS, __u32, struct dp_rail_health)                \
 	/* the layout version of these maps (abi.h); its own definition never changes */           \
 	X(dp_abi, BPF_MAP_TYPE_ARRAY, 1, __u32, struct dp_abi)
 /* clang-format on */

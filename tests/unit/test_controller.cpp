@@ -589,14 +589,149 @@ TEST(Controller, BothRailsDownKeepsTheLastDecisionsAndSaysSoOnce) {
   EXPECT_TRUE(has_event(plan, "every path is down"));
   EXPECT_EQ(f.c.paths_carrying(), 0u);
   EXPECT_FALSE(has_event(f.c.settle(f.t + 2s), "every path is down")) << "said once";
-  // the first rail back carries at once, even inside its hold-down
+  // the first rail back carries at once: no hold-down while nothing else carries
   f.c.carrier(1, true, f.t + 3s);
   Plan back = f.c.settle(f.t + 3s);
   EXPECT_FALSE(f.c.all_down());
-  EXPECT_EQ(f.c.health(1).state(), RailState::Holddown);
+  EXPECT_EQ(f.c.health(1).state(), RailState::Up) << f.c.health(1).reason();
+  EXPECT_TRUE(has_event(back, "no other path carries traffic"));
   EXPECT_EQ(f.c.paths_carrying(), 1u);
   EXPECT_FALSE(back.route_around) << "rail0 stayed routed around, rail1 never was";
   EXPECT_TRUE(back.writes.empty()) << "every class was left on rail1";
+  f.carry_out(back);
+  // the next rail back is held down and ramped behind it, as usual
+  f.c.carrier(0, true, f.t + 6s);
+  Plan next = f.c.settle(f.t + 6s);
+  EXPECT_EQ(f.c.health(0).state(), RailState::Holddown);
+  EXPECT_TRUE(next.writes.empty()) << "no traffic on rail0 inside its hold-down";
+  f.carry_out(next);
+  for (int s = 7; s <= 30 && f.c.health(0).state() != RailState::Up; ++s)
+    f.carry_out(f.c.tick(f.quiet(f.t + std::chrono::seconds(s))));
+  EXPECT_EQ(f.c.health(0).state(), RailState::Up) << f.c.health(0).reason();
+  for (auto name : {"expert-dispatch", "expert-combine", "control"})
+    EXPECT_EQ(f.c.written_shares(klass(f.policy, name)), (Shares{kAll, 0}))
+        << name << " is back on its rail";
+}
+
+TEST(Controller, TheFirstRailBackWithItsCarrierCarriesBeforeItsBfdSession) {
+  Fixture f;
+  for (size_t i : {0u, 1u}) f.c.bfd(i, bfd::State::Up, bfd::Diag::None, false, f.t);
+  f.c.carrier(0, false, f.t + 1s);
+  f.c.carrier(1, false, f.t + 1s);
+  for (size_t i : {0u, 1u}) f.c.bfd(i, bfd::State::Down, bfd::Diag::TimeExpired, false, f.t + 2s);
+  f.carry_out(f.c.settle(f.t + 2s));
+  ASSERT_TRUE(f.c.all_down());
+  // rail1's carrier is back; its BFD session a second later
+  f.c.carrier(1, true, f.t + 3s);
+  Plan carrier = f.c.settle(f.t + 3s);
+  EXPECT_EQ(f.c.health(1).state(), RailState::Down) << "BFD has not said it forwards yet";
+  auto* w = f.write_of(carrier, "expert-dispatch");
+  ASSERT_NE(w, nullptr) << "nothing else carries: the rail with carrier is tried";
+  EXPECT_EQ(w->shares, (Shares{0, kAll}));
+  ASSERT_TRUE(carrier.route_around);
+  EXPECT_EQ(*carrier.route_around, (std::vector<bool>{true, false}));
+  f.carry_out(carrier);
+  f.c.bfd(1, bfd::State::Up, bfd::Diag::None, false, f.t + 4s);
+  f.carry_out(f.c.settle(f.t + 4s));
+  EXPECT_EQ(f.c.health(1).state(), RailState::Up) << f.c.health(1).reason();
+}
+
+// A daemon killed in the middle of a failover: the next one is a new
+// Controller that inherits the records the first left.
+struct Restarted {
+  Fixture before;
+  Controller c;
+  Restarted() {
+    for (size_t i : {0u, 1u}) before.c.bfd(i, bfd::State::Up, bfd::Diag::None, false, before.t);
+  }
+  void restart(T now) {
+    auto recs = before.c.records();
+    c.set_policy(before.policy, {true, true}, before.c.routed_around_for(before.policy), {}, now);
+    std::vector<std::optional<RailRecord>> in(recs.begin(), recs.end());
+    c.inherit(in, now);
+  }
+  void carry_out(const Plan& plan) {
+    for (auto& w : plan.writes) c.written(w);
+    if (plan.route_around) c.routed(*plan.route_around);
+  }
+};
+
+TEST(Controller, ARestartInheritsAFailedRailAndKeepsItFailedUntilBfdSaysItForwards) {
+  Restarted r;
+  auto& f = r.before;
+  // rail0 blackholed: data-path evidence moved the classes off it
+  f.carry_out(evidence_against_rail0(f));
+  ASSERT_EQ(f.c.health(0).state(), RailState::Suspect);
+  T t = f.t + 2s;
+  r.restart(t);
+  Plan first = r.c.settle(t);
+  EXPECT_EQ(r.c.health(0).state(), RailState::Down) << r.c.health(0).reason();
+  EXPECT_TRUE(has_event(first, "before the restart"));
+  for (auto& w : first.writes)
+    EXPECT_EQ(w.shares[0], 0) << f.policy.classes[w.klass].name << " is not moved onto rail0";
+  r.carry_out(first);
+  // no BFD session yet is no evidence that it forwards, for as long as it takes
+  for (int ms = 100; ms <= 20000; ms += 100) {
+    Plan p = r.c.tick(f.quiet(t + std::chrono::milliseconds(ms)));
+    for (auto& w : p.writes) EXPECT_EQ(w.shares[0], 0) << f.policy.classes[w.klass].name;
+    r.carry_out(p);
+  }
+  EXPECT_EQ(r.c.health(0).state(), RailState::Down);
+  // the blackhole ends: BFD comes up, then the hold-down and the ramp
+  r.c.bfd(1, bfd::State::Up, bfd::Diag::None, false, t + 20s);
+  r.c.bfd(0, bfd::State::Up, bfd::Diag::None, false, t + 21s);
+  r.carry_out(r.c.settle(t + 21s));
+  EXPECT_EQ(r.c.health(0).state(), RailState::Holddown);
+  for (int s = 22; s <= 45; ++s) r.carry_out(r.c.tick(f.quiet(t + std::chrono::seconds(s))));
+  EXPECT_EQ(r.c.health(0).state(), RailState::Up) << r.c.health(0).reason();
+  // every class is back where it was before the fault
+  for (size_t c = 0; c < f.policy.classes.size(); ++c)
+    EXPECT_EQ(r.c.written_shares(c), f.c.scheduler().classes[c].shares)
+        << f.policy.classes[c].name << " has its way back";
+}
+
+TEST(Controller, ARestartWithoutBfdServesTheHolddownBeforeTheRamp) {
+  Restarted r;
+  auto& f = r.before;
+  f.c.carrier(0, false, f.t);
+  f.carry_out(f.c.settle(f.t));
+  f.c.carrier(0, true, f.t + 1s);
+  f.carry_out(f.c.settle(f.t + 1s));
+  ASSERT_EQ(f.c.health(0).state(), RailState::Holddown);
+  Policy p = f.policy;
+  p.health.bfd = false;
+  r.c.set_policy(p, {true, true}, {true, false}, {}, f.t + 2s);
+  auto recs = f.c.records();
+  std::vector<std::optional<RailRecord>> in(recs.begin(), recs.end());
+  in[0]->key = rail_key_hash(p, 0);
+  in[1]->key = rail_key_hash(p, 1);
+  r.c.inherit(in, f.t + 2s);
+  Plan first = r.c.settle(f.t + 2s);
+  EXPECT_EQ(r.c.health(0).state(), RailState::Holddown) << r.c.health(0).reason();
+  for (auto& w : first.writes) EXPECT_EQ(w.shares[0], 0);
+  // a record of another rail (renamed, another interface) is not taken
+  Controller other;
+  Policy q = f.policy;
+  q.paths[0].interface = "eth9";
+  other.set_policy(q, {true, true}, {false, false}, {}, f.t + 2s);
+  other.inherit(in, f.t + 2s);
+  EXPECT_EQ(other.health(0).state(), RailState::Up);
+}
+
+TEST(Controller, AReloadKeepsEachClassesWayBackByName) {
+  Fixture f;
+  f.c.carrier(0, false, f.t);
+  f.carry_out(f.c.settle(f.t));
+  Policy next = f.policy;
+  std::rotate(next.classes.begin(), next.classes.begin() + 1, next.classes.end());
+  f.c.set_policy(next, {true, true}, f.c.routed_around_for(next), {}, f.t + 1s);
+  f.carry_out(f.c.settle(f.t + 1s));
+  f.c.carrier(0, true, f.t + 2s);
+  f.carry_out(f.c.settle(f.t + 2s));
+  for (int s = 3; s <= 30; ++s) f.carry_out(f.c.tick(f.quiet(f.t + std::chrono::seconds(s))));
+  ASSERT_EQ(f.c.health(0).state(), RailState::Up);
+  for (auto name : {"expert-dispatch", "expert-combine", "control"})
+    EXPECT_EQ(f.c.written_shares(klass(next, name)), (Shares{kAll, 0})) << name;
 }
 
 TEST(Controller, DrainIsRefusedForTheLastPathCarryingTraffic) {

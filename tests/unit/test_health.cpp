@@ -162,6 +162,52 @@ TEST(PathHealth, ABfdSessionThatComesUpEndsTheRampOfAnUnconfirmedSuspicion) {
   EXPECT_EQ(g.state(), RailState::Ramping) << "a rail that failed is not let back at once";
 }
 
+TEST(PathHealth, ASuspicionWithNoSessionYetOnARailThatHadOneIsNotCleared) {
+  T t{};
+  PathHealth h(fast(), t);
+  h.inherit(RailState::Up, true, t);  // the session was up before a restart
+  h.evidence("a burst of RTOs", 1500ms, t + 1s);
+  h.tick(t + 2600ms);
+  EXPECT_EQ(h.state(), RailState::Down) << h.reason();
+  EXPECT_TRUE(h.awaiting_bfd());
+  EXPECT_FALSE(h.alive());
+  h.bfd(bfd::State::Down, bfd::Diag::None, false, t + 3s);
+  EXPECT_EQ(h.state(), RailState::Down);
+  h.bfd(bfd::State::Up, bfd::Diag::None, false, t + 4s);
+  EXPECT_EQ(h.state(), RailState::Holddown) << "the usual way back: hold-down, then the ramp";
+}
+
+TEST(PathHealth, AnInheritedFailureWaitsForBfdOrWithoutItServesTheHolddown) {
+  T t{};
+  for (auto was : {RailState::Suspect, RailState::Down, RailState::Holddown, RailState::Ramping}) {
+    PathHealth h(fast(), t);
+    h.inherit(was, true, t);
+    EXPECT_EQ(h.state(), RailState::Down) << to_string(was);
+    EXPECT_EQ(h.weight(), 0);
+    auto ev = h.take_events();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_TRUE(ev[0].inherited);
+    for (int s = 1; s <= 60; ++s) h.tick(t + std::chrono::seconds(s));
+    EXPECT_EQ(h.state(), RailState::Down) << "time alone is no evidence";
+    h.bfd(bfd::State::Up, bfd::Diag::None, false, t + 61s);
+    EXPECT_EQ(h.state(), RailState::Holddown);
+  }
+  PathHealth nobfd(fast(), t);
+  nobfd.inherit(RailState::Down, false, t);
+  EXPECT_EQ(nobfd.state(), RailState::Holddown) << nobfd.reason();
+  for (int s = 1; s <= 11; ++s) nobfd.tick(t + std::chrono::seconds(s));
+  EXPECT_EQ(nobfd.state(), RailState::Ramping);
+  PathHealth up(fast(), t);
+  up.inherit(RailState::Up, true, t);
+  EXPECT_EQ(up.state(), RailState::Up);
+  EXPECT_TRUE(up.take_events().empty());
+  PathHealth drained(fast(), t);
+  drained.inherit(RailState::Drained, true, t);
+  EXPECT_EQ(drained.state(), RailState::Drained) << "an operator's drain survives a restart";
+  drained.drain(false, t + 1s);
+  EXPECT_EQ(drained.state(), RailState::Ramping);
+}
+
 TEST(PathHealth, DrainAndUndrainRampWithoutHolddown) {
   T t{};
   PathHealth h(fast(), t);
@@ -213,6 +259,17 @@ TEST(ApplyHealth, NoRailWithWeightUsesAliveRailsAndNoneAliveKeepsTheLast) {
   EXPECT_EQ(*apply_health({7000, 3000}, {}, v, false), (Shares{7000, 3000}));
   v[0].alive = v[1].alive = false;
   EXPECT_FALSE(apply_health({0, 10000}, {}, v, false).has_value());
+}
+
+TEST(ApplyHealth, WithNoneAliveARailWithCarrierIsTriedWhileAnotherHasNone) {
+  auto v = views({0, 0});
+  v[0].alive = v[1].alive = false;
+  v[0].carrier = false;
+  auto s = apply_health({DP_SHARE_SCALE, 0}, {0, 0}, v, false);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(*s, (Shares{0, DP_SHARE_SCALE}));
+  v[0].carrier = true;  // both with carrier and neither forwarding (a blackhole)
+  EXPECT_FALSE(apply_health({DP_SHARE_SCALE, 0}, {0, 0}, v, false)) << "keep the last decisions";
 }
 
 TEST(ApplyHealth, SharesAlwaysSumToTheScale) {

@@ -30,6 +30,17 @@ namespace dp {
 // BFD peer stay keeps its health, its BFD session and its hold-down.
 std::string rail_key(const Policy& p, size_t path);
 
+// A rail's health as one daemon leaves it to the next (the datapath keeps it
+// pinned, dp_health): a restarted daemon starts from it, not from "up".
+struct RailRecord {
+  uint64_t key = 0;  // rail_key_hash(): the record is for this rail only
+  RailState state = RailState::Up;
+  bool bfd_seen = false;
+  std::vector<double> former;  // per policy class: its share before the rail failed
+  bool operator==(const RailRecord&) const = default;
+};
+uint64_t rail_key_hash(const Policy& p, size_t path);
+
 // What the daemon measured in one tick, per policy path and class.
 struct TickInput {
   SchedClock::time_point now;
@@ -108,6 +119,11 @@ class Controller {
   };
   void set_policy(const Policy& next, const std::vector<bool>& carrier,
                   const std::vector<bool>& route_around, const std::vector<Pin>& pins, Time now);
+  // On a restart, after the first set_policy: what the daemon before this one
+  // left of each policy path (nullopt: nothing, or a record of another rail).
+  void inherit(const std::vector<std::optional<RailRecord>>& records, Time now);
+  // What to leave to the next daemon, per policy path.
+  std::vector<RailRecord> records() const;
   // A path that is routed around now stays routed around under `next`.
   std::vector<bool> routed_around_for(const Policy& next) const;
 
@@ -170,6 +186,7 @@ class Controller {
   void plan_cells(const TickInput& in, Plan& plan);
   void run_scheduler(const TickInput& in, Plan& plan);
   void health_events(Plan& plan);
+  void first_back(Time now);
   void effective(Plan& plan) const;
   void routing(Plan& plan, Time now);
   uint32_t flags(size_t klass) const;

@@ -12,6 +12,15 @@
 //    |        `--no BFD session, detection time over---------------------> Ramping
 //    `------------------------------------------------------------------------- Up
 //   drain: any state -> Drained (weight 0); undrain -> Ramping (no hold-down).
+//
+// Evidence, not its absence: a suspicion that expires with no BFD session up
+// on a rail whose session was up before (in this run or the last) is not
+// "not confirmed": the rail goes Down until the session says it forwards.
+// A restarted daemon inherits each rail's state (inherit()): a rail that was
+// failed stays Down until BFD comes up (or, without BFD, serves a hold-down
+// and ramps). The first rail back while no other carries traffic is promoted
+// to Up at once by the controller (promote()): a hold-down protects traffic
+// only where another rail carries it.
 #pragma once
 
 #include <chrono>
@@ -34,6 +43,7 @@ struct HealthEvent {
   SchedClock::time_point t;
   RailState from, to;
   std::string reason;
+  bool inherited = false;  // the state a restarted daemon took over
 };
 
 class PathHealth {
@@ -50,6 +60,13 @@ class PathHealth {
   // long BFD has to confirm before the rail is restored.
   void evidence(const std::string& why, std::chrono::nanoseconds confirm_within, Time now);
   void drain(bool on, Time now);
+  // What the daemon before this one knew of the rail (its last settled state
+  // and whether its BFD session was ever up), on a restart: a rail that was
+  // failed stays Down until positive evidence. Before any other input.
+  void inherit(RailState was, bool bfd_seen, Time now);
+  // The first rail back while no other carries traffic: Up at once, from a
+  // hold-down or a ramp.
+  void promote(const std::string& why, Time now);
   // Timers: suspicion expiry, hold-down, ramp steps.
   void tick(Time now);
   // A reloaded policy's timers; the state and its history stay.
@@ -65,12 +82,18 @@ class PathHealth {
   // Carrier and BFD say it forwards, whatever the hold-down says: used when
   // no rail has a weight, so that a returning rail is used at once.
   bool alive() const { return link_ok(); }
+  bool carrier_up() const { return carrier_; }
   bool bfd_in_use() const { return bfd_up_once_; }
+  // The rail's BFD session was up in this run or, as inherited, the last one.
+  bool bfd_seen() const { return bfd_seen_; }
+  // Down until its BFD session comes up (a failure with no other evidence
+  // that could end it).
+  bool awaiting_bfd() const { return await_bfd_; }
   uint64_t failures() const { return failures_; }
   std::vector<HealthEvent> take_events();
 
  private:
-  bool link_ok() const { return carrier_ && !bfd_failed_; }
+  bool link_ok() const { return carrier_ && !bfd_failed_ && !await_bfd_; }
   void go(RailState to, std::string reason, Time now);
   void evaluate(Time now, const std::string& why);
 
@@ -80,6 +103,8 @@ class PathHealth {
   std::string reason_ = "started";
   bool carrier_ = true;
   bool bfd_up_once_ = false;
+  bool bfd_seen_ = false;
+  bool await_bfd_ = false;
   bool bfd_failed_ = false;
   bool drained_ = false;
   bool unconfirmed_ramp_ = false;  // ramping from a suspicion no BFD session could clear
@@ -101,13 +126,16 @@ struct HealthView {
   bool latency_ok = true;   // PathHealth::latency_ok()
   bool alive = true;        // PathHealth::alive()
   double capacity_bps = 0;  // to split a class that has nowhere else to go
+  bool carrier = true;      // PathHealth::carrier_up()
 };
 
 // The shares to write for one class: the scheduler's `sched` shares with no
 // share on a rail of weight 0 (or Suspect, for a latency-sensitive class), a
 // ramping rail given `former` x its weight, the rest in proportion to the
 // scheduler's shares. When no rail has a weight, alive rails are used; when
-// none is alive, nullopt: keep the last decisions.
+// none is alive, the rails with carrier while another has none (a rail whose
+// carrier came back before its BFD session: nothing else carries); else
+// nullopt: keep the last decisions.
 std::optional<Shares> apply_health(const Shares& sched, const std::vector<double>& former,
                                    const std::vector<HealthView>& rails, bool latency_sensitive);
 

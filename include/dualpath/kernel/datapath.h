@@ -18,6 +18,7 @@
 
 #include "dualpath/abi.h"
 #include "dualpath/core/bursts.h"
+#include "dualpath/core/controller.h"
 #include "dualpath/core/encode.h"
 #include "dualpath/core/measure.h"
 #include "dualpath/core/police.h"
@@ -74,6 +75,11 @@ class Datapath {
   Result<std::vector<OperatorPin>> commit(const Policy& next, const Staged& s);
   // The policy's [[peer]] table into dp_peers (commit's part).
   Result<void> write_peers(const Policy& next, const std::vector<int>& rail_slot);
+
+  // Each policy path's health as the daemon before this one left it (after
+  // commit: by the rail and class slots), and the one writer of dp_health.
+  std::vector<std::optional<RailRecord>> health_records(size_t classes) const;
+  Result<void> write_health(const std::vector<RailRecord>& records);
 
   // The one writer of dp_decisions. Shares are per policy path.
   Result<void> write_decision(size_t klass, const Shares& shares, uint32_t flags);

@@ -22,6 +22,9 @@ struct RoutingChange {
   int added = 0;
   int removed = 0;
   int unchanged = 0;
+  // routes on an interface that is set down: the kernel refuses them (and
+  // flushed them when it went down); added again once it is up
+  int skipped = 0;
 };
 
 class Routing {
