@@ -21,6 +21,8 @@
 #define DP_SOL_SOCKET 1
 #define DP_SO_MAX_PACING_RATE 47 /* asm-generic/socket.h */
 #define DP_SO_RCVBUF 8
+#define DP_TCP_USER_TIMEOUT 18 /* linux/tcp.h */
+#define DP_TCP_RTO_MAX_MS 44   /* linux/tcp.h, Linux 6.15 */
 
 static __always_inline int dp_sock_key(const struct bpf_sock_ops *skops, struct dp_flow_key *k)
 {
@@ -265,6 +267,22 @@ static __always_inline int dp_sockops_run(struct bpf_sock_ops *skops)
 			int v = (int)ct->rto_min_us;
 
 			bpf_setsockopt(skops, DP_SOL_TCP, TCP_BPF_RTO_MIN, &v, sizeof(v));
+		}
+		/* the class's longest backoff: after every rail was down, the
+		 * first rail back is found within it, not after the minutes of
+		 * the kernel's; the lifetime through an outage stays the
+		 * kernel's by a user timeout, unless the application set one (a
+		 * kernel without the option refuses it: the kernel's stays) */
+		if (ct && ct->rto_max_ms) {
+			int v = (int)ct->rto_max_ms, cur = 0;
+
+			if (bpf_setsockopt(skops, DP_SOL_TCP, DP_TCP_RTO_MAX_MS, &v, sizeof(v)) == 0 &&
+			    ct->user_timeout_ms &&
+			    bpf_getsockopt(skops, DP_SOL_TCP, DP_TCP_USER_TIMEOUT, &cur, sizeof(cur)) == 0 &&
+			    cur == 0) {
+				v = (int)ct->user_timeout_ms;
+				bpf_setsockopt(skops, DP_SOL_TCP, DP_TCP_USER_TIMEOUT, &v, sizeof(v));
+			}
 		}
 		if (ct && (ct->flags & DP_CLASS_TCP_F_MULTIPATH)) {
 			__u32 joined = DP_RAIL_NONE;

@@ -206,10 +206,24 @@ dp_class_qos encode_qos(const ClassSpec& c, const QosSettings& node) {
   return q;
 }
 
-dp_class_tcp encode_class_tcp(const ClassSpec& c) {
+uint32_t retries_timeout_ms(int retries2) {
+  // tcp_model_timeout() with the kernel's constants: exponential backoff from
+  // TCP_RTO_MIN (200 ms) to TCP_RTO_MAX (120 s), then linear
+  constexpr uint64_t base = 200, max = 120000;
+  constexpr int thresh = 9;  // ilog2(max / base)
+  auto b = static_cast<uint64_t>(std::clamp(retries2, 0, 255));
+  uint64_t ms =
+      b <= thresh ? ((2ull << b) - 1) * base : ((2ull << thresh) - 1) * base + (b - thresh) * max;
+  return static_cast<uint32_t>(std::min<uint64_t>(ms, UINT32_MAX));
+}
+
+dp_class_tcp encode_class_tcp(const ClassSpec& c, int tcp_retries2) {
   dp_class_tcp t{};
   t.rto_min_us = static_cast<uint32_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(c.rto_min).count());
+  t.rto_max_ms = static_cast<uint32_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(c.rto_max).count());
+  if (t.rto_max_ms) t.user_timeout_ms = retries_timeout_ms(tcp_retries2);
   if (c.multipath) t.flags |= DP_CLASS_TCP_F_MULTIPATH;
   return t;
 }

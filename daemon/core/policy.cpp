@@ -1371,6 +1371,19 @@ void parse_class_tcp(Checker& c, const toml::table& t, const std::string& sectio
         cs.rto_min = *v;
     }
   }
+  if (t.get("rto_max")) {
+    if (auto v = c.duration(t, "rto_max", section, std::chrono::nanoseconds(0),
+                            std::chrono::seconds(120),
+                            ": the kernel's own maximum is 120s, which a class can only lower")) {
+      if (v->count() != 0 && *v < std::chrono::seconds(1))
+        c.error(where(t, "rto_max"),
+                fmt::format("rto_max of {} must be 0 (the kernel's) or at least 1s (the "
+                            "kernel's floor for TCP_RTO_MAX_MS)",
+                            section));
+      else
+        cs.rto_max = *v;
+    }
+  }
   if (auto v = c.boolean(t, "multipath", section)) cs.multipath = *v;
 }
 
@@ -1524,7 +1537,7 @@ void parse_classes(Checker& c, const toml::table& root, Policy& p) {
     std::string section = "[[class]]";
     c.only_keys(t,
                 {"name", "kind", "priority", "prefer", "mark", "ports", "cgroups", "units", "match",
-                 "pinned", "dscp", "skb_priority", "rto_min", "multipath", "reserve"},
+                 "pinned", "dscp", "skb_priority", "rto_min", "rto_max", "multipath", "reserve"},
                 section);
     if (auto v = c.string(t, "name", section, true)) {
       cs.name = *v;

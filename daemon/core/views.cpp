@@ -211,6 +211,10 @@ json render_class(const ClassView& v) {
       {"rto_min_ms", cs.rto_min.count() > 0
                          ? json(std::chrono::duration<double, std::milli>(cs.rto_min).count())
                          : json(nullptr)},
+      // the longest backoff between its retransmissions; null: the kernel's 120 s
+      {"rto_max_ms", cs.rto_max.count() > 0
+                         ? json(std::chrono::duration<double, std::milli>(cs.rto_max).count())
+                         : json(nullptr)},
       // "redirect": a flow may move between rails (shared topology);
       // "connect-time": a connection is placed when it is made (separate)
       {"placement", v.topology == Topology::Separate ? "connect-time" : "redirect"},

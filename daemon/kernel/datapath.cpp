@@ -17,6 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dualpath/kernel/procfs.h"
 #include "dualpath/kernel/routing.h"
 
 namespace dp {
@@ -327,6 +328,7 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   }
   DP_TRY(write_peers(next, s.rail_slot));
   udp_binds_.reset();  // the rails' addresses may have changed: look for servers again
+  const int tcp_retries2 = dp::tcp_retries2();
   for (size_t i = 0; i < next.classes.size(); ++i) {
     const auto& cs = next.classes[i];
     auto slot = static_cast<uint32_t>(s.class_slot[i]);
@@ -347,7 +349,7 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     DP_TRY(class_names.update(slot, n));
     dp_class_qos q = encode_qos(cs, next.qos);
     DP_TRY(qos.update(slot, q));
-    dp_class_tcp ct = encode_class_tcp(cs);
+    dp_class_tcp ct = encode_class_tcp(cs, tcp_retries2);
     DP_TRY(skel_->dp_class_tcp().update(slot, ct));
   }
   uint32_t zero = 0;

@@ -79,4 +79,10 @@ uint64_t parse_mptcp_fallbacks(const std::string& netstat) {
 
 uint64_t mptcp_fallbacks() { return parse_mptcp_fallbacks(slurp("/proc/net/netstat", false)); }
 
+int tcp_retries2() {
+  std::string v = slurp("/proc/sys/net/ipv4/tcp_retries2", true);
+  if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0]))) return 15;
+  return std::stoi(v);
+}
+
 }  // namespace dp

@@ -36,8 +36,8 @@
 #define DP_LAYOUT_VERSION 0x8001u
 #else
 /* 2: dp_flow.tail_ns, dp_cell_cfg.flags; 3: bursts; 4: dp_rail.subflow_pace, dp_joins;
- * 5: dp_class_qos.ack_priority, ack_dscp */
-#define DP_LAYOUT_VERSION 5u
+ * 5: dp_class_qos.ack_priority, ack_dscp; 6: dp_class_tcp.rto_max_ms, user_timeout_ms */
+#define DP_LAYOUT_VERSION 6u
 #endif
 
 /* dp_abi: ARRAY with one element, written by the daemon: the layout version
@@ -246,6 +246,14 @@ struct dp_class_qos {
 struct dp_class_tcp {
   __u32 rto_min_us; /* TCP_BPF_RTO_MIN (at most the kernel's 200 ms); 0: the kernel's */
   __u32 flags;      /* DP_CLASS_TCP_F_*; was padding (zero), so the layout holds */
+  /* TCP_RTO_MAX_MS (Linux 6.15+; 1 s to 120 s): the longest a backed-off
+   * retransmission waits, so that a connection finds a rail that came back
+   * within it; 0: the kernel's 120 s */
+  __u32 rto_max_ms;
+  /* TCP_USER_TIMEOUT set with rto_max_ms on a socket that has none, so that
+   * it lives through an outage as long as the kernel's backoff would have
+   * let it (the kernel counts tcp_retries2 against the capped backoff) */
+  __u32 user_timeout_ms;
 };
 
 /* The class's TCP sockets are made MPTCP when they are created (bpf/lib/mptcp.h),

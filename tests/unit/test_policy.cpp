@@ -388,6 +388,27 @@ TEST(Policy, MinimumRtoPerClass) {
   expect_one_error(with("\"500us\""), 26, "at least 1ms");
 }
 
+TEST(Policy, MaximumRtoPerClassKeepsTheKernelsLifetimeThroughAnOutage) {
+  auto with = [](const std::string& line) {
+    return replace(kBase, "ports = [\"tcp:50000-50999\"]",
+                   "ports = [\"tcp:50000-50999\"]\nrto_max = " + line);
+  };
+  auto r = dp::parse_policy(with("\"1s\""), "p.toml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.policy->classes[0].rto_max, std::chrono::seconds(1));
+  auto t = dp::encode_class_tcp(r.policy->classes[0], 15);
+  EXPECT_EQ(t.rto_max_ms, 1000u);
+  // the kernel's own give-up time with tcp_retries2 = 15: 924.6 s
+  EXPECT_EQ(t.user_timeout_ms, 924600u);
+  EXPECT_EQ(dp::encode_class_tcp(r.policy->classes[0], 8).user_timeout_ms, 511u * 200);
+  r = dp::parse_policy(with("\"0s\""), "p.toml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(dp::encode_class_tcp(r.policy->classes[0]).rto_max_ms, 0u) << "0: the kernel's";
+  EXPECT_EQ(dp::encode_class_tcp(r.policy->classes[0]).user_timeout_ms, 0u) << "nothing to keep";
+  expect_one_error(with("\"500ms\""), 26, "at least 1s");
+  expect_one_error(with("\"5m\""), 26, "can only lower");
+}
+
 TEST(Policy, InterfaceNamesTheKernelRefusesAreRefused) {
   expect_one_error(replace(kBase, "\"eth0\"", "\"eth 0\""), 6, "whitespace");
   expect_one_error(replace(kBase, "\"eth0\"", "\"eth0:1\""), 6, "contains ':'");

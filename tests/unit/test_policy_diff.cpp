@@ -50,8 +50,11 @@ TEST(PolicyDiff, TheSameFileHasNoChangesEvenReformattedOrReordered) {
 
 TEST(PolicyDiff, ChangedAddedAndRemovedKeysAndEntriesWithTheirLines) {
   std::string b = replace(kLab, "load_threshold = 0.60", "load_threshold = 0.70");
-  b = replace(b, "name = \"param-sync\"\nkind = \"elastic\"\npriority = 3\nprefer = \"rail1\"",
-              "name = \"param-sync\"\nkind = \"elastic\"\npriority = 3\nprefer = \"rail0\"");
+  b = replace(b,
+              "name = \"param-sync\"\nkind = \"elastic\"\nrto_max = \"1s\"\npriority = 3\n"
+              "prefer = \"rail1\"",
+              "name = \"param-sync\"\nkind = \"elastic\"\nrto_max = \"1s\"\npriority = 3\n"
+              "prefer = \"rail0\"");
   b = replace(b, "window = \"2s\"", "");  // not the default (10s): a change
   b += "\n[[class]]\nname = \"kv-cache\"\nkind = \"elastic\"\nprefer = \"rail1\"\n"
        "ports = [\"tcp:55000-55999\"]\n";
@@ -62,16 +65,18 @@ TEST(PolicyDiff, ChangedAddedAndRemovedKeysAndEntriesWithTheirLines) {
   ASSERT_TRUE(d.ok());
   std::vector<std::string> got;
   for (auto& c : *d) got.push_back(c.str());
-  EXPECT_EQ(got, (std::vector<std::string>{
-                     "~ scheduler.load_threshold: 0.6 -> 0.7",
-                     "- measurement.window: '2s'",
-                     "~ class \"param-sync\".prefer: 'rail1' -> 'rail0'",
-                     "+ class \"kv-cache\": { name = 'kv-cache', kind = 'elastic', prefer = "
-                     "'rail1', ports = ['tcp:55000-55999'] }",
-                     "- class \"logs\": { name = 'logs', kind = 'elastic', priority = 1, prefer = "
-                     "'rail1', dscp = 'CS1', mark = 0x54, ports = ['tcp:54000-54099', "
-                     "'udp:54000-54099'] }",
-                 }));
+  EXPECT_EQ(
+      got, (std::vector<std::string>{
+               "~ scheduler.load_threshold: 0.6 -> 0.7",
+               "- measurement.window: '2s'",
+               "~ class \"param-sync\".prefer: 'rail1' -> 'rail0'",
+               "+ class \"kv-cache\": { name = 'kv-cache', kind = 'elastic', prefer = "
+               "'rail1', ports = ['tcp:55000-55999'] }",
+               "- class \"logs\": { name = 'logs', kind = 'elastic', rto_max = '1s', priority = 1, "
+               "prefer = "
+               "'rail1', dscp = 'CS1', mark = 0x54, ports = ['tcp:54000-54099', "
+               "'udp:54000-54099'] }",
+           }));
   auto line_in = [](const std::string& text, const std::string& what) {
     auto pre = text.substr(0, text.find(what));
     return 1 + static_cast<int>(std::count(pre.begin(), pre.end(), '\n'));

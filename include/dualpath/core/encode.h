@@ -64,7 +64,12 @@ dp_local_addr encode_local_addr(const PathSpec& p, Topology t);
 // What the egress program stamps on a class's packets (flags 0: nothing),
 // and on its pure ACKs where the policy's [qos] says.
 dp_class_qos encode_qos(const ClassSpec& c, const QosSettings& node);
-dp_class_tcp encode_class_tcp(const ClassSpec& c);
+// The TCP settings sockops applies to the class's connections; `tcp_retries2`
+// is the node's (its user timeout keeps the lifetime the kernel's backoff gives).
+dp_class_tcp encode_class_tcp(const ClassSpec& c, int tcp_retries2 = 15);
+// How long the kernel lets a connection retransmit before it gives up, with
+// its default backoff (tcp_retries2 retransmissions, 200 ms to 120 s).
+uint32_t retries_timeout_ms(int tcp_retries2);
 
 dp_slot_name encode_name(const std::string& name);
 std::string decode_name(const dp_slot_name& n);

@@ -122,6 +122,10 @@ struct ClassSpec {
   // TCP's minimum RTO for the class's connections (sockops); 0: the kernel's
   // 200 ms. Default: 10 ms for latency-sensitive classes, the kernel's else.
   std::chrono::nanoseconds rto_min{0};
+  // The longest TCP's backoff waits between retransmissions (TCP_RTO_MAX_MS,
+  // 1 s to 120 s); 0: the kernel's 120 s. After every rail was down, the
+  // connections find the first rail back within it.
+  std::chrono::nanoseconds rto_max{0};
   // MPTCP with a subflow per rail (core/multipath.h); needs cgroups or units.
   bool multipath = false;
   // Capacity kept for the class on a rail that carries it (core/police.h):

@@ -38,4 +38,7 @@ EphemeralPorts read_ephemeral_ports();
 uint64_t parse_mptcp_fallbacks(const std::string& proc_net_netstat);
 uint64_t mptcp_fallbacks();
 
+// net.ipv4.tcp_retries2 of this network namespace (15 when unreadable).
+int tcp_retries2();
+
 }  // namespace dp
