@@ -9,6 +9,9 @@
 //   one way   - only what arrives at the peer (a -> b);
 //   loss 30%  - 30% of what arrives on rail0 dropped, at both nodes;
 //   carrier   - `ip link set rail0 down` at the peer (a sees no carrier);
+//   restart   - the blackhole, with node a's daemon killed (SIGKILL) 100 ms
+//               after it suspected rail0 and started again 300 ms later:
+//               what a restart in the middle of a failover adds;
 //   none      - no fault: the baseline of the same measures.
 // Measured, per fault: fault to the latency-sensitive classes' decisions
 // leaving rail0 (the daemon); the longest gap in delivered bytes at each
@@ -35,6 +38,7 @@
 // end with its connection) and no BFD (the rails are routed).
 //
 // Needs root and the lab down; brings the lab up (tools/dp-lab) and down.
+#include <signal.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -135,6 +139,21 @@ void carrier_back() {
   sh(nsenter("dpl-b") + "ip -6 route replace fd99::1/128 via fd98:0::1 dev rail0 src fd99::2");
 }
 
+// The blackhole, and node a's daemon killed in the middle of the failover
+// (100 ms after it suspected rail0) and started again 300 ms later.
+int64_t blackhole_and_restart() {
+  int64_t t0 = blackhole_rail0(true);
+  auto end = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < end && rail_state("a", "rail0") == "up")
+    std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(100ms);
+  pid_t pid = daemon_pid("dpl-a");
+  if (pid > 0 && ::kill(pid, SIGKILL) == 0) wait_gone(pid);
+  std::this_thread::sleep_for(300ms);
+  must(dp_lab() + " start a");
+  return t0;
+}
+
 std::vector<Fault> faults(bool separate) {
   // a's rail0 loses its carrier: b's end of the veth in the shared
   // topology, rail0's router's port toward a in the separate one
@@ -170,6 +189,7 @@ std::vector<Fault> faults(bool separate) {
        },
        [] { blackhole_rail0(false); }},
       carrier,
+      {"restart", [] { return blackhole_and_restart(); }, [] { blackhole_rail0(false); }},
       {"none", [] { return mono_ns(); }, [] {}},
   };
 }
@@ -231,7 +251,8 @@ int main(int argc, char** argv) {
                "read both nodes' rules and routes mid-fault; print them when a stream stalled "
                "(separate topology: print the daemon's events of each trial)");
   app.add_option("--faults", only,
-                 "comma-separated faults to run (blackhole, one way, loss 30%, carrier, none)");
+                 "comma-separated faults to run (blackhole, one way, loss 30%, carrier, restart, "
+                 "none)");
   bool busy = false;
   app.add_flag("--busy", busy, "a line-rate latency-sensitive stream on rail0 beside the others");
   std::string reserve;

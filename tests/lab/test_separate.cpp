@@ -14,6 +14,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -840,6 +841,133 @@ TEST_F(Separate, AFailedRailsConnectionsAreEndedAndAReconnectingClientIsCarriedO
   EXPECT_GE(connections, 2) << "the connection on the failed rail was ended";
   EXPECT_GE(lab::dpctl("a", "status")["connections_reset"].get<uint64_t>(), 1u);
   EXPECT_TRUE(events_say("rail0 failed: ended")) << "dpctl events says what was ended";
+}
+
+// Each router's link to node a set down (both ends lose carrier), set up
+// again whatever the test's outcome.
+struct RoutersDown {
+  std::set<int> down;
+  void set(int rail, bool up) {
+    must(nsenter("dpl-r" + std::to_string(rail)) + "ip link set to-a " + (up ? "up" : "down"));
+    if (up)
+      down.erase(rail);
+    else
+      down.insert(rail);
+  }
+  ~RoutersDown() {
+    for (int r : std::set<int>(down)) set(r, true);
+  }
+};
+
+std::string rail_health(const std::string& rail) {
+  json p = lab::dpctl("a", "path show " + rail);
+  return p.is_object() && p.contains("health") ? p["health"]["state"].get<std::string>() : "?";
+}
+
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds timeout) {
+  auto end = Clock::now() + timeout;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+double shares_on(const std::string& name, const std::string& rail) {
+  for (auto& c : lab::dpctl("a", "class list"))
+    if (c["name"] == name && c.contains("shares")) return c["shares"].value(rail, -1.0);
+  return -1.0;
+}
+
+// Every rail down, then rail1 back, then rail0: the first rail back carries
+// a reconnecting client at once (no hold-down while nothing else carries);
+// the second is held down and ramped behind it.
+TEST_F(Separate, BothRailsDownThenTheFirstBackCarriesAReconnectingClient) {
+  RoutersDown routers;
+  ReconnectingStream stream("dpl-a", "dpl-b", kB4[0], 50041, 64e6);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_GT(stream.received(), 0u);
+  routers.set(0, false);
+  routers.set(1, false);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_EQ(rail_health("rail0"), "down");
+  EXPECT_EQ(rail_health("rail1"), "down");
+  int64_t back = Clock::now().time_since_epoch().count();
+  routers.set(1, true);
+  EXPECT_TRUE(
+      eventually([&] { return stream.first_new_byte_since(back) != 0; }, std::chrono::seconds(10)))
+      << "the client was never carried again";
+  EXPECT_TRUE(eventually([] { return rail_health("rail1") == "up"; }, std::chrono::seconds(5)))
+      << "rail1 is " << rail_health("rail1") << ": the first rail back serves no hold-down";
+  if (int64_t first = stream.first_new_byte_since(back))
+    std::printf(
+        "    separate topology, every rail down for 3 s: a reconnecting client "
+        "carried again %.0f ms after the first rail was back\n",
+        static_cast<double>(first - back) / 1e6);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  routers.set(0, true);
+  EXPECT_TRUE(
+      eventually([] { return rail_health("rail0") == "holddown"; }, std::chrono::seconds(5)))
+      << "the second rail back is held down";
+  EXPECT_TRUE(eventually([] { return rail_health("rail0") == "up"; }, std::chrono::seconds(10)));
+  EXPECT_EQ(shares_on("expert-dispatch", "rail0"), 100) << "back on its rail";
+}
+
+// The daemon of node a killed in the middle of a failover (100 ms after it
+// suspected the blackholed rail0) and started again 300 ms later. The rails
+// here are routed and run no BFD, so nothing can say that rail0 forwards:
+// the new daemon takes it over as failed and serves its hold-down (3 s)
+// before the ramp tries it, where the same fault without a restart would
+// have ramped at once; a reconnecting client is carried on rail1, and the
+// class returns to rail0 once the blackhole ends.
+TEST_F(Separate, ARestartInTheMiddleOfAFailoverKeepsTheBlackholedRailFailed) {
+  struct Drops {
+    bool on = false;
+    void set(bool drop) {
+      for (const char* dev : {"to-a", "to-b"}) {
+        if (drop) must(nsenter("dpl-r0") + "tc qdisc add dev " + dev + " clsact");
+        EXPECT_EQ(attach_drop("dpl-r0", dev, drop ? 100000 : 0, !drop), "");
+        if (!drop) must(nsenter("dpl-r0") + "tc qdisc del dev " + dev + " clsact");
+      }
+      on = drop;
+    }
+    ~Drops() {
+      if (on) set(false);
+    }
+  } drops;
+  ReconnectingStream stream("dpl-a", "dpl-b", kB4[0], 50051, 64e6);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_GT(stream.received(), 0u);
+  drops.set(true);
+  ASSERT_TRUE(eventually([] { return rail_health("rail0") != "up"; }, std::chrono::seconds(5)))
+      << "the blackhole was never noticed";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  pid_t pid = lab::daemon_pid("dpl-a");
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  lab::wait_gone(pid);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  uint64_t before = stream.received();
+  must(lab::dp_lab() + " start a");
+  std::set<std::string> states;
+  auto end = Clock::now() + std::chrono::milliseconds(2500);  // inside the hold-down
+  while (Clock::now() < end) {
+    states.insert(rail_health("rail0"));
+    double s = shares_on("expert-dispatch", "rail0");
+    if (s >= 0) {
+      EXPECT_EQ(s, 0) << "expert-dispatch was placed on the blackholed rail0";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_FALSE(states.count("up") || states.count("ramping"))
+      << "rail0 was taken back inside its hold-down: " << json(states).dump();
+  EXPECT_TRUE(events_say("before the restart")) << "dpctl events says what was taken over";
+  EXPECT_GT(stream.received(), before) << "the client is carried (on rail1)";
+  drops.set(false);
+  EXPECT_TRUE(eventually([] { return rail_health("rail0") == "up"; }, std::chrono::seconds(15)))
+      << "rail0 is " << rail_health("rail0");
+  EXPECT_EQ(shares_on("expert-dispatch", "rail0"), 100) << "expert-dispatch found its way back";
 }
 
 // The address of interface `ifname` in `family` (not link-local), with
