@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -450,6 +451,68 @@ TEST_F(Lab, SocketGroupMembersQueryAndOnlyRootChanges) {
   // back to the lab's own daemon
   must(lab::dp_lab() + " stop a");
   must(lab::dp_lab() + " start a");
+}
+
+// Two roles: members of --read-group query and are told why a change is
+// refused, members of --admin-group change (through the socket's ACL: they
+// are not in the read group), anyone else cannot connect. And the pins are
+// root's alone, even for a daemon started under a umask that lets a group
+// write (0002): every pin 0600 at most, no directory group- or
+// other-writable. Clients run as nobody (setpriv).
+TEST_F(Lab, ReadersQueryAdminsChangeAndThePinsAreRootsAlone) {
+  struct Restore {  // the lab's own daemon again, whatever fails
+    ~Restore() {
+      (void)sh(lab::dp_lab() + " stop a");
+      must(lab::dp_lab() + " start a");
+    }
+  } restore;
+  must(lab::dp_lab() + " stop a");
+  must("umask 0002 && DP_LAB_DAEMON_ARGS='--read-group nogroup --admin-group users' " +
+       lab::dp_lab() + " start a");
+  auto as = [](const std::string& group, const std::string& args) {
+    return sh("setpriv --reuid=nobody --regid=" + group +
+              " --clear-groups " DP_BUILD_DIR "/tools/dpctl/dpctl -j -s /run/dualpath/dpl-a.sock " +
+              args);
+  };
+  auto reader = as("nogroup", "status");
+  EXPECT_EQ(reader.rc, 0) << reader.out;
+  EXPECT_NE(reader.out.find("\"node\":\"dpl-a\""), std::string::npos) << reader.out;
+  auto refused = as("nogroup", "class set param-sync rail0");
+  EXPECT_EQ(refused.rc, 1) << refused.out;
+  EXPECT_NE(refused.out.find("class.set changes the node: it needs root or a member of group "
+                             "users; this client may only query"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_EQ(klass("a", "param-sync")["rail"], "rail1") << "nothing changed";
+  auto admin = as("users", "class set param-sync rail0");
+  EXPECT_EQ(admin.rc, 0) << admin.out;
+  EXPECT_EQ(klass("a", "param-sync")["rail"], "rail0") << "the admin's change";
+  admin = as("users", "class unpin param-sync");
+  EXPECT_EQ(admin.rc, 0) << admin.out;
+  auto stranger = as("daemon", "status");
+  EXPECT_EQ(stranger.rc, 3) << stranger.out;
+  EXPECT_NE(stranger.out.find("Permission denied"), std::string::npos) << stranger.out;
+
+  std::string dir = lab::dpctl("a", "status")["bpffs"].get<std::string>();
+  ASSERT_FALSE(dir.empty());
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode;
+  };
+  size_t pins = 0;
+  for (const fs::path& d : {fs::path(dir).parent_path(), fs::path(dir)})
+    EXPECT_EQ(mode(d) & 022, 0u) << d << " is writable by its group or others";
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    mode_t m = mode(e.path());
+    if (S_ISDIR(m)) {
+      EXPECT_EQ(m & 022, 0u) << e.path() << " is writable by its group or others";
+    } else {
+      EXPECT_EQ(m & 077, 0u) << e.path() << ": a pin is root's alone";
+      ++pins;
+    }
+  }
+  EXPECT_GE(pins, 10u) << "the maps, programs and links of " << dir;
 }
 
 // A member of the --socket-group floods the control socket for longer than
