@@ -305,7 +305,8 @@ if nsenter --net=/run/netns/dpl-a -- "$dpctl" -s "$(sock a)" run --class param-s
   iperf3 -c "$peer" -p 40000 -t 2 -b 30M >"$work/run.log" 2>&1; then
   b0=$(($(tx a rail0) - r0)) b1=$(($(tx a rail1) - r1))
   p=$((b1 * 100 / (b0 + b1 + 1)))
-  ((p >= 90)) && ok "dpctl run --class param-sync (iperf3 to port 40000, no class's port): $p% of its bytes on rail1" || bad "dpctl run: $p% on rail1"
+  ((p >= 90)) && ok "dpctl run --class param-sync (iperf3 to port 40000, no class's port): $p% of its bytes on rail1" ||
+    bad "dpctl run: $p% on rail1 (rail0 $b0 B, rail1 $b1 B; param-sync now: $(pinned_on param-sync); $(podman logs "$(daemon_of a)" 2>&1 | grep -c 'param-sync spills') spills of it logged)"
 else
   bad "dpctl run failed: $(tail -2 "$work/run.log")"
 fi
