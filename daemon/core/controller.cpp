@@ -183,7 +183,28 @@ void Controller::carrier(size_t path, bool up, Time now) {
 }
 
 void Controller::bfd(size_t path, bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now) {
-  if (path < paths_.size()) paths_[path].health.bfd(s, diag, peer_admin_down, now);
+  if (path >= paths_.size()) return;
+  auto& h = paths_[path].health;
+  // The session went down (expired, or the peer's fresh session said Down)
+  // while the peer's traffic still arrives on the rail at a rate: the rail
+  // forwards toward us, and what stopped is the peer's BFD speaker (its
+  // daemon killed or restarted, which takes every rail's session down at
+  // once). Not a forwarding failure: data-path evidence still judges the
+  // rail, and catches a rail that fails only the other way within its RTOs
+  // (a TCP peer's traffic collapses then, before BFD's detection time).
+  if (s == bfd::State::Down && !peer_admin_down && h.bfd_in_use()) {
+    double inbound = 0;
+    for (const auto& by_path : rx_rate_)
+      if (path < by_path.size()) inbound += by_path[path];
+    if (inbound >= kMinRxRate) {
+      h.bfd_speaker_gone(fmt::format("BFD expired while the peer's traffic still arrives on it "
+                                     "({}/s): the peer's BFD stopped, not the rail",
+                                     format_bandwidth(inbound * 8)),
+                         now);
+      return;
+    }
+  }
+  h.bfd(s, diag, peer_admin_down, now);
 }
 
 void Controller::vanished(size_t path) {

@@ -149,6 +149,11 @@ void PathHealth::evidence(const std::string& why, std::chrono::nanoseconds confi
   suspect_until_ = now + confirm_within;
 }
 
+void PathHealth::bfd_speaker_gone(const std::string& why, Time now) {
+  bfd_up_once_ = false;
+  events_.push_back({now, state_, state_, why});
+}
+
 void PathHealth::inherit(RailState was, bool bfd_seen, Time now) {
   bfd_seen_ = bfd_seen && s_.bfd;
   if (was == RailState::Up) return;

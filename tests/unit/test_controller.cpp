@@ -636,6 +636,46 @@ TEST(Controller, TheFirstRailBackWithItsCarrierCarriesBeforeItsBfdSession) {
   EXPECT_EQ(f.c.health(1).state(), RailState::Up) << f.c.health(1).reason();
 }
 
+// The peer's daemon killed: its BFD sessions expire on every rail at once,
+// while its traffic still arrives on the rail it uses. That rail is not
+// failed (its forwarding is proven by the data); a rail with nothing
+// arriving, or a session the peer says is down, still fails.
+TEST(Controller, ABfdSessionThatExpiresWhileThePeersDataArrivesIsNotARailFailure) {
+  Fixture f;
+  for (size_t i : {0u, 1u}) f.c.bfd(i, bfd::State::Up, bfd::Diag::None, false, f.t);
+  TickInput in = f.quiet(f.t);
+  in.class_path_rx_bytes.assign(f.policy.classes.size(), std::vector<uint64_t>(2, 0));
+  size_t ps = klass(f.policy, "param-sync");
+  for (int k = 1; k <= 40; ++k) {  // 2 s of 20 Mbit/s arriving on rail1
+    in.now = f.t + std::chrono::milliseconds(50 * k);
+    in.class_path_rx_bytes[ps][1] += 125'000;
+    f.carry_out(f.c.tick(in));
+  }
+  T t = in.now;
+  f.c.bfd(1, bfd::State::Down, bfd::Diag::TimeExpired, false, t);
+  Plan plan = f.c.settle(t);
+  EXPECT_EQ(f.c.health(1).state(), RailState::Up) << f.c.health(1).reason();
+  EXPECT_TRUE(has_event(plan, "the peer's BFD stopped, not the rail"));
+  EXPECT_TRUE(plan.writes.empty()) << "nothing moves";
+  f.c.bfd(0, bfd::State::Down, bfd::Diag::TimeExpired, false, t);
+  f.carry_out(f.c.settle(t));
+  EXPECT_EQ(f.c.health(0).state(), RailState::Down) << "nothing arrives there: BFD is all we have";
+  // the peer's daemon restarted: its fresh session says Down first
+  f.c.bfd(1, bfd::State::Up, bfd::Diag::None, false, t + 1s);
+  f.c.bfd(1, bfd::State::Down, bfd::Diag::NeighborDown, false, t + 1500ms);
+  f.carry_out(f.c.settle(t + 1500ms));
+  EXPECT_EQ(f.c.health(1).state(), RailState::Up) << f.c.health(1).reason();
+  // once nothing arrives any more, a session that goes down fails the rail
+  for (int k = 1; k <= 40; ++k) {
+    in.now = t + 2s + std::chrono::milliseconds(50 * k);
+    f.carry_out(f.c.tick(in));
+  }
+  f.c.bfd(1, bfd::State::Up, bfd::Diag::None, false, in.now);
+  f.c.bfd(1, bfd::State::Down, bfd::Diag::NeighborDown, false, in.now + 100ms);
+  f.carry_out(f.c.settle(in.now + 100ms));
+  EXPECT_EQ(f.c.health(1).state(), RailState::Down);
+}
+
 // A daemon killed in the middle of a failover: the next one is a new
 // Controller that inherits the records the first left.
 struct Restarted {

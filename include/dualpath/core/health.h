@@ -56,6 +56,10 @@ class PathHealth {
   // The BFD session's state. A session that was never Up, or that the peer
   // took administratively down (RFC 5882 3.2), is no evidence of failure.
   void bfd(bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now);
+  // The session went down for a reason that is not the rail's (the peer's
+  // BFD speaker stopped while its traffic still arrives): no failure; the
+  // session counts again once it is up.
+  void bfd_speaker_gone(const std::string& why, Time now);
   // A burst of retransmits or RTOs on this rail only. `confirm_within` is how
   // long BFD has to confirm before the rail is restored.
   void evidence(const std::string& why, std::chrono::nanoseconds confirm_within, Time now);
