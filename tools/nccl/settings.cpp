@@ -116,7 +116,8 @@ bool load_settings(Settings* s, std::string* error) {
   if (std::string f = env("NCCL_DUALPATH_FAULT"); !f.empty()) {
     auto colon = f.find(':');
     char* end = nullptr;
-    long rail = colon == std::string::npos ? -1 : std::strtol(f.substr(0, colon).c_str(), &end, 10);
+    const std::string head = colon == std::string::npos ? std::string() : f.substr(0, colon);
+    long rail = colon == std::string::npos ? -1 : std::strtol(head.c_str(), &end, 10);
     unsigned long long after =
         colon == std::string::npos ? 0 : std::strtoull(f.c_str() + colon + 1, nullptr, 10);
     if (rail < 0 || rail > 7 || !end || *end) {
