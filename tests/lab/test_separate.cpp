@@ -849,10 +849,18 @@ struct RoutersDown {
   std::set<int> down;
   void set(int rail, bool up) {
     must(nsenter("dpl-r" + std::to_string(rail)) + "ip link set to-a " + (up ? "up" : "down"));
-    if (up)
-      down.erase(rail);
-    else
+    if (!up) {
       down.insert(rail);
+      return;
+    }
+    down.erase(rail);
+    // what a link set down loses (tools/dp-lab): the router's IPv6 address
+    // toward a, and a's routes toward the rail's network
+    const std::string n = rail == 0 ? "10" : "20", dev = " dev rail" + std::to_string(rail);
+    sh(nsenter("dpl-r" + std::to_string(rail)) + "ip -6 addr replace fd" + n +
+       ":0:1::fe/64 dev to-a nodad");
+    sh(nsenter("dpl-a") + "ip route replace 10." + n + ".0.0/16 via 10." + n + ".1.254" + dev);
+    sh(nsenter("dpl-a") + "ip -6 route replace fd" + n + "::/32 via fd" + n + ":0:1::fe" + dev);
   }
   ~RoutersDown() {
     for (int r : std::set<int>(down)) set(r, true);
