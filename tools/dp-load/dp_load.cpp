@@ -9,20 +9,24 @@
 //            byte. Closed loop (--concurrency steps in flight, --gap between
 //            steps) or open loop (--rate steps per second).
 //   rpc    - small request/response on the control port at a fixed rate.
-//   stream - logs at a constant rate, and param-sync transfers of --sync-size
-//            every --sync-every.
+//   stream - logs at a constant rate (logs), and param-sync (sync): transfers
+//            of --sync-size every --sync-every, or --sync-streams continuous
+//            connections that write for the whole run.
 // Every message is checksummed (FNV-1a 64) and its payload is known to the
 // receiver (deterministic from seed, connection and step): corruption, loss
 // and reordering of data are counted as errors, as are connection failures.
 //
 //   dp-load server [--bind ADDR] [--mptcp] [--once] [--json FILE]
 //   dp-load client --connect ADDR [--workload moe,rpc,stream] [--duration 10s] ...
+//                  (stream is logs and sync; either may be named alone)
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -182,17 +186,23 @@ struct Counters {
   }
 };
 
+// The payload of (seed, conn, step) at p, then its checksum (big-endian):
+// len + kTrailerSize bytes.
+void put_payload(uint8_t* p, uint32_t len, uint64_t seed, uint32_t conn, uint64_t step) {
+  fill_payload(p, len, seed, conn, step);
+  Fnv64 f;
+  f.add(p, len);
+  uint64_t sum = f.value();
+  for (int i = 0; i < 8; ++i)
+    p[len + static_cast<size_t>(i)] = static_cast<uint8_t>(sum >> (56 - 8 * i));
+}
+
 bool send_msg(int fd, uint64_t seed, uint32_t conn, uint64_t step, uint32_t len,
               std::vector<uint8_t>& buf, Counters& c) {
   MsgHeader h{step, len, conn};
   auto hb = encode(h);
   buf.resize(len + kTrailerSize);
-  fill_payload(buf.data(), len, seed, conn, step);
-  Fnv64 f;
-  f.add(buf.data(), len);
-  uint64_t sum = f.value();
-  for (int i = 0; i < 8; ++i)
-    buf[len + static_cast<size_t>(i)] = static_cast<uint8_t>(sum >> (56 - 8 * i));
+  put_payload(buf.data(), len, seed, conn, step);
   if (!write_all(fd, hb.data(), hb.size()) || !write_all(fd, buf.data(), buf.size())) return false;
   c.bytes_sent += len;
   return true;
@@ -389,7 +399,7 @@ struct ClientOpts {
   std::string connect;
   std::string congestion_control;  // "": the netns default
   bool mptcp = false;
-  bool moe = true, rpc = true, stream = true;
+  bool moe = true, rpc = true, logs = true, sync = true;
   double duration_s = 10;
   uint16_t dispatch = 4, combine = 4;
   uint32_t burst = 1 << 20;
@@ -401,6 +411,7 @@ struct ClientOpts {
   double logs_bps = 20e6;
   uint32_t sync_size = 8 << 20;
   double sync_every_s = 1;
+  uint16_t sync_streams = 0;  // continuous param-sync connections (0: periodic transfers)
   double sync_on_s = 0, sync_off_s = 0;  // param-sync in phases: on, then off (off 0: always)
   double skew = 0;                       // expert popularity (0: every connection alike)
   double skew_shift_s = 2;               // the hottest expert changes this often
@@ -725,55 +736,173 @@ class Rpc : public Workload {
 };
 
 // stream: logs at a constant rate, and a param-sync transfer of --sync-size
-// every --sync-every (in on/off phases with --sync-on/--sync-off).
+// every --sync-every (in on/off phases with --sync-on/--sync-off); either
+// alone when the other is not asked for (--workload logs or sync).
 class Stream : public Workload {
  public:
   void start(Run& r, std::vector<std::thread>& threads) override {
-    threads.emplace_back([this, &r] {  // logs: constant rate in 64 KiB messages
-      int fd = connect_to(r.o, Kind::Logs, 0, r.c);
-      if (fd < 0) return;
-      std::vector<uint8_t> buf;
-      const uint32_t chunk = 64 << 10;
-      for (uint64_t i = 0; !r.over(); ++i) {
-        auto due = r.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                              static_cast<double>(i) * chunk * 8 / std::max(1.0, r.o.logs_bps)));
-        std::this_thread::sleep_until(due);
-        if (!send_msg(fd, r.o.seed, conn_id(Kind::Logs, 0), i, chunk, buf, r.c)) {
-          ++r.c.connection_errors;
-          break;
+    if (r.o.logs)
+      threads.emplace_back([this, &r] {  // logs: constant rate in 64 KiB messages
+        int fd = connect_to(r.o, Kind::Logs, 0, r.c);
+        if (fd < 0) return;
+        std::vector<uint8_t> buf;
+        const uint32_t chunk = 64 << 10;
+        for (uint64_t i = 0; !r.over(); ++i) {
+          auto due =
+              r.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                         static_cast<double>(i) * chunk * 8 / std::max(1.0, r.o.logs_bps)));
+          std::this_thread::sleep_until(due);
+          if (!send_msg(fd, r.o.seed, conn_id(Kind::Logs, 0), i, chunk, buf, r.c)) {
+            ++r.c.connection_errors;
+            break;
+          }
+          logs_bytes_ += chunk;
         }
-        logs_bytes_ += chunk;
-      }
-      ::close(fd);
-    });
-    threads.emplace_back([this, &r] {  // param-sync: a large transfer periodically
-      int fd = connect_to(r.o, Kind::Sync, 0, r.c);
-      if (fd < 0) return;
-      std::vector<uint8_t> buf;
-      for (uint64_t i = 0; !r.over(); ++i) {
-        double at = static_cast<double>(i) * r.o.sync_every_s;
-        std::this_thread::sleep_until(
-            r.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
-        if (Clock::now() >= r.end) break;
-        // in phases: transfers only in the "on" part of each on+off period
-        if (r.o.sync_off_s > 0 && std::fmod(at, r.o.sync_on_s + r.o.sync_off_s) >= r.o.sync_on_s)
-          continue;
-        if (!send_msg(fd, r.o.seed, conn_id(Kind::Sync, 0), i, r.o.sync_size, buf, r.c)) {
-          ++r.c.connection_errors;
-          break;
+        ::close(fd);
+      });
+    if (r.o.sync && r.o.sync_streams == 0)
+      threads.emplace_back([this, &r] {  // param-sync: a large transfer periodically
+        int fd = connect_to(r.o, Kind::Sync, 0, r.c);
+        if (fd < 0) return;
+        std::vector<uint8_t> buf;
+        for (uint64_t i = 0; !r.over(); ++i) {
+          double at = static_cast<double>(i) * r.o.sync_every_s;
+          std::this_thread::sleep_until(r.t0 + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(at)));
+          if (Clock::now() >= r.end) break;
+          // in phases: transfers only in the "on" part of each on+off period
+          if (r.o.sync_off_s > 0 && std::fmod(at, r.o.sync_on_s + r.o.sync_off_s) >= r.o.sync_on_s)
+            continue;
+          if (!send_msg(fd, r.o.seed, conn_id(Kind::Sync, 0), i, r.o.sync_size, buf, r.c)) {
+            ++r.c.connection_errors;
+            break;
+          }
+          ++sync_transfers_;
         }
-        ++sync_transfers_;
-      }
-      ::close(fd);
-    });
+        ::close(fd);
+      });
   }
   void report(json& out, double) const override {
-    out["stream"] = {{"logs_bytes", logs_bytes_.load()},
-                     {"sync_transfers", sync_transfers_.load()}};
+    out["stream"]["logs_bytes"] = logs_bytes_.load();
+    out["stream"]["sync_transfers"] = sync_transfers_.load();
   }
 
  private:
   std::atomic<uint64_t> logs_bytes_{0}, sync_transfers_{0};
+};
+
+// sync with --sync-streams N: param-sync as N connections on its port, each
+// writing messages of --sync-size back to back for the whole run, as a bulk
+// transfer does (a parameter or KV-cache sync, iperf3 -P N): never a gap.
+// What a stream delivered is what its receiver acknowledged by the run's
+// end: the bytes written less those still in the socket (SIOCOUTQ, sent or
+// not, unacknowledged), read by its writer when the run ends, so that no
+// write is under way.
+class SyncStreams : public Workload {
+ public:
+  bool connect(Run& r) override {
+    for (uint16_t i = 0; i < r.o.sync_streams; ++i) {
+      int fd = connect_to(r.o, Kind::Sync, i, r.c);
+      if (fd < 0) return false;
+      streams_.push_back(std::make_unique<One>());
+      streams_.back()->fd = fd;
+    }
+    return true;
+  }
+
+  void start(Run& r, std::vector<std::thread>& threads) override {
+    for (size_t i = 0; i < streams_.size(); ++i)
+      threads.emplace_back([this, &r, i] { write(r, i); });
+  }
+
+  ~SyncStreams() override {
+    for (auto& s : streams_)
+      if (s->fd >= 0) ::close(s->fd);
+  }
+
+  void report(json& out, double) const override {
+    uint64_t acked = 0, written = 0;
+    bool exact = true;
+    double lo = 0, hi = 0, secs = 0;
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      const One& s = *streams_[i];
+      acked += s.acked;
+      written += s.written;
+      exact = exact && s.exact;
+      secs = std::max(secs, s.secs);
+      double bps = static_cast<double>(s.acked) * 8 / std::max(s.secs, 1e-9);
+      lo = i == 0 ? bps : std::min(lo, bps);
+      hi = std::max(hi, bps);
+    }
+    json& j = out["stream"];
+    j["sync_streams"] = streams_.size();
+    j["sync_written_bytes"] = written;
+    j["sync_acked_bytes"] = acked;
+    // the streams' bytes acknowledged a second, all together
+    j["sync_goodput_bps"] = static_cast<double>(acked) * 8 / std::max(secs, 1e-9);
+    j["sync_stream_bps"] = {{"min", lo}, {"max", hi}};
+    // false: SIOCOUTQ was refused, and the bytes still in a socket counted
+    j["sync_acked_exact"] = exact;
+  }
+
+ private:
+  struct One {
+    int fd = -1;
+    uint64_t written = 0;  // bytes written into the socket
+    uint64_t acked = 0;    // of them, those the receiver acknowledged by the run's end
+    double secs = 0;       // from the run's start until they were counted
+    bool exact = true;
+  };
+
+  void write(Run& r, size_t i) {
+    One& s = *streams_[i];
+    const uint32_t conn = conn_id(Kind::Sync, static_cast<uint16_t>(i));
+    const uint32_t len = r.o.sync_size;
+    std::vector<uint8_t> msg(kHeaderSize + len + kTrailerSize);
+    uint64_t written = 0;
+    size_t off = msg.size();  // the message under way is sent: make the next
+    uint64_t step = 0;
+    bool failed = false;
+    while (!r.over()) {
+      if (off == msg.size()) {
+        auto hb = encode(MsgHeader{step, len, conn});
+        std::memcpy(msg.data(), hb.data(), hb.size());
+        put_payload(msg.data() + kHeaderSize, len, r.o.seed, conn, step++);
+        off = 0;
+      }
+      // never blocked past the run's end: the count below is then exact
+      ssize_t n = ::send(s.fd, msg.data() + off, msg.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        off += static_cast<size_t>(n);
+        written += static_cast<uint64_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(r.end - Clock::now());
+        if (left.count() <= 0) break;
+        timespec ts{static_cast<time_t>(left.count() / 1000000000),
+                    static_cast<long>(left.count() % 1000000000)};
+        pollfd p{s.fd, POLLOUT, 0};
+        ::ppoll(&p, 1, &ts, nullptr);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      failed = true;
+      break;
+    }
+    int outq = 0;
+    s.exact = ::ioctl(s.fd, SIOCOUTQ, &outq) == 0;
+    if (!s.exact) outq = 0;
+    s.written = written;
+    s.acked = written - std::min<uint64_t>(written, static_cast<uint64_t>(std::max(outq, 0)));
+    s.secs = std::chrono::duration<double>(Clock::now() - r.t0).count();
+    if (failed) ++r.c.connection_errors;
+    // the rest of the message under way is not sent: the receiver reads the
+    // bytes in flight, then the end of the stream
+    ::shutdown(s.fd, SHUT_WR);
+  }
+
+  std::vector<std::unique_ptr<One>> streams_;
 };
 
 int run_client(const ClientOpts& o) {
@@ -783,7 +912,8 @@ int run_client(const ClientOpts& o) {
   if (o.moe) moe = static_cast<Moe*>(work.emplace_back(std::make_unique<Moe>()).get());
   if (moe) moe->count_warmup(o.count_warmup);
   if (o.rpc) work.push_back(std::make_unique<Rpc>());
-  if (o.stream) work.push_back(std::make_unique<Stream>());
+  if (o.logs || (o.sync && o.sync_streams == 0)) work.push_back(std::make_unique<Stream>());
+  if (o.sync && o.sync_streams > 0) work.push_back(std::make_unique<SyncStreams>());
   std::ofstream steps;
   if (!o.steps_file.empty()) {
     steps.open(o.steps_file);
@@ -822,7 +952,10 @@ int run_client(const ClientOpts& o) {
       {"workload",
        {{"moe", o.moe},
         {"rpc", o.rpc},
-        {"stream", o.stream},
+        {"stream", o.logs || o.sync},
+        {"logs", o.logs},
+        {"sync", o.sync},
+        {"sync_streams", o.sync_streams},
         {"dispatch", o.dispatch},
         {"combine", o.combine},
         {"burst", o.burst},
@@ -855,9 +988,18 @@ int run_client(const ClientOpts& o) {
                 static_cast<unsigned long long>(out["steps"]["completed"].get<uint64_t>()),
                 static_cast<unsigned long long>(failed),
                 dp::format_bandwidth(out["goodput_bps"].get<double>()).c_str());
-    std::printf("  step time ms   p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f\n",
-                s["p50"].get<double>(), s["p90"].get<double>(), s["p99"].get<double>(),
-                s["max"].get<double>());
+    if (o.moe)
+      std::printf("  step time ms   p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f\n",
+                  s["p50"].get<double>(), s["p90"].get<double>(), s["p99"].get<double>(),
+                  s["max"].get<double>());
+    if (o.sync && o.sync_streams > 0) {
+      const json& st = out["stream"];
+      std::printf("  param-sync     %u stream%s delivered %s (a stream %s to %s)\n",
+                  unsigned{o.sync_streams}, o.sync_streams == 1 ? "" : "s",
+                  dp::format_bandwidth(st["sync_goodput_bps"].get<double>()).c_str(),
+                  dp::format_bandwidth(st["sync_stream_bps"]["min"].get<double>()).c_str(),
+                  dp::format_bandwidth(st["sync_stream_bps"]["max"].get<double>()).c_str());
+    }
     const json& w = out["steps"]["warmup"];
     if (w["steps"].get<size_t>() > 0) {
       double worst = 0;
@@ -905,7 +1047,9 @@ int main(int argc, char** argv) {
               sync_on = "0s", sync_off = "0s";
   auto* cli = app.add_subcommand("client", "generate the workload toward a server");
   cli->add_option("--connect", co.connect, "server address")->required();
-  cli->add_option("--workload", workload, "comma-separated: moe, rpc, stream")
+  cli->add_option("--workload", workload,
+                  "comma-separated: moe, rpc, stream (stream: logs and sync, each may be named "
+                  "alone)")
       ->capture_default_str();
   cli->add_option("--duration", duration, "how long")->capture_default_str();
   cli->add_option("--dispatch", co.dispatch, "dispatch connections")->capture_default_str();
@@ -920,12 +1064,21 @@ int main(int argc, char** argv) {
   cli->add_option("--rpc-size", co.rpc_size, "bytes per request and response")
       ->capture_default_str();
   cli->add_option("--logs-rate", logs, "logs stream rate")->capture_default_str();
-  cli->add_option("--sync-size", sync_size, "param-sync transfer size")->capture_default_str();
-  cli->add_option("--sync-every", sync_every, "param-sync period")->capture_default_str();
-  cli->add_option("--sync-on", sync_on, "param-sync in phases: this long on ...")
+  cli->add_option("--sync-size", sync_size,
+                  "param-sync transfer size (with --sync-streams: each message's)")
       ->capture_default_str();
-  cli->add_option("--sync-off", sync_off, "... then this long off (0s: always on)")
-      ->capture_default_str();
+  auto* o_every =
+      cli->add_option("--sync-every", sync_every, "param-sync period")->capture_default_str();
+  auto* o_on = cli->add_option("--sync-on", sync_on, "param-sync in phases: this long on ...")
+                   ->capture_default_str();
+  auto* o_off = cli->add_option("--sync-off", sync_off, "... then this long off (0s: always on)")
+                    ->capture_default_str();
+  int sync_streams = 0;
+  auto* o_streams = cli->add_option(
+      "--sync-streams", sync_streams,
+      "param-sync as N connections (1 to 64) writing continuously for the whole run, "
+      "as a bulk transfer (0: a --sync-size transfer every --sync-every)");
+  o_streams->capture_default_str();
   cli->add_option("--skew", co.skew,
                   "expert popularity: connection shares ~ 1/(rank+1)^skew (0: equal)")
       ->capture_default_str()
@@ -958,9 +1111,41 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dp-load: %s\n", what.c_str());
     return 2;
   };
-  co.moe = workload.find("moe") != std::string::npos;
-  co.rpc = workload.find("rpc") != std::string::npos;
-  co.stream = workload.find("stream") != std::string::npos;
+  co.moe = co.rpc = co.logs = co.sync = false;
+  {
+    size_t at = 0;
+    for (;;) {
+      size_t comma = workload.find(',', at);
+      std::string w = workload.substr(at, comma == std::string::npos ? comma : comma - at);
+      if (w == "moe")
+        co.moe = true;
+      else if (w == "rpc")
+        co.rpc = true;
+      else if (w == "stream")
+        co.logs = co.sync = true;
+      else if (w == "logs")
+        co.logs = true;
+      else if (w == "sync")
+        co.sync = true;
+      else
+        return bad("--workload: unknown workload \"" + w +
+                   "\" (moe, rpc, stream, logs, sync; comma-separated, e.g. moe,rpc,stream)");
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+  }
+  if (sync_streams < 0 || sync_streams > 64)
+    return bad("--sync-streams: " + std::to_string(sync_streams) +
+               " is not 0 to 64 (N continuous param-sync connections; 0: periodic transfers)");
+  co.sync_streams = static_cast<uint16_t>(sync_streams);
+  if (co.sync_streams > 0) {
+    if (!co.sync) return bad("--sync-streams needs param-sync in --workload (stream or sync)");
+    for (auto* opt : {o_every, o_on, o_off})
+      if (opt->count() > 0)
+        return bad(opt->get_name() +
+                   " is for periodic transfers; --sync-streams writes continuously (leave out "
+                   "one of them)");
+  }
   auto d = dp::parse_duration(duration);
   if (!d) return bad("--duration: " + d.error().what());
   co.duration_s = std::chrono::duration<double>(*d).count();
