@@ -79,9 +79,12 @@ std::optional<json> run_suite(Opts& o, const std::vector<Workload>& todo,
         o.lab.rails[1].c_str(), w.rail1.c_str(), argline.c_str(), o.duration.c_str(), o.rounds,
         o.rounds == 1 ? "" : "s");
     print_table(wsums, !o.faults.empty());
-    json floors = print_floors(wruns, wsums, o);
+    print_shares(wsums);
+    // the step floors are the MoE steps': a bulk workload has none
+    json floors = w.streams > 0 ? json(nullptr) : print_floors(wruns, wsums, o);
     json goals = json::object();
-    for (const char* m : {"dualpath", "flowlets", "multipath"}) goals[m] = print_goals(wsums, o, m);
+    for (const char* m : {"dualpath", "flowlets", "multipath"})
+      goals[m] = print_goals(wsums, o, m, w);
     write_svg(o.out + "/utilisation-" + w.name + ".svg", wruns, o.modes);
     per_workload.push_back({{"workload", w.name},
                             {"topology", o.lab.topology},
@@ -90,6 +93,7 @@ std::optional<json> run_suite(Opts& o, const std::vector<Workload>& todo,
                             {"rail0", w.rail0},
                             {"rail1", w.rail1},
                             {"args", w.args},
+                            {"sync_streams", w.streams},
                             {"summary", wsums},
                             {"floors", floors},
                             {"goals", goals}});
@@ -175,10 +179,12 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "rounds (modes alternate in each)")->capture_default_str();
   app.add_option("--duration", o.duration, "per run")->capture_default_str();
   app.add_flag("--quick", o.quick, "a few seconds per mode, one round (CI)");
-  app.add_option("--workload", o.workloads, "default, overlap, equal (dp-lab-bench.1)")
+  app.add_option("--workload", o.workloads,
+                 "default, overlap, equal, bulk1, bulk8, bulk32 (bulkN: param-sync as N "
+                 "continuous streams, N 1 to 64; bulk: bulk1, bulk8 and bulk32; dp-load(1))")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_flag("--suite", o.suite, "every workload: default, overlap and equal rails");
+  app.add_flag("--suite", o.suite, "the workloads default, overlap, equal and bulk8");
   app.add_option("--congestion-control", o.congestion_control,
                  "TCP congestion control of every workload socket, both ends (e.g. cubic; "
                  "default: the namespaces', which is the machine's)");
@@ -209,6 +215,23 @@ int main(int argc, char** argv) {
   if (!slo) {
     std::fprintf(stderr, "dp-lab bench: --slo: %s\n", slo.error().what().c_str());
     return 2;
+  }
+  // the workloads before anything is touched: a name that is none changes nothing
+  std::vector<Workload> todo;
+  if (o.suite) {
+    todo = suite_workloads();
+  } else {
+    for (auto& name : o.workloads) {
+      auto ws = find_workload(name);
+      if (!ws) {
+        std::fprintf(stderr,
+                     "dp-lab bench: unknown workload \"%s\" (default, overlap, equal, bulk; "
+                     "bulkN: N continuous param-sync streams, N from 1 to %d)\n",
+                     name.c_str(), kMaxStreams);
+        return 2;
+      }
+      todo.insert(todo.end(), ws->begin(), ws->end());
+    }
   }
   if (o.quick) {
     o.rounds = 1;
@@ -259,21 +282,6 @@ int main(int argc, char** argv) {
       return 2;
     }
 
-  std::vector<Workload> todo;
-  if (o.suite) {
-    todo = all_workloads();
-  } else {
-    for (auto& name : o.workloads) {
-      auto it = std::find_if(all_workloads().begin(), all_workloads().end(),
-                             [&](const Workload& w) { return w.name == name; });
-      if (it == all_workloads().end()) {
-        std::fprintf(stderr, "dp-lab bench: unknown workload \"%s\" (default, overlap, equal)\n",
-                     name.c_str());
-        return 2;
-      }
-      todo.push_back(*it);
-    }
-  }
   auto base_args = std::vector<std::string>{"--duration", o.duration};
   std::vector<json> runs;
   auto per_workload = run_suite(o, todo, base_args, runs);

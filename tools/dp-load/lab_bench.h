@@ -69,13 +69,24 @@ struct Opts {
 // busy while param-sync is on and idle while it is off. "overlap": the same,
 // two steps in flight (one step's dispatch runs while the previous one's
 // combine returns: both directions busy). "equal": the default on two
-// 1 Gbit rails.
+// 1 Gbit rails. "bulkN" (N 1 to 64; bulk1, bulk8 and bulk32 listed): param-sync
+// as N connections that each write for the whole run, as a bulk transfer does
+// (a parameter or KV-cache sync, iperf3 -P N), beside control RPCs: a class
+// that alone could fill both rails, so whether its decision is carried out
+// shows in its goodput and in where its bytes went.
 struct Workload {
   std::string name, rail0, rail1;
   std::vector<std::string> args;
+  int streams = 0;  // bulk: param-sync's continuous connections
 };
+inline constexpr int kMaxStreams = 64;
 
 const std::vector<Workload>& all_workloads();
+// --suite: default, overlap, equal, bulk8
+std::vector<Workload> suite_workloads();
+// A --workload name: one of all_workloads(), bulkN, or "bulk" (bulk1, bulk8,
+// bulk32); nullopt when it is none.
+std::optional<std::vector<Workload>> find_workload(const std::string& name);
 
 struct Fault {
   std::string kind, rail;
@@ -97,7 +108,12 @@ double median(std::vector<double> v);
 double num(const json& j, std::initializer_list<const char*> path);
 json summarise(const std::vector<json>& runs, const std::string& mode);
 void print_table(const std::vector<json>& sums, bool faults);
-json print_goals(const std::vector<json>& sums, const Opts& o, const std::string& mine);
+// bulk workloads (w.streams > 0): goodput against both rails' capacity; the
+// others against the other modes; both: carried share against decided
+json print_goals(const std::vector<json>& sums, const Opts& o, const std::string& mine,
+                 const Workload& w);
+// Where each mode's bytes went, per class and node: carried against decided.
+void print_shares(const std::vector<json>& sums);
 json print_floors(const std::vector<json>& runs, const std::vector<json>& sums, const Opts& o);
 void print_peers(const Opts& o);
 

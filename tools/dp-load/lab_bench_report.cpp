@@ -15,6 +15,7 @@
 namespace bench {
 
 double median(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -34,15 +35,73 @@ double num(const json& j, std::initializer_list<const char*> path) {
   return v.is_number() ? v.get<double>() : NAN;
 }
 
+// Where one run's bytes went, per node and class ("a/param-sync"), and per
+// node over the links ("a/(links)"): each rail's share of what it sent (%),
+// the class's decided share (%, time-weighted; none for the links) and the
+// largest difference of the two over the rails (percentage points).
+json run_shares(const json& r) {
+  json out = json::object();
+  auto pct = [](const json& bytes) {
+    json s = json::object();
+    double total = 0;
+    for (auto& [k, v] : bytes.items()) total += v.get<double>();
+    for (auto& [k, v] : bytes.items()) s[k] = total > 0 ? 100 * v.get<double>() / total : NAN;
+    return std::pair{s, total};
+  };
+  if (r.contains("links_sent_bytes") && r["links_sent_bytes"].is_object())
+    for (auto& [node, bytes] : r["links_sent_bytes"].items()) {
+      auto [s, total] = pct(bytes);
+      out[node + "/(links)"] = {{"carried", s}, {"bytes", total}};
+    }
+  if (!r.contains("classes") || !r["classes"].is_object()) return out;
+  // a class's bytes both nodes sent: a node that sent under a tenth of
+  // them (the ACKs of the other's data) is left out
+  std::map<std::string, double> both;
+  for (auto& [node, classes] : r["classes"].items())
+    for (auto& [name, c] : classes.items()) both[name] += pct(c["tx_bytes_by_path"]).second;
+  for (auto& [node, classes] : r["classes"].items())
+    for (auto& [name, c] : classes.items()) {
+      auto [s, total] = pct(c["tx_bytes_by_path"]);
+      if (total <= 0 || total < 0.1 * both[name]) continue;
+      // NaN when the daemon's shares were not read
+      double off = c["shares"].empty() ? NAN : 0;
+      for (auto& [rail, v] : s.items()) {
+        double d = c["shares"].contains(rail) ? c["shares"][rail].get<double>() : 0;
+        off = std::fmax(off, std::fabs(v.get<double>() - d));
+      }
+      out[node + "/" + name] = {
+          {"carried", s}, {"decided", c["shares"]}, {"off_pp", off}, {"bytes", total}};
+    }
+  return out;
+}
+
 // Median over rounds of each figure, per mode.
 json summarise(const std::vector<json>& runs, const std::string& mode) {
   std::map<std::string, std::vector<double>> f;
+  std::map<std::string, std::map<std::string, std::vector<double>>> shares;  // key -> figure
   for (auto& r : runs) {
     if (r["mode"] != mode || !r.value("complete", false)) continue;
     const json& c = r["client"];
-    f["goodput_bps"].push_back(num(c, {"goodput_bps"}));
-    f["step_p50_ms"].push_back(num(c, {"steps", "time_ms", "p50"}));
-    f["step_p99_ms"].push_back(num(c, {"steps", "time_ms", "p99"}));
+    // the workload's goodput: its MoE steps' bytes, or without MoE (bulk)
+    // the bytes param-sync's streams delivered
+    const bool moe = get(c, {"workload", "moe"}) != json(false);
+    const double sync_bps = num(c, {"stream", "sync_goodput_bps"});
+    if (std::isfinite(sync_bps)) f["sync_bps"].push_back(sync_bps);
+    f["goodput_bps"].push_back(moe ? num(c, {"goodput_bps"}) : sync_bps);
+    if (moe) {
+      f["step_p50_ms"].push_back(num(c, {"steps", "time_ms", "p50"}));
+      f["step_p99_ms"].push_back(num(c, {"steps", "time_ms", "p99"}));
+    }
+    const json run = run_shares(r);
+    for (auto& [key, sh] : run.items()) {
+      for (auto& [rail, v] : sh["carried"].items())
+        shares[key]["carried/" + rail].push_back(v.get<double>());
+      if (sh.contains("decided"))
+        for (auto& [rail, v] : sh["decided"].items())
+          shares[key]["decided/" + rail].push_back(v.get<double>());
+      if (sh.contains("off_pp")) shares[key]["off_pp"].push_back(sh["off_pp"].get<double>());
+      shares[key]["bytes"].push_back(sh["bytes"].get<double>());
+    }
     double warm = NAN;  // the slowest warm-up step (dp-load leaves them out of the step times)
     if (json w = get(c, {"steps", "warmup", "ms"}); w.is_array())
       for (auto& v : w)
@@ -71,6 +130,16 @@ json summarise(const std::vector<json>& runs, const std::string& mode) {
   }
   json s = {{"mode", mode}, {"runs", f["goodput_bps"].size()}};
   for (auto& [k, v] : f) s[k] = median(v);
+  json sh = json::object();
+  for (auto& [key, figs] : shares)
+    for (auto& [fig, v] : figs) {
+      auto slash = fig.find('/');
+      if (slash == std::string::npos)
+        sh[key][fig] = median(v);
+      else
+        sh[key][fig.substr(0, slash)][fig.substr(slash + 1)] = median(v);
+    }
+  s["shares"] = sh;
   return s;
 }
 
@@ -91,15 +160,22 @@ void print_table(const std::vector<json>& sums, bool faults) {
     };
     double gr = single ? v("goodput_bps") / (*single)["goodput_bps"].get<double>() : NAN;
     double pr = single ? v("step_p99_ms") / (*single)["step_p99_ms"].get<double>() : NAN;
+    // a workload without MoE steps (bulk) has no step times: "-"
+    auto ms = [](double x) {
+      return std::isnan(x) ? fmt::format("{:>9}", "-") : fmt::format("{:7.1f}ms", x);
+    };
+    auto ratio = [](double x) {
+      return std::isnan(x) ? fmt::format("{:>8}", "-") : fmt::format("{:7.2f}x", x);
+    };
     std::printf(
-        "%-9s %4d %10s %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %7.1fms %7.1fms %7.0fus %7.0fus "
-        "%7.0f %7.0f %7.0f %7.0f %7.0f %4.0f%% %6.0f %7.2fx %7.2fx",
+        "%-9s %4d %10s %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %s %s %7.0fus %7.0fus "
+        "%7.0f %7.0f %7.0f %7.0f %7.0f %4.0f%% %6.0f %7.2fx %s",
         s["mode"].get<std::string>().c_str(), s["runs"].get<int>(),
         dp::format_bandwidth(v("goodput_bps")).c_str(), 100 * v("util_rail0_mean"),
         100 * v("util_rail0_peak"), 100 * v("util_rail1_mean"), 100 * v("util_rail1_peak"),
-        100 * v("util_both_mean"), v("step_p50_ms"), v("step_p99_ms"), v("rpc_p50_us"),
-        v("rpc_p99_us"), v("retrans_segs"), v("dsack_segs"), v("qdisc_drops"), v("reorder"),
-        v("ofo_queue"), 100 * v("cpu_busy"), v("errors"), gr, pr);
+        100 * v("util_both_mean"), ms(v("step_p50_ms")).c_str(), ms(v("step_p99_ms")).c_str(),
+        v("rpc_p50_us"), v("rpc_p99_us"), v("retrans_segs"), v("dsack_segs"), v("qdisc_drops"),
+        v("reorder"), v("ofo_queue"), 100 * v("cpu_busy"), v("errors"), gr, ratio(pr).c_str());
     if (faults)
       std::printf(" %6.0f %8.2f %6.0f", v("steps_failed"), v("longest_stall_s"), v("resets"));
     std::printf("\n");
@@ -111,7 +187,9 @@ void print_table(const std::vector<json>& sums, bool faults) {
       "reord: reorderings the senders detected "
       "(SACK and\n timestamps), ofo: segments the receivers queued out of order, cpu: both "
       "cores busy;\n gput/1 and p99/1 against single; step times leave out the warm-up, the "
-      "steps started\n before any had finished, on connections still in slow start: dp-load(1))\n");
+      "steps started\n before any had finished, on connections still in slow start: dp-load(1);"
+      "\n goodput: the MoE steps' bytes, or without MoE (bulk) what param-sync's streams "
+      "delivered)\n");
   std::string warm;
   for (auto& s : sums)
     if (s.contains("warmup_max_ms") && s["warmup_max_ms"].is_number() &&
@@ -121,9 +199,71 @@ void print_table(const std::vector<json>& sums, bool faults) {
   if (!warm.empty()) std::printf("warm-up, the slowest of its steps: %s\n", warm.c_str());
 }
 
+// The classes judged against their decisions: those that sent at least 5%
+// of the bytes every node sent over the links (a class with little traffic
+// need not hit its share), each by the median over rounds of a round's
+// difference between carried and decided.
+namespace {
+constexpr double kJudgedShare = 0.05;
+
+double links_total(const json& sh) {
+  double t = 0;
+  for (auto& [key, v] : sh.items())
+    if (key.find("/(links)") != std::string::npos && v["bytes"].is_number())
+      t += v["bytes"].get<double>();
+  return t;
+}
+
+bool judged(const json& v, double total) {
+  return v.contains("off_pp") && v["bytes"].is_number() &&
+         v["bytes"].get<double>() >= kJudgedShare * total;
+}
+
+std::string rails_pct(const json& shares) {
+  if (!shares.is_object() || shares.empty()) return "-";
+  std::string out;
+  for (auto& [rail, v] : shares.items())
+    out += fmt::format("{}{:.1f}", out.empty() ? "" : " / ", v.is_number() ? v.get<double>() : NAN);
+  return out;
+}
+}  // namespace
+
+void print_shares(const std::vector<json>& sums) {
+  std::printf(
+      "\nwhere the bytes went, rail0 / rail1 (%% of what the node sent; medians over rounds):\n"
+      "  %-9s %-16s %-4s %9s %15s %15s %8s\n",
+      "mode", "class", "node", "MB", "carried", "decided", "off by");
+  for (auto& s : sums) {
+    if (!s.contains("shares") || !s["shares"].is_object()) continue;
+    const double total = links_total(s["shares"]);
+    // the links first (every mode has them), then the classes
+    for (int pass = 0; pass < 2; ++pass)
+      for (auto& [key, v] : s["shares"].items()) {
+        const bool links = key.find("/(links)") != std::string::npos;
+        if (links != (pass == 0)) continue;
+        const auto slash = key.find('/');
+        std::string off = "-";
+        if (v.contains("off_pp") && v["off_pp"].is_number())
+          off = fmt::format("{:.1f} pp{}", v["off_pp"].get<double>(), judged(v, total) ? "" : "*");
+        std::printf("  %-9s %-16s %-4s %9.1f %15s %15s %8s\n", s["mode"].get<std::string>().c_str(),
+                    key.substr(slash + 1).c_str(), key.substr(0, slash).c_str(),
+                    v["bytes"].get<double>() / 1e6, rails_pct(v["carried"]).c_str(),
+                    rails_pct(v.value("decided", json(nullptr))).c_str(), off.c_str());
+      }
+  }
+  std::printf(
+      "(carried: (links) from the rails' link counters, every class and the ACKs of the other\n"
+      " node's data; a class from its per-rail transmit counters (dpctl class list:\n"
+      " tx_bytes_by_path), on the node that sent its data. decided: the class's shares in\n"
+      " dpctl class list every 200 ms, time-weighted over the run. off by: the largest\n"
+      " difference over the rails, the median of the rounds'; *: under 5%% of the bytes, not\n"
+      " judged)\n");
+}
+
 // The benchmark goals for dualpath against the other modes of the same run;
 // each line says what was measured and whether the goal was met.
-json print_goals(const std::vector<json>& sums, const Opts& o, const std::string& mine) {
+json print_goals(const std::vector<json>& sums, const Opts& o, const std::string& mine,
+                 const Workload& w) {
   std::map<std::string, const json*> m;
   for (auto& s : sums) m[s["mode"].get<std::string>()] = &s;
   json out = json::array();
@@ -142,12 +282,41 @@ json print_goals(const std::vector<json>& sums, const Opts& o, const std::string
     out.push_back({{"goal", what}, {"value", got}, {"limit", limit}, {"met", met}});
   };
   const double dp_g = v(mine, "goodput_bps"), single_g = v("single", "goodput_bps");
+  auto bw = [](double b) { return dp::format_bandwidth(b); };
+  // every class that carries much within 5 points of its decision
+  auto share_goal = [&] {
+    double worst = NAN;
+    std::string which = "no class judged";
+    if (m[mine]->contains("shares")) {
+      const json& sh = (*m[mine])["shares"];
+      const double total = links_total(sh);
+      for (auto& [key, val] : sh.items())
+        if (judged(val, total) && val["off_pp"].is_number() &&
+            !(val["off_pp"].get<double>() <= worst)) {
+          worst = val["off_pp"].get<double>();
+          which = fmt::format("{} {} pp: carried {}, decided {}", key, worst,
+                              rails_pct(val["carried"]), rails_pct(val["decided"]));
+        }
+    }
+    line("carried share within 5 pp of decided, each class", worst, 5, false, which);
+  };
+  if (w.streams > 0) {
+    std::printf("\ngoals (%s, param-sync in %d stream%s):\n", mine.c_str(), w.streams,
+                w.streams == 1 ? "" : "s");
+    const double cap = o.cap0 + o.cap1;
+    line("goodput >= 0.9x both rails' capacity", dp_g / cap, 0.9, true,
+         fmt::format("{} of {} ({:.0f}%)", bw(dp_g), bw(cap), 100 * dp_g / cap));
+    share_goal();
+    double rpc = v(mine, "rpc_p99_us"), rpc_s = v("static", "rpc_p99_us");
+    line("control RPC p99 <= static's", rpc, rpc_s, false,
+         fmt::format("{:.0f} us against {:.0f} us", rpc, rpc_s));
+    return out;
+  }
   // What the workload can use of both rails: what it carried on one rail
   // alone, scaled by the rails' combined capacity.
   const double usable = single_g * (o.cap0 + o.cap1) / o.cap0;
   const double best_peer = std::fmax(v("ecmp", "goodput_bps"), v("mptcp", "goodput_bps"));
   const double best_p99 = std::fmin(v("ecmp", "step_p99_ms"), v("mptcp", "step_p99_ms"));
-  auto bw = [](double b) { return dp::format_bandwidth(b); };
   std::printf("\ngoals (%s against the other modes of this run):\n", mine.c_str());
   line("goodput >= 90% of what the workload can use", dp_g / usable, 0.9, true,
        fmt::format("{} of {} ({:.0f}%; usable = single's {} x (rail0 + rail1) / rail0)", bw(dp_g),
@@ -171,6 +340,7 @@ json print_goals(const std::vector<json>& sums, const Opts& o, const std::string
   double rpc = v(mine, "rpc_p99_us"), rpc_s = v("static", "rpc_p99_us");
   line("control RPC p99 <= static's", rpc, rpc_s, false,
        fmt::format("{:.0f} us against {:.0f} us", rpc, rpc_s));
+  share_goal();
   return out;
 }
 

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dualpath/client/control_socket.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/core/units.h"
 #include "dualpath/kernel/linkstats.h"
@@ -31,6 +32,17 @@
 namespace bench {
 
 using Clock = std::chrono::steady_clock;
+
+// bulkN: param-sync (elastic, preferring rail1) as N connections that write
+// for the whole run, with control RPCs beside it; nothing else.
+Workload bulk(int streams) {
+  return {
+      "bulk" + std::to_string(streams),
+      "1gbit",
+      "250mbit",
+      {"--workload", "rpc,sync", "--sync-streams", std::to_string(streams), "--sync-size", "4MiB"},
+      streams};
+}
 
 const std::vector<Workload>& all_workloads() {
   static const std::vector<std::string> def{"--skew",       "1",     "--skew-shift", "2s",
@@ -45,8 +57,30 @@ const std::vector<Workload>& all_workloads() {
          return a;
        }()},
       {"equal", "1gbit", "1gbit", def},
+      bulk(1),
+      bulk(8),
+      bulk(32),
   };
   return w;
+}
+
+std::vector<Workload> suite_workloads() {
+  std::vector<Workload> w;
+  for (const char* n : {"default", "overlap", "equal", "bulk8"})
+    w.push_back(find_workload(n)->front());
+  return w;
+}
+
+std::optional<std::vector<Workload>> find_workload(const std::string& name) {
+  for (const auto& w : all_workloads())
+    if (w.name == name) return std::vector<Workload>{w};
+  if (name == "bulk") return std::vector<Workload>{bulk(1), bulk(8), bulk(32)};
+  if (name.size() > 4 && name.size() <= 6 && name.rfind("bulk", 0) == 0 &&
+      std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    int n = std::atoi(name.c_str() + 4);
+    if (n >= 1 && n <= kMaxStreams) return std::vector<Workload>{bulk(n)};
+  }
+  return std::nullopt;
 }
 
 const std::vector<std::string>& topology_modes(const std::string& topology) {
@@ -157,6 +191,7 @@ struct Sampler {
     double bps[2];  // per rail: a's and b's transmit rates added
   };
   std::vector<Point> points;
+  uint64_t at_start[2][2] = {}, latest[2][2] = {};  // [node][rail] bytes, at start and end
   std::atomic<bool> stop{false};
   std::thread th;
   void start(const Lab& lab) {
@@ -189,6 +224,8 @@ struct Sampler {
             if (s) cur[n][r] = s->tx_bytes;
           }
         auto now = Clock::now();
+        if (first) std::memcpy(at_start, cur, sizeof(cur));
+        std::memcpy(latest, cur, sizeof(cur));
         if (!first) {
           double dt = std::chrono::duration<double>(now - tlast).count();
           Point p{std::chrono::duration<double>(now - t0).count(), {0, 0}};
@@ -207,6 +244,107 @@ struct Sampler {
   void finish() {
     stop = true;
     if (th.joinable()) th.join();
+  }
+  // Bytes each node sent on each rail while it ran: {"a": {"rail0": n, ...}, "b": ...}.
+  json sent(const Lab& lab) const {
+    json out = json::object();
+    for (int n = 0; n < 2; ++n)
+      for (int r = 0; r < 2; ++r)
+        out[n ? "b" : "a"][lab.rails[static_cast<size_t>(r)]] = latest[n][r] - at_start[n][r];
+    return out;
+  }
+};
+
+// The daemons' classes while the workload runs (the modes with dualpathd):
+// each class's decided shares every 200 ms, time-weighted (a share holds
+// until the next sample), and its per-rail transmit counters at the start
+// and at the end. A node whose daemon does not answer has no classes.
+struct ClassSampler {
+  struct Node {
+    std::string sock;
+    json first, last;  // class list at the start and at the end
+    std::map<std::string, std::map<std::string, double>> share_s;  // class -> rail -> % x s
+    std::map<std::string, double> secs;                            // class -> s sampled
+  };
+  std::array<Node, 2> nodes;
+  std::atomic<bool> stop{false};
+  std::thread th;
+
+  static json list(const std::string& sock) {
+    auto r = dp::call(sock, {{"cmd", "class.list"}, {"args", json::object()}}, 1000);
+    if (!r.ok() || !r->value("ok", false) || !(*r)["data"].is_array()) return nullptr;
+    return (*r)["data"];
+  }
+
+  void start(const Lab& lab) {
+    nodes[0].sock = "/run/dualpath/" + lab.a + ".sock";
+    nodes[1].sock = "/run/dualpath/" + lab.b + ".sock";
+    for (auto& n : nodes) n.first = list(n.sock);
+    if (nodes[0].first.is_null() && nodes[1].first.is_null()) return;  // no daemon
+    th = std::thread([this] {
+      Clock::time_point prev[2];
+      json prev_list[2];
+      for (int k = 0; k < 2; ++k) prev[k] = Clock::now(), prev_list[k] = nodes[k].first;
+      for (bool last = false; !last;) {
+        for (int i = 0; i < 4 && !stop; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        last = stop;
+        for (int k = 0; k < 2; ++k) {
+          Node& n = nodes[k];
+          if (n.first.is_null()) continue;
+          json cur = list(n.sock);
+          auto now = Clock::now();
+          if (cur.is_null()) continue;
+          // the shares the previous sample saw held until this one
+          double dt = std::chrono::duration<double>(now - prev[k]).count();
+          for (auto& c : prev_list[k]) {
+            const std::string name = c.value("name", "");
+            if (!c["shares"].is_object()) continue;
+            for (auto& [rail, v] : c["shares"].items())
+              if (v.is_number()) n.share_s[name][rail] += v.get<double>() * dt;
+            n.secs[name] += dt;
+          }
+          prev[k] = now;
+          prev_list[k] = cur;
+          n.last = cur;
+        }
+      }
+    });
+  }
+  void finish() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+  // Per node, per class: the bytes it sent on each rail while the workload
+  // ran, and the decided share of each rail (%, time-weighted).
+  json classes() const {
+    json out = json::object();
+    for (int k = 0; k < 2; ++k) {
+      const Node& n = nodes[static_cast<size_t>(k)];
+      if (!n.first.is_array() || !n.last.is_array()) continue;
+      json node = json::object();
+      for (auto& c : n.last) {
+        const std::string name = c.value("name", "");
+        json before;
+        for (auto& b : n.first)
+          if (b.value("name", "") == name) before = b;
+        json tx = json::object(), shares = json::object();
+        if (c.contains("tx_bytes_by_path") && c["tx_bytes_by_path"].is_object())
+          for (auto& [rail, v] : c["tx_bytes_by_path"].items()) {
+            double b0 = before.is_object() && before["tx_bytes_by_path"].contains(rail)
+                            ? before["tx_bytes_by_path"][rail].get<double>()
+                            : 0;
+            tx[rail] = v.get<double>() - b0;
+          }
+        auto it = n.share_s.find(name);
+        auto st = n.secs.find(name);
+        if (it != n.share_s.end() && st != n.secs.end() && st->second > 0)
+          for (auto& [rail, ps] : it->second) shares[rail] = ps / st->second;
+        node[name] = {{"tx_bytes_by_path", tx}, {"shares", shares}};
+      }
+      out[k ? "b" : "a"] = node;
+    }
+    return out;
   }
 };
 
@@ -325,6 +463,8 @@ json run_one(const Opts& o, const std::string& mode, int round,
   const double qd0 = qdisc_drops(o.lab, o.lab.a) + qdisc_drops(o.lab, o.lab.b);
   Sampler sm;
   sm.start(o.lab);
+  ClassSampler cls;
+  cls.start(o.lab);
   std::vector<std::string> cargs{o.dp_load,      "client", "--connect",
                                  o.lab.peer,     "-q",     "--json",
                                  base + ".json", "--seed", std::to_string(o.seed)};
@@ -357,6 +497,7 @@ json run_one(const Opts& o, const std::string& mode, int round,
   auto busy = dp::cpu_busy(cpu0, cpu1);
   r["cpu_busy"] = busy.empty() ? 0.0 : busy[0];
   sm.finish();
+  cls.finish();
   clear_faults(o);
   int src = wait_exit(server, 40);
   auto ea = nstat(o.lab.a), eb = nstat(o.lab.b);
@@ -380,6 +521,10 @@ json run_one(const Opts& o, const std::string& mode, int round,
     series.push_back({p.t, u0, u1});
   }
   double n = std::max<double>(1, static_cast<double>(sm.points.size()));
+  // where each node's bytes went: the links' counters (every class, and the
+  // ACKs of what the other node sent), and with a daemon each class's own
+  r["links_sent_bytes"] = sm.sent(o.lab);
+  r["classes"] = cls.classes();
   r["utilisation"] = {{"rail0", {{"mean", sum[0] / n}, {"peak", peak[0]}}},
                       {"rail1", {{"mean", sum[1] / n}, {"peak", peak[1]}}},
                       {"both", {{"mean", both_sum / n}, {"peak", both_peak}}},
