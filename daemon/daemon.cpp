@@ -337,17 +337,59 @@ void Daemon::place_bursts() {
   // read: the plans written stay until then.
   auto flows = datapath_->burst_flows(planned, std::chrono::seconds(2));
   if (!flows) return;
+  // streams (no gap comes to place them at) by count, the rest by bursts
   std::vector<BurstFlow> bursts;
-  bursts.reserve(flows->size());
+  std::vector<StreamFlow> streams;
+  std::vector<size_t> burst_of, stream_of;  // index in *flows
   const auto now = BurstSizes::Clock::now();
-  for (auto& f : *flows) {
+  for (size_t i = 0; i < flows->size(); ++i) {
+    const PlannedFlow& f = (*flows)[i];
+    auto s = streams_.observe(f.key, f.bursts, f.bytes, now);
+    if (s.stream) {
+      streams.push_back({f.key, f.flow.klass, f.flow.path, s.bps});
+      stream_of.push_back(i);
+      continue;
+    }
     bursts.push_back(f.flow);
     bursts.back().burst = burst_sizes_.expect(f.key, f.flow.burst, now);
+    burst_of.push_back(i);
   }
   burst_sizes_.forget_idle(now);
+  streams_.forget_idle(now);
   std::vector<int> priority;
   for (auto& c : policy_.classes) priority.push_back(c.priority);
-  auto plan = plan_bursts(bursts, allowed, priority, left);
+  auto by_burst = plan_bursts(bursts, allowed, priority, left);
+  std::vector<std::vector<uint16_t>> decided(C);
+  for (size_t c = 0; c < C; ++c) {
+    if (!planned[c]) continue;
+    const Shares& w = controller_.written_shares(c);
+    decided[c].assign(P, 0);
+    for (size_t p = 0; p < P && p < w.size(); ++p) decided[c][p] = allowed[c][p] ? w[p] : 0;
+  }
+  auto by_count = stream_planner_.plan(streams, decided, now);
+  BurstPlan plan;
+  plan.path.assign(flows->size(), BurstPlan::kNone);
+  plan.stream.assign(flows->size(), false);
+  for (size_t i = 0; i < burst_of.size(); ++i) plan.path[burst_of[i]] = by_burst.path[i];
+  for (size_t i = 0; i < stream_of.size(); ++i) {
+    plan.path[stream_of[i]] = by_count.path[i];
+    plan.stream[stream_of[i]] = true;
+  }
+  for (const auto& s : by_count.shortfalls) {
+    SchedulerEvent e;
+    e.t = SchedClock::now();
+    e.klass = policy_.classes[s.klass].name;
+    e.kind = "streams";
+    e.before = decided[s.klass];
+    e.after = s.carried;
+    e.reason = fmt::format(
+        "{}: {} stream{} carr{} {} of the decided {}: a stream moves whole (it has no gap to be "
+        "placed at, and its class does not allow reordering)",
+        e.klass, s.streams, s.streams == 1 ? "" : "s", s.streams == 1 ? "ies" : "y",
+        format_shares(policy_, s.carried), format_shares(policy_, decided[s.klass]));
+    spdlog::info("{}", e.reason);
+    events_.record(std::move(e));
+  }
   if (auto r = datapath_->write_plans(*flows, plan); !r)
     spdlog::warn("writing the burst plans failed: {}", r.error().what());
   plans_written_ = true;

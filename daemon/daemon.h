@@ -101,6 +101,8 @@ class Daemon : private Node {
   bool have_policy_ = false;
   NodeState state_;
   BurstSizes burst_sizes_{kBurstHalfLife};
+  Streams streams_;               // which planned flows are streams (no gap comes)
+  StreamPlanner stream_planner_;  // where they go
   bool plans_written_ = false;    // dp_plans may hold entries (placement = "bursts")
   bool neighbours_said_ = false;  // unresolved neighbours of a failed rail deleted: logged once
   std::vector<RailRecord> health_written_;  // dp_health as last written

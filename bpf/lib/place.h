@@ -13,7 +13,8 @@
  *     DP_CELL_F_ANY_ORDER);
  *   - bursts (DP_CELL_F_BURSTS): bursts are measured split or not, and, while
  *     split, a flow's next burst goes where the daemon planned it (dp_plans);
- *     a flow without a plan stays.
+ *     a flow without a plan stays; a stream (a burst without end) follows its
+ *     plan every MiB.
  * In every mode a flow whose rail lost its share moves at once. */
 #ifndef DP_BPF_PLACE_H
 #define DP_BPF_PLACE_H
@@ -226,18 +227,37 @@ static __always_inline __u32 dp_burst_begins(const struct dp_place_in *in, struc
 	return dp_flowlet_begins(f, planned, target, in->cls);
 }
 
-/* Bursts: inside a burst the flow stays where the burst began, unless the
- * burst outgrew the plan (its flow's last burst was much smaller: the plan
- * put it on a rail for less than it carries). Then it finishes on the
- * class's main rail: a move reorders what is queued behind it once, where
+/* Bursts: inside a burst the flow stays where the burst began, with two
+ * exceptions. A stream (its plan says DP_PLAN_F_STREAM: no gap will come)
+ * follows its plan, looked up every DP_STREAM_STEP bytes it sends, and
+ * nothing else. A burst that outgrew the plan (its flow's last burst was much
+ * smaller: the plan put it on a rail for less than it carries) finishes on
+ * the class's main rail: a move reorders what is queued behind it once, where
  * staying would hold the whole round back. */
 static __always_inline __u32 dp_burst_continues(const struct dp_place_in *in, struct dp_flow *f,
-						__u32 target)
+						const struct dp_flow_key *key, __u32 target)
 {
 	__u32 main;
 
-	if (!in->split || (f->flags & DP_FLOW_F_OVERFLOW) ||
-	    !dp_burst_outgrows(f->burst_bytes, f->last_burst))
+	if (!in->split)
+		return target;
+	if ((f->burst_bytes >> DP_STREAM_STEP_SHIFT) !=
+	    ((f->burst_bytes + in->len) >> DP_STREAM_STEP_SHIFT)) {
+		const struct dp_plan *p = bpf_map_lookup_elem(&dp_plans, key);
+
+		if (p && (p->flags & DP_PLAN_F_STREAM)) {
+			__u32 planned = dp_plan_rail(p, in->d);
+
+			/* the plan has the stream: no overflow to the main rail */
+			f->flags |= DP_FLOW_F_OVERFLOW;
+			if (planned != DP_RAIL_NONE && planned != target) {
+				dp_flow_move(f, planned, in->cls);
+				target = planned;
+			}
+			return target;
+		}
+	}
+	if ((f->flags & DP_FLOW_F_OVERFLOW) || !dp_burst_outgrows(f->burst_bytes, f->last_burst))
 		return target;
 	main = dp_main_rail(in->d);
 	f->flags |= DP_FLOW_F_OVERFLOW;
@@ -336,7 +356,7 @@ static __always_inline __u32 dp_flow_rail(const struct dp_pkt *pkt, __u8 cls, __
 		if (in.bursts && idle)
 			target = dp_burst_begins(&in, f, &pkt->key, idle_ns, target);
 		else if (in.bursts)
-			target = dp_burst_continues(&in, f, target);
+			target = dp_burst_continues(&in, f, &pkt->key, target);
 		else if (idle || new_cell)
 			target = dp_flowlet_next(&in, f, &pkt->key, target);
 	}

@@ -305,12 +305,11 @@ static __always_inline int dp_burst_outgrows(__u64 bytes, __u64 last_burst)
 	return last_burst && bytes > last_burst + (last_burst >> 1) + 65536;
 }
 
-/* The rail the daemon planned for the flow's next burst, if it has a share
- * in the class's decision and is usable; else DP_RAIL_NONE. */
-static __always_inline __u32 dp_planned_rail(const struct dp_flow_key *key,
-					     const struct dp_decision *d)
+/* The rail of plan `p` (dp_plans), if it has a share in the class's
+ * decision and is usable; else DP_RAIL_NONE. dp_planned_rail: the plan for
+ * the flow's next burst. */
+static __always_inline __u32 dp_plan_rail(const struct dp_plan *p, const struct dp_decision *d)
 {
-	struct dp_plan *p = bpf_map_lookup_elem(&dp_plans, key);
 	__u32 r;
 
 	if (!p || p->rail >= DP_MAX_RAILS)
@@ -319,6 +318,12 @@ static __always_inline __u32 dp_planned_rail(const struct dp_flow_key *key,
 	if (!d->share[r] || !dp_rail_usable(r))
 		return DP_RAIL_NONE;
 	return r;
+}
+
+static __always_inline __u32 dp_planned_rail(const struct dp_flow_key *key,
+					     const struct dp_decision *d)
+{
+	return dp_plan_rail(bpf_map_lookup_elem(&dp_plans, key), d);
 }
 
 /* Earliest completion first: the rail with a share and usable where a cell

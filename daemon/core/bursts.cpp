@@ -13,6 +13,15 @@ namespace {
 // than the best one: a burst plan that flips between two near-equal answers
 // every tick would move flows for nothing.
 constexpr double kKeepWithin = 1.05;
+// A stream's rate is smoothed over about this long (seconds).
+constexpr double kRateTau = 0.25;
+// A class's streams move at most this often: what they carry after a move
+// is measured before the next.
+constexpr auto kStreamSettle = std::chrono::seconds(1);
+// What a class's streams carry is judged against its decision this long
+// after they last moved, and said to fall short past this many points.
+constexpr auto kStreamJudged = std::chrono::seconds(3);
+constexpr double kStreamTolerance = 0.05;
 
 BurstSizes::Key key_of(const dp_flow_key& key) {
   BurstSizes::Key k;
@@ -81,6 +90,151 @@ std::optional<uint64_t> BurstSizes::last(const dp_flow_key& key) const {
 void BurstSizes::forget_idle(Clock::time_point now) {
   const auto idle = 16 * half_life_;
   std::erase_if(seen_, [&](const auto& e) { return now - e.second.at > idle; });
+}
+
+Streams::Sample Streams::observe(const dp_flow_key& key, uint32_t burst, uint64_t bytes,
+                                 Clock::time_point now) {
+  auto [it, fresh] = seen_.try_emplace(key_of(key), Seen{burst, bytes, now, now, now, 0});
+  Seen& s = it->second;
+  if (!fresh) {
+    const double dt = std::chrono::duration<double>(now - s.at).count();
+    if (dt > 0 && bytes >= s.bytes) {
+      const double inst = static_cast<double>(bytes - s.bytes) * 8 / dt;
+      s.bps += (inst - s.bps) * (1 - std::exp(-dt / kRateTau));
+    }
+    if (bytes != s.bytes) s.progress = now;
+    if (burst != s.burst) s.since = now;  // a gap ended a burst: not a stream (yet)
+    s.burst = burst;
+    s.bytes = bytes;
+    s.at = now;
+  }
+  return {now - s.since >= kStreamAfter && now - s.progress < kStreamStalled, s.bps};
+}
+
+void Streams::forget_idle(Clock::time_point now) {
+  std::erase_if(seen_, [&](const auto& e) { return now - e.second.at > std::chrono::seconds(2); });
+}
+
+std::vector<size_t> stream_counts(size_t n, const std::vector<uint16_t>& decided) {
+  const size_t P = decided.size();
+  std::vector<size_t> count(P, 0);
+  const double total = std::accumulate(decided.begin(), decided.end(), 0.0);
+  if (!n || total <= 0) return count;
+  std::vector<double> rest(P, 0);
+  size_t given = 0, open = 0;
+  for (size_t p = 0; p < P; ++p) {
+    const double want = static_cast<double>(n) * decided[p] / total;
+    count[p] = static_cast<size_t>(want);
+    rest[p] = want - static_cast<double>(count[p]);
+    given += count[p];
+    open += decided[p] > 0;
+  }
+  // the largest remainders (the larger share on a tie) take what is left
+  std::vector<size_t> order(P);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return rest[a] != rest[b] ? rest[a] > rest[b] : decided[a] > decided[b];
+  });
+  for (size_t i = 0; given < n && i < P; ++i)
+    if (decided[order[i]] > 0) ++count[order[i]], ++given;
+  // every open path carries one while there are enough, taken from the path
+  // with the most
+  if (n >= open)
+    for (size_t p = 0; p < P; ++p) {
+      if (!decided[p] || count[p]) continue;
+      auto most = std::max_element(count.begin(), count.end()) - count.begin();
+      --count[static_cast<size_t>(most)];
+      ++count[p];
+    }
+  return count;
+}
+
+StreamPlan StreamPlanner::plan(const std::vector<StreamFlow>& streams,
+                               const std::vector<std::vector<uint16_t>>& decided,
+                               Clock::time_point now) {
+  StreamPlan out;
+  out.path.assign(streams.size(), BurstPlan::kNone);
+  std::map<size_t, std::vector<size_t>> by_class;
+  for (size_t i = 0; i < streams.size(); ++i)
+    if (streams[i].klass < decided.size() && !decided[streams[i].klass].empty())
+      by_class[streams[i].klass].push_back(i);
+  std::map<BurstSizes::Key, size_t> planned;
+  for (auto& [c, members] : by_class) {
+    const auto& d = decided[c];
+    const size_t P = d.size();
+    auto [sit, fresh] = classes_.try_emplace(c);
+    ClassState& st = sit->second;
+    if (fresh) st.since = now;
+    auto open = [&](size_t p) { return p < P && d[p] > 0; };
+    // where each stream is: as planned, if that is still open; else as
+    // measured; else nowhere yet
+    std::vector<size_t> at(members.size(), BurstPlan::kNone);
+    std::vector<size_t> count(P, 0);
+    for (size_t m = 0; m < members.size(); ++m) {
+      const StreamFlow& f = streams[members[m]];
+      auto it = planned_.find(key_of(f.key));
+      size_t p = it != planned_.end() && open(it->second) ? it->second : f.path;
+      if (!open(p)) continue;
+      at[m] = p;
+      ++count[p];
+    }
+    const std::vector<size_t> want = stream_counts(members.size(), d);
+    const bool settled = now - st.moved >= kStreamSettle;
+    bool moved = false;
+    if (settled && count != want) {
+      // the slowest streams of a path with too many move (the fewest bytes
+      // reordered), to the paths with too few, lowest first
+      std::vector<size_t> order(members.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return streams[members[a]].bps < streams[members[b]].bps;
+      });
+      for (size_t m : order) {
+        if (at[m] != BurstPlan::kNone && count[at[m]] <= want[at[m]]) continue;
+        size_t to = BurstPlan::kNone;
+        for (size_t p = 0; p < P && to == BurstPlan::kNone; ++p)
+          if (count[p] < want[p]) to = p;
+        if (to == BurstPlan::kNone) break;
+        if (at[m] != BurstPlan::kNone) --count[at[m]];
+        at[m] = to;
+        ++count[to];
+        moved = true;
+      }
+      if (moved) st.moved = now;
+    }
+    // what the streams carry, by where the datapath measured them, once they
+    // have been where they are planned for a while
+    double total = 0;
+    std::vector<double> carried(P, 0);
+    bool in_place = true;
+    for (size_t m = 0; m < members.size(); ++m) {
+      const StreamFlow& f = streams[members[m]];
+      in_place = in_place && f.path == at[m];
+      if (f.path < P) carried[f.path] += f.bps, total += f.bps;
+    }
+    if (!moved && in_place && now - st.moved >= kStreamJudged && now - st.since >= kStreamJudged &&
+        total > 0 && st.noted != d) {
+      const double scale = DP_SHARE_SCALE;
+      const double sum = std::accumulate(d.begin(), d.end(), 0.0);
+      bool off = false;
+      StreamPlan::Shortfall s{c, members.size(), std::vector<uint16_t>(P, 0)};
+      for (size_t p = 0; p < P; ++p) {
+        s.carried[p] = static_cast<uint16_t>(std::lround(scale * carried[p] / total));
+        off = off || std::abs(carried[p] / total - d[p] / sum) > kStreamTolerance;
+      }
+      if (off) {
+        out.shortfalls.push_back(std::move(s));
+        st.noted = d;
+      }
+    }
+    for (size_t m = 0; m < members.size(); ++m) {
+      out.path[members[m]] = at[m];
+      if (at[m] != BurstPlan::kNone) planned[key_of(streams[members[m]].key)] = at[m];
+    }
+  }
+  planned_ = std::move(planned);  // streams no longer seen are forgotten
+  std::erase_if(classes_, [&](const auto& e) { return !by_class.count(e.first); });
+  return out;
 }
 
 }  // namespace dp

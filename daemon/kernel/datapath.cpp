@@ -610,7 +610,7 @@ std::optional<std::vector<PlannedFlow>> Datapath::burst_flows(const std::vector<
     if (f.last_seen_ns + since < now || !f.packets || f.bytes / f.packets < kMinMeanPacket) return;
     uint64_t burst = std::max(f.last_burst, f.burst_bytes);
     if (burst < kMinBurst) return;
-    swept_.push_back({k, f.cls, f.rail, burst});
+    swept_.push_back({k, f.cls, f.rail, burst, f.flowlet, f.bytes});
   });
   if (!done) return std::nullopt;
 
@@ -631,7 +631,9 @@ std::optional<std::vector<PlannedFlow>> Datapath::burst_flows(const std::vector<
     if (klass[f.cls] != BurstPlan::kNone)  // a class may have stopped being split mid-sweep
       out.push_back(
           {f.key,
-           {klass[f.cls], f.rail < DP_MAX_RAILS ? path[f.rail] : BurstPlan::kNone, f.burst}});
+           {klass[f.cls], f.rail < DP_MAX_RAILS ? path[f.rail] : BurstPlan::kNone, f.burst},
+           f.bursts,
+           f.bytes});
   swept_.clear();
   return out;
 }
@@ -639,14 +641,15 @@ std::optional<std::vector<PlannedFlow>> Datapath::burst_flows(const std::vector<
 Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const BurstPlan& plan) {
   auto m = skel_->dp_plans();
   if (!plans_read_) {  // what a previous process planned is ours to keep or delete
-    for (auto& [k, v] : m.entries()) plans_[key_bytes(k)] = v.rail;
+    for (auto& [k, v] : m.entries()) plans_[key_bytes(k)] = {v.rail, v.flags};
     plans_read_ = true;
   }
-  std::map<FlowKeyBytes, uint32_t> want;
+  std::map<FlowKeyBytes, std::pair<uint32_t, uint32_t>> want;
   for (size_t i = 0; i < flows.size() && i < plan.path.size(); ++i) {
     size_t p = plan.path[i];
     if (p == BurstPlan::kNone || p >= rail_slot_.size() || rail_slot_[p] < 0) continue;
-    want[key_bytes(flows[i].key)] = static_cast<uint32_t>(rail_slot_[p]);
+    const uint32_t flags = i < plan.stream.size() && plan.stream[i] ? DP_PLAN_F_STREAM : 0;
+    want[key_bytes(flows[i].key)] = {static_cast<uint32_t>(rail_slot_[p]), flags};
   }
   for (auto it = plans_.begin(); it != plans_.end();) {
     if (want.count(it->first)) {
@@ -658,14 +661,14 @@ Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const 
     DP_TRY(m.remove(k));
     it = plans_.erase(it);
   }
-  for (auto& [kb, rail] : want) {
+  for (auto& [kb, plan_of] : want) {
     auto it = plans_.find(kb);
-    if (it != plans_.end() && it->second == rail) continue;
+    if (it != plans_.end() && it->second == plan_of) continue;
     dp_flow_key k;
     std::memcpy(&k, kb.data(), sizeof(k));
-    dp_plan v{rail, ++plan_version_};
+    dp_plan v{plan_of.first, ++plan_version_, plan_of.second};
     DP_TRY(m.update(k, v));
-    plans_[kb] = rail;
+    plans_[kb] = plan_of;
   }
   return {};
 }

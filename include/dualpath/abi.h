@@ -36,8 +36,9 @@
 #define DP_LAYOUT_VERSION 0x8001u
 #else
 /* 2: dp_flow.tail_ns, dp_cell_cfg.flags; 3: bursts; 4: dp_rail.subflow_pace, dp_joins;
- * 5: dp_class_qos.ack_priority, ack_dscp; 6: dp_class_tcp.rto_max_ms, user_timeout_ms */
-#define DP_LAYOUT_VERSION 6u
+ * 5: dp_class_qos.ack_priority, ack_dscp; 6: dp_class_tcp.rto_max_ms, user_timeout_ms;
+ * 7: dp_plan.flags */
+#define DP_LAYOUT_VERSION 7u
 #endif
 
 /* dp_abi: ARRAY with one element, written by the daemon: the layout version
@@ -204,13 +205,25 @@ enum dp_cell_flags {
  * rail only at the start of a burst, after an idle gap: never in the middle
  * of one, so a burst is never reordered.
  *
+ * A stream is the exception: a flow that has sent without a gap for longer
+ * than the daemon waits for one (a bulk transfer: parameter or KV-cache
+ * sync, checkpoints). No gap will come to move it, so its plan carries
+ * DP_PLAN_F_STREAM and the flow follows it in the middle of its burst, at
+ * the next DP_STREAM_STEP bytes it sends: one reordering per move, which the
+ * daemon makes rarely (daemon/core/bursts.cpp, plan_streams).
+ *
  * dp_plans: HASH, flow key -> the rail slot of the flow's next burst. Written
  * by the daemon only; a flow without an entry stays where it is.
  */
 #define DP_PLAN_TABLE_SIZE 4096 /* the daemon plans the largest bursts first */
+#define DP_STREAM_STEP_SHIFT 20 /* a stream looks at its plan every MiB it sends */
+enum dp_plan_flags {
+  DP_PLAN_F_STREAM = 1u << 0, /* follow the plan now, not at the next burst */
+};
 struct dp_plan {
   __u32 rail;
   __u32 version; /* bumped by the daemon on every plan it writes */
+  __u32 flags;   /* enum dp_plan_flags */
 };
 
 /* dp_vq: ARRAY with one element, written by the datapath: per rail slot, the

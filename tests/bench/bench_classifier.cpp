@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
   burst_cfg.flags |= DP_CELL_F_BURSTS;
   for (auto& c : cases)
     if (c.bursts) {
-      dp_plan plan{0, 1};
+      dp_plan plan{0, 1, 0};
       auto key = dptest::flow_key_of(c.pkt);
       (void)s.dp_plans().update(key, plan);
     }

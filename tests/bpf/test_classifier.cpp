@@ -693,8 +693,8 @@ class Bursts : public Cells {
     ASSERT_TRUE(skel_->dp_cells().update(zero, cc));
     set_config(0, DP_CLASS_NONE, kGapNs);
   }
-  void plan(const PacketSpec& s, uint32_t rail) {
-    dp_plan p{rail, 1};
+  void plan(const PacketSpec& s, uint32_t rail, uint32_t flags = 0) {
+    dp_plan p{rail, 1, flags};
     ASSERT_TRUE(skel_->dp_plans().update(dptest::flow_key_of(s), p));
   }
   dp_flow flow(const PacketSpec& s) {
@@ -762,6 +762,29 @@ TEST_F(Bursts, ABurstThatOutgrowsItsPlanFinishesOnTheMainRail) {
   EXPECT_EQ(flow(s).replacements, 2u);
   idle();
   EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "the next burst follows the plan again";
+}
+
+// A stream (DP_PLAN_F_STREAM): a burst without end follows its plan at the
+// next MiB it sends, without waiting for a gap.
+TEST_F(Bursts, AStreamFollowsItsPlanInTheMiddleOfItsBurst) {
+  set_shares(kParamSync, 10000, 0);
+  PacketSpec s = big(tcp4(45400, 52001));
+  ASSERT_EQ(egress(s).ret, DP_PASS);
+  const uint64_t len = flow(s).bytes;
+  set_shares(kParamSync, 8000, 2000);
+  plan(s, 1);  // a burst plan: waits for a gap
+  const uint64_t mib = 1u << DP_STREAM_STEP_SHIFT;
+  while (flow(s).burst_bytes + len < mib) ASSERT_EQ(egress(s).ret, DP_PASS);
+  EXPECT_EQ(egress(s).ret, DP_PASS) << "a burst plan does not move it at a MiB";
+  plan(s, 1, DP_PLAN_F_STREAM);
+  int sent = 0;
+  while (egress(s).ret == DP_PASS) ASSERT_LT(++sent * len, mib + len) << "moved within a MiB";
+  EXPECT_EQ(flow(s).replacements, 1u);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(egress(s).ret, TC_ACT_REDIRECT) << "and stays";
+  plan(s, 0, DP_PLAN_F_STREAM);
+  sent = 0;
+  while (egress(s).ret == TC_ACT_REDIRECT) ASSERT_LT(++sent * len, mib + len) << "and back";
+  EXPECT_EQ(flow(s).replacements, 2u);
 }
 
 TEST_F(Bursts, WithoutAPlanOrARailTheDecisionOpensAFlowStays) {

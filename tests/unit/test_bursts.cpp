@@ -154,5 +154,114 @@ TEST(BurstSizes, FlowsNotMeasuredForSixteenHalfLivesAreForgotten) {
   EXPECT_EQ(sizes.expect(flow(1), 20 * KiB, t0 + 1700ms), 20 * KiB) << "forgotten, then new";
 }
 
+// ---- streams: flows without gaps, placed by count (StreamPlanner)
+
+TEST(Streams, AFlowIsAStreamAfterHalfASecondWithoutAGap) {
+  using namespace std::chrono_literals;
+  Streams streams;
+  const auto t0 = Streams::Clock::now();
+  uint64_t bytes = 0;
+  Streams::Sample s;
+  for (int tick = 0; tick <= 20; ++tick) {  // 20 ticks of 50 ms at 100 Mbit/s
+    s = streams.observe(flow(1), 1, bytes, t0 + tick * 50ms);
+    EXPECT_EQ(s.stream, tick >= 10) << "tick " << tick;
+    bytes += 625'000;
+  }
+  EXPECT_NEAR(s.bps, 100e6, 15e6) << "its rate, smoothed";
+  s = streams.observe(flow(1), 2, bytes, t0 + 1050ms);
+  EXPECT_FALSE(s.stream) << "a gap ended its burst: bursts again";
+  // a flow that stopped sending is not streaming, whatever its burst
+  Streams other;
+  for (int tick = 0; tick <= 12; ++tick) other.observe(flow(2), 1, 1000u * tick, t0 + tick * 50ms);
+  EXPECT_TRUE(other.observe(flow(2), 1, 13000, t0 + 650ms).stream);
+  EXPECT_FALSE(other.observe(flow(2), 1, 13000, t0 + 900ms).stream) << "250 ms without a byte";
+  other.forget_idle(t0 + 3s);
+  EXPECT_EQ(other.size(), 0u);
+}
+
+TEST(Streams, CountsFollowTheDecidedSharesAndEveryRailGetsOne) {
+  EXPECT_EQ(stream_counts(8, {8000, 2000}), (std::vector<size_t>{6, 2}));
+  EXPECT_EQ(stream_counts(32, {8000, 2000}), (std::vector<size_t>{26, 6}));
+  EXPECT_EQ(stream_counts(2, {9500, 500}), (std::vector<size_t>{1, 1})) << "one on each";
+  EXPECT_EQ(stream_counts(1, {8000, 2000}), (std::vector<size_t>{1, 0})) << "the larger share";
+  EXPECT_EQ(stream_counts(1, {2000, 8000}), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(stream_counts(4, {10000, 0}), (std::vector<size_t>{4, 0})) << "no share, no stream";
+  EXPECT_EQ(stream_counts(3, {5000, 5000}), (std::vector<size_t>{2, 1}));
+  EXPECT_EQ(stream_counts(0, {5000, 5000}), (std::vector<size_t>{0, 0}));
+}
+
+std::vector<StreamFlow> eight_on_rail0() {
+  std::vector<StreamFlow> s;
+  for (uint16_t i = 0; i < 8; ++i) s.push_back({flow(100 + i), 0, 0, 119e6});
+  return s;
+}
+
+size_t on(const StreamPlan& p, size_t path) {
+  return static_cast<size_t>(std::count(p.path.begin(), p.path.end(), path));
+}
+
+TEST(Streams, EightStreamsOnOneRailSplitAsDecidedAndStayThere) {
+  using namespace std::chrono_literals;
+  StreamPlanner planner;
+  const auto t0 = StreamPlanner::Clock::now();
+  auto streams = eight_on_rail0();
+  auto plan = planner.plan(streams, {{8000, 2000}}, t0);
+  EXPECT_EQ(on(plan, 0), 6u);
+  EXPECT_EQ(on(plan, 1), 2u);
+  // the datapath has not moved them yet: the plan holds
+  auto again = planner.plan(streams, {{8000, 2000}}, t0 + 50ms);
+  EXPECT_EQ(again.path, plan.path);
+  // a decision that changes within the second after a move waits for it
+  auto soon = planner.plan(streams, {{5000, 5000}}, t0 + 500ms);
+  EXPECT_EQ(soon.path, plan.path);
+  auto later = planner.plan(streams, {{5000, 5000}}, t0 + 1100ms);
+  EXPECT_EQ(on(later, 0), 4u);
+  EXPECT_EQ(on(later, 1), 4u);
+  size_t kept = 0;
+  for (size_t i = 0; i < streams.size(); ++i) kept += later.path[i] == plan.path[i];
+  EXPECT_EQ(kept, 6u) << "only the two that must move move";
+}
+
+TEST(Streams, TheSlowestStreamsMoveAndOnlyToRailsWithAShare) {
+  StreamPlanner planner;
+  auto streams = eight_on_rail0();
+  streams[3].bps = 10e6;
+  streams[5].bps = 20e6;
+  auto plan = planner.plan(streams, {{8000, 2000, 0}}, StreamPlanner::Clock::now());
+  EXPECT_EQ(plan.path[3], 1u);
+  EXPECT_EQ(plan.path[5], 1u);
+  EXPECT_EQ(on(plan, 2), 0u);
+  // a class not planned (no decision given) gets no plan
+  StreamPlanner none;
+  auto p = none.plan(streams, {{}}, StreamPlanner::Clock::now());
+  EXPECT_EQ(on(p, BurstPlan::kNone), streams.size());
+}
+
+TEST(Streams, OneStreamThatCannotCarryASplitIsSaidOncePerDecision) {
+  using namespace std::chrono_literals;
+  StreamPlanner planner;
+  const auto t0 = StreamPlanner::Clock::now();
+  std::vector<StreamFlow> one{{flow(1), 0, 0, 950e6}};
+  auto p = planner.plan(one, {{8000, 2000}}, t0);
+  EXPECT_EQ(p.path, (std::vector<size_t>{0}));
+  EXPECT_TRUE(p.shortfalls.empty()) << "judged only once settled";
+  p = planner.plan(one, {{8000, 2000}}, t0 + 4s);
+  ASSERT_EQ(p.shortfalls.size(), 1u);
+  EXPECT_EQ(p.shortfalls[0].streams, 1u);
+  EXPECT_EQ(p.shortfalls[0].carried, (std::vector<uint16_t>{10000, 0}));
+  EXPECT_TRUE(planner.plan(one, {{8000, 2000}}, t0 + 5s).shortfalls.empty()) << "said once";
+  EXPECT_EQ(planner.plan(one, {{7000, 3000}}, t0 + 6s).shortfalls.size(), 1u) << "new decision";
+  // two elastic streams that fill rails of 1 Gbit and 250 Mbit carry 80/20
+  StreamPlanner two;
+  std::vector<StreamFlow> elastic{{flow(1), 0, 0, 1000e6}, {flow(2), 0, 1, 250e6}};
+  EXPECT_EQ(two.plan(elastic, {{8000, 2000}}, t0).path, (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(two.plan(elastic, {{8000, 2000}}, t0 + 4s).shortfalls.empty());
+  // the same two at a fixed 100 Mbit/s each carry half and half: said
+  elastic[0].bps = elastic[1].bps = 100e6;
+  auto half = two.plan(elastic, {{8000, 2000}}, t0 + 5s);
+  ASSERT_EQ(half.shortfalls.size(), 1u);
+  EXPECT_EQ(half.shortfalls[0].carried, (std::vector<uint16_t>{5000, 5000}));
+}
+
 }  // namespace
 }  // namespace dp

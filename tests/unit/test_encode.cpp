@@ -151,7 +151,7 @@ TEST(AbiLayout, StructSizesAreStable) {
   EXPECT_EQ(sizeof(dp_flow_key), 40u);
   EXPECT_EQ(sizeof(dp_counters), 72u);
   EXPECT_EQ(sizeof(dp_flow), 88u);  // layout 3: burst_bytes, last_burst
-  EXPECT_EQ(sizeof(dp_plan), 8u);
+  EXPECT_EQ(sizeof(dp_plan), 12u);  // layout 7: flags
   EXPECT_EQ(sizeof(dp_cell_cfg), 28u);
   EXPECT_EQ(sizeof(dp_tcp_stats), 296u);
 }

@@ -30,12 +30,15 @@ struct BurstFlow {
 struct PlannedFlow {
   dp_flow_key key{};
   BurstFlow flow;
+  uint32_t bursts = 0;  // its burst number (dp_flow.flowlet)
+  uint64_t bytes = 0;   // all it sent
 };
 
 struct BurstPlan {
   static constexpr size_t kNone = std::numeric_limits<size_t>::max();
   std::vector<size_t> path;      // per flow: where its next burst goes (kNone: nowhere planned)
   std::vector<double> finish_s;  // per path: how long its planned bursts take there
+  std::vector<bool> stream;      // per flow: a stream (StreamPlanner), moved at once
 };
 
 // Classes by priority, highest first (a lower-priority class's bursts never
@@ -86,5 +89,89 @@ class BurstSizes {
 // when it recurs 500 ms later, and a flow whose bursts shrank is planned for
 // what it sends now within about a second.
 inline constexpr std::chrono::milliseconds kBurstHalfLife{300};
+
+// ---- streams
+
+// A stream is a flow that has sent for kStreamAfter without a gap the
+// datapath calls the end of a burst: a bulk transfer (parameter or KV-cache
+// sync, a checkpoint, weights loading). Its burst has no end, so the next
+// burst that burst placement waits for never comes: a stream is placed by
+// the number of streams each rail carries instead, and the datapath moves
+// it in the middle of its burst (abi.h, DP_PLAN_F_STREAM).
+inline constexpr std::chrono::milliseconds kStreamAfter{500};
+// A stream that sent nothing for this long is not streaming now.
+inline constexpr std::chrono::milliseconds kStreamStalled{200};
+
+class Streams {
+ public:
+  using Clock = BurstSizes::Clock;
+  struct Sample {
+    bool stream = false;
+    double bps = 0;  // what it sends, bits a second (smoothed over about 250 ms)
+  };
+  // `burst` is the flow's burst number (dp_flow.flowlet) and `bytes` all it
+  // sent (dp_flow.bytes), as measured `now`.
+  Sample observe(const dp_flow_key& key, uint32_t burst, uint64_t bytes, Clock::time_point now);
+  // Forgets flows not observed for two seconds.
+  void forget_idle(Clock::time_point now);
+  size_t size() const { return seen_.size(); }
+
+ private:
+  struct Seen {
+    uint32_t burst = 0;
+    uint64_t bytes = 0;
+    Clock::time_point since, progress, at;  // burst began, last byte counted, observed
+    double bps = 0;
+  };
+  std::map<BurstSizes::Key, Seen> seen_;
+};
+
+struct StreamFlow {
+  dp_flow_key key{};
+  size_t klass = 0;
+  size_t path = BurstPlan::kNone;  // policy path it goes out on now
+  double bps = 0;
+};
+
+struct StreamPlan {
+  std::vector<size_t> path;  // per stream: where it goes (BurstPlan::kNone: no plan)
+  // A class whose streams, settled, carry more than 5 points away from its
+  // decision on some path: said once per decision, for the event log.
+  struct Shortfall {
+    size_t klass = 0;
+    size_t streams = 0;
+    std::vector<uint16_t> carried;  // per policy path, DP_SHARE_SCALE in all
+  };
+  std::vector<Shortfall> shortfalls;
+};
+
+// Streams of a class split over its rails in the proportions of its decided
+// shares, by count (largest remainder; every rail with a share gets one
+// while there are enough). Elastic streams that fill their rails then carry
+// the rails' capacities, which is what a spill decides; streams of a fixed
+// rate carry their count's share. A stream keeps the rail it was planned for
+// while the counts hold, and a class's streams move at most once a second.
+class StreamPlanner {
+ public:
+  using Clock = BurstSizes::Clock;
+  // `decided`: per policy class, per policy path, its decided share
+  // (DP_SHARE_SCALE in all; empty for a class not planned).
+  StreamPlan plan(const std::vector<StreamFlow>& streams,
+                  const std::vector<std::vector<uint16_t>>& decided, Clock::time_point now);
+
+ private:
+  struct ClassState {
+    Clock::time_point since;      // its streams were first planned
+    Clock::time_point moved{};    // its streams last moved
+    std::vector<uint16_t> noted;  // the decision last said not carried
+  };
+  std::map<BurstSizes::Key, size_t> planned_;
+  std::map<size_t, ClassState> classes_;
+};
+
+// How many of `n` streams each path carries for the shares `decided`
+// (largest remainder; each path with a share gets at least one while n is
+// at least the number of such paths).
+std::vector<size_t> stream_counts(size_t n, const std::vector<uint16_t>& decided);
 
 }  // namespace dp

@@ -206,7 +206,7 @@ class Datapath {
   std::vector<int> rail_slot_;
   std::vector<dp_police> police_;  // per rail slot, as written (lock and bucket zero)
   // dp_plans as this process wrote it (read back once: a restart adopts it)
-  std::map<FlowKeyBytes, uint32_t> plans_;  // flow key -> rail slot
+  std::map<FlowKeyBytes, std::pair<uint32_t, uint32_t>> plans_;  // flow key -> rail slot, flags
   bool plans_read_ = false;
   uint32_t plan_version_ = 0;
   // burst_flows' sweep: where it stands and the flows it found so far
@@ -215,6 +215,8 @@ class Datapath {
     uint32_t cls;  // class slot
     uint32_t rail;
     uint64_t burst;
+    uint32_t bursts;  // the flow's burst number
+    uint64_t bytes;
   };
   Map<dp_flow_key, dp_flow>::Cursor sweep_;
   std::vector<SweptFlow> swept_;
