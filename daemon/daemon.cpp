@@ -290,6 +290,7 @@ void Daemon::tick() {
   auto in = measurements_.tick_input(policy_, *datapath_);
   note_class_tx(in.class_tx_bytes, began);
   carry_out(controller_.tick(in));
+  note_carried(in, began);
   resync_routing(began);
   place_bursts();
   keep_reserves(began);
@@ -393,6 +394,14 @@ void Daemon::place_bursts() {
   if (auto r = datapath_->write_plans(*flows, plan); !r)
     spdlog::warn("writing the burst plans failed: {}", r.error().what());
   plans_written_ = true;
+}
+
+// What each path carried of each class under the decision now written.
+void Daemon::note_carried(const TickInput& in, std::chrono::steady_clock::time_point now) {
+  std::vector<std::vector<uint16_t>> decided;
+  for (size_t c = 0; c < policy_.classes.size(); ++c)
+    decided.push_back(controller_.written_shares(c));
+  state_.carried.observe(decided, in.class_path_tx_bytes, now);
 }
 
 // When each class last sent at more than 1% of its smallest reserve: a

@@ -47,7 +47,12 @@ MetricsView metrics_view(const Node& n) {
       bool unclassified = c == pol.classes.size();
       auto cslot = unclassified ? DP_CLASS_UNCLASSIFIED : dpath.class_slot(c);
       v.classes.push_back({pol.paths[i].name, unclassified ? "unclassified" : pol.classes[c].name,
-                           counters[slot][cslot], tcp[slot][cslot]});
+                           counters[slot][cslot], tcp[slot][cslot], std::nullopt, std::nullopt});
+      if (unclassified) continue;
+      const Shares& w = n.controller().written_shares(c);
+      if (i < w.size()) v.classes.back().decided = static_cast<double>(w[i]) / DP_SHARE_SCALE;
+      if (auto k = st.carried.carried(c); k && i < k->share.size())
+        v.classes.back().carried = static_cast<double>(k->share[i]) / DP_SHARE_SCALE;
     }
   }
   for (auto& [key, count] : n.events().switches())

@@ -21,6 +21,7 @@
 
 #include "control_server.h"
 #include "dualpath/core/bursts.h"
+#include "dualpath/core/carried.h"
 #include "dualpath/core/controller.h"
 #include "dualpath/core/event_log.h"
 #include "dualpath/core/metrics.h"
@@ -47,6 +48,8 @@ struct NodeState {
   // per policy class: when it last sent anything (reserves count only then)
   std::vector<uint64_t> class_tx_bytes;
   std::vector<std::chrono::steady_clock::time_point> class_tx_at;
+  // per policy class: the shares each path carried under its decision
+  CarriedShares carried;
 };
 
 // The daemon as the commands and the metrics see it (the Daemon implements it).

@@ -185,8 +185,17 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
   auto& hist = b.family("dualpath_tcp_rtt_seconds",
                         "TCP smoothed RTT at each RTT sample (sockops), log2 buckets",
                         MetricType::Histogram);
+  auto& dsh =
+      b.family("dualpath_class_decided_share_ratio",
+               "the share of a class the scheduler's decision gives a path", MetricType::Gauge);
+  auto& csh = b.family("dualpath_class_carried_share_ratio",
+                       "the share of a class's bytes a path carried under its decision (since "
+                       "the decision, at most the last minute; absent below 1 MiB)",
+                       MetricType::Gauge);
   for (const auto& c : v.classes) {
     std::vector<ClientMetric::Label> l{L("class", c.klass), L("path", c.path)};
+    if (c.decided) Builder::add(dsh, l, *c.decided);
+    if (c.carried) Builder::add(csh, l, *c.carried);
     Builder::add(ctx, l, static_cast<double>(c.counters.tx_bytes));
     Builder::add(ctp, l, static_cast<double>(c.counters.tx_packets));
     Builder::add(crx, l, static_cast<double>(c.counters.rx_bytes));

@@ -175,6 +175,13 @@ json render_class(const ClassView& v) {
     reserve = json::object();
     for (const auto& p : v.paths) reserve[p.name] = cs.reserve_on(p.capacity_bps);
   }
+  // beside the decided shares: what the paths carried under the decision
+  json carried = nullptr;
+  if (v.carried) {
+    carried = json::object();
+    for (size_t i = 0; i < v.paths.size() && i < v.carried->share.size(); ++i)
+      carried[v.paths[i].name] = 100.0 * v.carried->share[i] / DP_SHARE_SCALE;
+  }
   json cgroups = json::array();
   for (const auto& g : v.cgroups)
     cgroups.push_back({{"rule", g.rule},
@@ -193,6 +200,9 @@ json render_class(const ClassView& v) {
       {"prefer", cs.prefer},
       {"rail", rail ? json(*rail) : json(nullptr)},
       {"shares", shares},
+      {"carried_shares", carried},
+      {"carried_bytes", v.carried ? json(v.carried->bytes) : json(nullptr)},
+      {"carried_seconds", v.carried ? json(v.carried->seconds) : json(nullptr)},
       {"pinned", (d.flags & DP_DECISION_F_PINNED) != 0},
       {"pinned_by", (d.flags & kOperatorPinned) ? "operator" : (cs.pinned ? "policy" : "")},
       {"tx_bytes", tx_total},

@@ -40,7 +40,7 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
   v.policy_hash = "00112233aabbccdd";
   v.paths.push_back({"rail0", 1'000'000'000, &m, {}, "holddown", 0, 2, "up"});
   v.paths.push_back({"rail1", 250'000'000, nullptr, {}, "up", 1, 0, ""});
-  dp::MetricsView::Class c{"rail0", "control", {}, {}};
+  dp::MetricsView::Class c{"rail0", "control", {}, {}, 0.8, 0.97};
   c.counters.tx_bytes = 4242;
   c.tcp.rtt_us[7] = 90;
   c.tcp.rtt_us[20] = 1;
@@ -88,6 +88,11 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
   auto* tx = find(fs, "dualpath_class_transmit_bytes_total");
   ASSERT_TRUE(tx);
   EXPECT_EQ(tx->metric[0].counter.value, 4242);
+  auto* decided = find(fs, "dualpath_class_decided_share_ratio");
+  auto* carried = find(fs, "dualpath_class_carried_share_ratio");
+  ASSERT_TRUE(decided && carried);
+  EXPECT_EQ(decided->metric[0].gauge.value, 0.8);
+  EXPECT_EQ(carried->metric[0].gauge.value, 0.97);
 
   auto* h = find(fs, "dualpath_tcp_rtt_seconds");
   ASSERT_TRUE(h);

@@ -26,6 +26,11 @@ int cmd_class_list(const Globals& g) {
         if (v.get<double>() > 0)
           rail += fmt::format("{}{}:{:.0f}%", rail.empty() ? "" : ",", k, v.get<double>());
     }
+    // what the rails carried under the decision, "-" until there is enough
+    std::string carried;
+    if (const json cs = c.value("carried_shares", json(nullptr)); cs.is_object())
+      for (auto& [k, v] : cs.items())
+        carried += fmt::format("{}{}:{:.0f}%", carried.empty() ? "" : ",", k, v.get<double>());
     std::string by_path;
     for (auto& [k, v] : c["tx_bytes_by_path"].items())
       by_path +=
@@ -67,10 +72,11 @@ int cmd_class_list(const Globals& g) {
                     c["mark"].is_null() ? "-" : fmt::format("{:#x}", c["mark"].get<uint32_t>()),
                     rto.is_number() ? fmt::format("{:g}ms", rto.get<double>()) : "-",
                     reserve.empty() ? "-" : reserve,
-                    rail + (c["pinned"].get<bool>() ? " (pinned)" : ""), by_path});
+                    rail + (c["pinned"].get<bool>() ? " (pinned)" : ""),
+                    carried.empty() ? "-" : carried, by_path});
   }
   print_table({"CLASS", "KIND", "PRIO", "PORTS", "CGROUPS", "MARK", "RTO MIN", "RESERVE", "RAIL",
-               "TX BYTES"},
+               "CARRIED", "TX BYTES"},
               rows);
   return 0;
 }

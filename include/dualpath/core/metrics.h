@@ -60,6 +60,9 @@ struct MetricsView {
     std::string path, klass;  // klass "unclassified" for the unclassified slot
     dp_counters counters{};
     TcpCounters tcp;
+    // the class's decided share on the path, and what the path carried of
+    // it under that decision (CarriedShares; 0..1, nullopt: none)
+    std::optional<double> decided, carried;
   };
   std::vector<Path> paths;
   std::vector<Class> classes;

@@ -13,6 +13,7 @@
 
 #include "dualpath/abi.h"
 #include "dualpath/core/bfd.h"
+#include "dualpath/core/carried.h"
 #include "dualpath/core/health.h"
 #include "dualpath/core/measure.h"
 #include "dualpath/core/policy.h"
@@ -69,6 +70,8 @@ struct ClassView {
     uint64_t id = 0;   // 0: absent now
   };
   std::vector<Cgroup> cgroups;
+  // what each path carried of it under its decision (nullopt: too little yet)
+  std::optional<CarriedShares::Carried> carried;
 };
 // An element of class.list.
 json render_class(const ClassView& v);
