@@ -345,7 +345,7 @@ void Daemon::place_bursts() {
   const auto now = BurstSizes::Clock::now();
   for (size_t i = 0; i < flows->size(); ++i) {
     const PlannedFlow& f = (*flows)[i];
-    auto s = streams_.observe(f.key, f.bursts, f.bytes, now);
+    auto s = streams_.observe(f.key, f.bursts, f.bytes, f.flags, now);
     if (s.stream) {
       streams.push_back({f.key, f.flow.klass, f.flow.path, s.bps});
       stream_of.push_back(i);

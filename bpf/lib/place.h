@@ -204,13 +204,17 @@ static __always_inline __u32 dp_burst_begins(const struct dp_place_in *in, struc
 					     const struct dp_flow_key *key, __u64 idle_ns,
 					     __u32 target)
 {
-	__u32 planned = in->split ? dp_planned_rail(key, in->d) : DP_RAIL_NONE;
+	const struct dp_plan *p = in->split ? bpf_map_lookup_elem(&dp_plans, key) : 0;
+	__u32 planned = dp_plan_rail(p, in->d);
 
 	f->last_burst = f->burst_bytes;
 	f->burst_bytes = 0;
 	f->flowlet += 1;
-	f->flags &= ~DP_FLOW_F_OVERFLOW;
-	if (planned != DP_RAIL_NONE) {
+	f->flags &= ~(DP_FLOW_F_OVERFLOW | DP_FLOW_F_STREAM);
+	if (p && (p->flags & DP_PLAN_F_STREAM)) {
+		/* a stream: its plan is where it goes, whatever it has queued */
+		f->flags |= DP_FLOW_F_STREAM;
+	} else if (planned != DP_RAIL_NONE) {
 		__u64 unsent = 0, in_flight = 0, srtt_ns = 0;
 		__u32 main = dp_main_rail(in->d);
 
@@ -228,12 +232,13 @@ static __always_inline __u32 dp_burst_begins(const struct dp_place_in *in, struc
 }
 
 /* Bursts: inside a burst the flow stays where the burst began, with two
- * exceptions. A stream (its plan says DP_PLAN_F_STREAM: no gap will come)
- * follows its plan, looked up every DP_STREAM_STEP bytes it sends, and
- * nothing else. A burst that outgrew the plan (its flow's last burst was much
- * smaller: the plan put it on a rail for less than it carries) finishes on
- * the class's main rail: a move reorders what is queued behind it once, where
- * staying would hold the whole round back. */
+ * exceptions. A stream (its plan says DP_PLAN_F_STREAM) follows its plan,
+ * looked up every DP_STREAM_STEP bytes the flow sends (a stream without gaps
+ * never begins another burst), and nothing else moves it. A burst that
+ * outgrew the plan (its flow's last burst was much smaller: the plan put it
+ * on a rail for less than it carries) finishes on the class's main rail: a
+ * move reorders what is queued behind it once, where staying would hold the
+ * whole round back. */
 static __always_inline __u32 dp_burst_continues(const struct dp_place_in *in, struct dp_flow *f,
 						const struct dp_flow_key *key, __u32 target)
 {
@@ -241,23 +246,23 @@ static __always_inline __u32 dp_burst_continues(const struct dp_place_in *in, st
 
 	if (!in->split)
 		return target;
-	if ((f->burst_bytes >> DP_STREAM_STEP_SHIFT) !=
-	    ((f->burst_bytes + in->len) >> DP_STREAM_STEP_SHIFT)) {
+	if ((f->bytes >> DP_STREAM_STEP_SHIFT) != ((f->bytes + in->len) >> DP_STREAM_STEP_SHIFT)) {
 		const struct dp_plan *p = bpf_map_lookup_elem(&dp_plans, key);
 
 		if (p && (p->flags & DP_PLAN_F_STREAM)) {
 			__u32 planned = dp_plan_rail(p, in->d);
 
-			/* the plan has the stream: no overflow to the main rail */
-			f->flags |= DP_FLOW_F_OVERFLOW;
+			f->flags |= DP_FLOW_F_STREAM;
 			if (planned != DP_RAIL_NONE && planned != target) {
 				dp_flow_move(f, planned, in->cls);
 				target = planned;
 			}
-			return target;
+		} else {
+			f->flags &= ~DP_FLOW_F_STREAM;
 		}
 	}
-	if ((f->flags & DP_FLOW_F_OVERFLOW) || !dp_burst_outgrows(f->burst_bytes, f->last_burst))
+	if ((f->flags & (DP_FLOW_F_OVERFLOW | DP_FLOW_F_STREAM)) ||
+	    !dp_burst_outgrows(f->burst_bytes, f->last_burst))
 		return target;
 	main = dp_main_rail(in->d);
 	f->flags |= DP_FLOW_F_OVERFLOW;

@@ -93,7 +93,7 @@ void BurstSizes::forget_idle(Clock::time_point now) {
 }
 
 Streams::Sample Streams::observe(const dp_flow_key& key, uint32_t burst, uint64_t bytes,
-                                 Clock::time_point now) {
+                                 uint8_t flags, Clock::time_point now) {
   auto [it, fresh] = seen_.try_emplace(key_of(key), Seen{burst, bytes, now, now, now, 0});
   Seen& s = it->second;
   if (!fresh) {
@@ -103,7 +103,8 @@ Streams::Sample Streams::observe(const dp_flow_key& key, uint32_t burst, uint64_
       s.bps += (inst - s.bps) * (1 - std::exp(-dt / kRateTau));
     }
     if (bytes != s.bytes) s.progress = now;
-    if (burst != s.burst) s.since = now;  // a gap ended a burst: not a stream (yet)
+    // a gap ended a burst that fit its plan: bursts, not a stream (yet)
+    if (burst != s.burst && !(flags & (DP_FLOW_F_OVERFLOW | DP_FLOW_F_STREAM))) s.since = now;
     s.burst = burst;
     s.bytes = bytes;
     s.at = now;

@@ -291,6 +291,8 @@ json render_flows(const std::vector<FlowRow>& rows, size_t total,
         {"flowlets", r.flow.flowlet},
         {"burst_bytes", r.flow.burst_bytes},
         {"last_burst_bytes", r.flow.last_burst},
+        // placed as a stream (by count, moved while it sends), not by bursts
+        {"stream", (r.flow.flags & DP_FLOW_F_STREAM) != 0},
         {"idle_s", now_ns > r.flow.last_seen_ns
                        ? static_cast<double>(now_ns - r.flow.last_seen_ns) / 1e9
                        : 0.0},

@@ -610,7 +610,7 @@ std::optional<std::vector<PlannedFlow>> Datapath::burst_flows(const std::vector<
     if (f.last_seen_ns + since < now || !f.packets || f.bytes / f.packets < kMinMeanPacket) return;
     uint64_t burst = std::max(f.last_burst, f.burst_bytes);
     if (burst < kMinBurst) return;
-    swept_.push_back({k, f.cls, f.rail, burst, f.flowlet, f.bytes});
+    swept_.push_back({k, f.cls, f.rail, burst, f.flowlet, f.bytes, f.flags});
   });
   if (!done) return std::nullopt;
 
@@ -633,7 +633,8 @@ std::optional<std::vector<PlannedFlow>> Datapath::burst_flows(const std::vector<
           {f.key,
            {klass[f.cls], f.rail < DP_MAX_RAILS ? path[f.rail] : BurstPlan::kNone, f.burst},
            f.bursts,
-           f.bytes});
+           f.bytes,
+           f.flags});
   swept_.clear();
   return out;
 }

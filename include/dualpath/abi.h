@@ -288,6 +288,9 @@ enum dp_flow_flags {
   /* bursts: this burst outgrew what the flow's last one said, and moved to
    * the class's main rail (once per burst) */
   DP_FLOW_F_OVERFLOW = 1u << 1,
+  /* bursts: the flow is a stream (its plan says DP_PLAN_F_STREAM): it goes
+   * where its plan says, at a burst's start and every DP_STREAM_STEP bytes */
+  DP_FLOW_F_STREAM = 1u << 2,
 };
 
 /* dp_flows: LRU_HASH. Addresses are IPv4-mapped for IPv4 (::ffff:a.b.c.d). */

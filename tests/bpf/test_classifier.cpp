@@ -765,7 +765,7 @@ TEST_F(Bursts, ABurstThatOutgrowsItsPlanFinishesOnTheMainRail) {
 }
 
 // A stream (DP_PLAN_F_STREAM): a burst without end follows its plan at the
-// next MiB it sends, without waiting for a gap.
+// next MiB it sends, without waiting for a gap, and a new burst at once.
 TEST_F(Bursts, AStreamFollowsItsPlanInTheMiddleOfItsBurst) {
   set_shares(kParamSync, 10000, 0);
   PacketSpec s = big(tcp4(45400, 52001));
@@ -785,6 +785,17 @@ TEST_F(Bursts, AStreamFollowsItsPlanInTheMiddleOfItsBurst) {
   sent = 0;
   while (egress(s).ret == TC_ACT_REDIRECT) ASSERT_LT(++sent * len, mib + len) << "and back";
   EXPECT_EQ(flow(s).replacements, 2u);
+  EXPECT_TRUE(flow(s).flags & DP_FLOW_F_STREAM);
+  // where a burst begins, a stream goes where its plan says at once
+  plan(s, 1, DP_PLAN_F_STREAM);
+  idle();
+  EXPECT_EQ(egress(s).ret, TC_ACT_REDIRECT);
+  EXPECT_EQ(flow(s).replacements, 3u);
+  // a plan that is no longer a stream's: bursts again, from the next one
+  plan(s, 0);
+  idle();
+  EXPECT_EQ(egress(s).ret, DP_PASS);
+  EXPECT_FALSE(flow(s).flags & DP_FLOW_F_STREAM);
 }
 
 TEST_F(Bursts, WithoutAPlanOrARailTheDecisionOpensAFlowStays) {

@@ -163,20 +163,33 @@ TEST(Streams, AFlowIsAStreamAfterHalfASecondWithoutAGap) {
   uint64_t bytes = 0;
   Streams::Sample s;
   for (int tick = 0; tick <= 20; ++tick) {  // 20 ticks of 50 ms at 100 Mbit/s
-    s = streams.observe(flow(1), 1, bytes, t0 + tick * 50ms);
+    s = streams.observe(flow(1), 1, bytes, 0, t0 + tick * 50ms);
     EXPECT_EQ(s.stream, tick >= 10) << "tick " << tick;
     bytes += 625'000;
   }
   EXPECT_NEAR(s.bps, 100e6, 15e6) << "its rate, smoothed";
-  s = streams.observe(flow(1), 2, bytes, t0 + 1050ms);
+  s = streams.observe(flow(1), 2, bytes, 0, t0 + 1050ms);
   EXPECT_FALSE(s.stream) << "a gap ended its burst: bursts again";
   // a flow that stopped sending is not streaming, whatever its burst
   Streams other;
-  for (int tick = 0; tick <= 12; ++tick) other.observe(flow(2), 1, 1000u * tick, t0 + tick * 50ms);
-  EXPECT_TRUE(other.observe(flow(2), 1, 13000, t0 + 650ms).stream);
-  EXPECT_FALSE(other.observe(flow(2), 1, 13000, t0 + 900ms).stream) << "250 ms without a byte";
+  for (int tick = 0; tick <= 12; ++tick)
+    other.observe(flow(2), 1, 1000u * tick, 0, t0 + tick * 50ms);
+  EXPECT_TRUE(other.observe(flow(2), 1, 13000, 0, t0 + 650ms).stream);
+  EXPECT_FALSE(other.observe(flow(2), 1, 13000, 0, t0 + 900ms).stream) << "250 ms without a byte";
   other.forget_idle(t0 + 3s);
   EXPECT_EQ(other.size(), 0u);
+  // a bulk sender whose transport makes gaps: a burst a look, each one
+  // outgrowing its plan (the socket held more): a stream all the same
+  Streams gaps;
+  for (uint32_t tick = 0; tick <= 10; ++tick) {
+    s = gaps.observe(flow(3), 100 + 7 * tick, 625'000u * tick, DP_FLOW_F_OVERFLOW,
+                     t0 + tick * 50ms);
+    EXPECT_EQ(s.stream, tick >= 10) << "tick " << tick;
+  }
+  // bursts that fit their plans do not make a stream, however often
+  Streams moe;
+  for (uint32_t tick = 0; tick <= 20; ++tick)
+    EXPECT_FALSE(moe.observe(flow(4), 100 + 3 * tick, 400'000u * tick, 0, t0 + tick * 50ms).stream);
 }
 
 TEST(Streams, CountsFollowTheDecidedSharesAndEveryRailGetsOne) {

@@ -32,6 +32,7 @@ struct PlannedFlow {
   BurstFlow flow;
   uint32_t bursts = 0;  // its burst number (dp_flow.flowlet)
   uint64_t bytes = 0;   // all it sent
+  uint8_t flags = 0;    // dp_flow.flags
 };
 
 struct BurstPlan {
@@ -92,12 +93,15 @@ inline constexpr std::chrono::milliseconds kBurstHalfLife{300};
 
 // ---- streams
 
-// A stream is a flow that has sent for kStreamAfter without a gap the
-// datapath calls the end of a burst: a bulk transfer (parameter or KV-cache
-// sync, a checkpoint, weights loading). Its burst has no end, so the next
-// burst that burst placement waits for never comes: a stream is placed by
-// the number of streams each rail carries instead, and the datapath moves
-// it in the middle of its burst (abi.h, DP_PLAN_F_STREAM).
+// A stream is a bulk transfer (parameter or KV-cache sync, a checkpoint,
+// weights loading): a flow that has sent at every look for kStreamAfter and,
+// at every look, was in the same burst as at the last (no gap) or in a burst
+// that outgrew its plan (the socket always holds more than the plan was
+// for). Burst placement cannot place it: a stream without gaps never begins
+// the next burst a plan is for, and one whose transport makes gaps always
+// outgrows its plan and goes to the class's main rail. So a stream is
+// placed by the number of streams each rail carries instead, and the
+// datapath moves it wherever it is in its bursts (abi.h, DP_PLAN_F_STREAM).
 inline constexpr std::chrono::milliseconds kStreamAfter{500};
 // A stream that sent nothing for this long is not streaming now.
 inline constexpr std::chrono::milliseconds kStreamStalled{200};
@@ -109,9 +113,10 @@ class Streams {
     bool stream = false;
     double bps = 0;  // what it sends, bits a second (smoothed over about 250 ms)
   };
-  // `burst` is the flow's burst number (dp_flow.flowlet) and `bytes` all it
-  // sent (dp_flow.bytes), as measured `now`.
-  Sample observe(const dp_flow_key& key, uint32_t burst, uint64_t bytes, Clock::time_point now);
+  // `burst` is the flow's burst number (dp_flow.flowlet), `bytes` all it
+  // sent (dp_flow.bytes) and `flags` dp_flow.flags, as measured `now`.
+  Sample observe(const dp_flow_key& key, uint32_t burst, uint64_t bytes, uint8_t flags,
+                 Clock::time_point now);
   // Forgets flows not observed for two seconds.
   void forget_idle(Clock::time_point now);
   size_t size() const { return seen_.size(); }
@@ -120,7 +125,7 @@ class Streams {
   struct Seen {
     uint32_t burst = 0;
     uint64_t bytes = 0;
-    Clock::time_point since, progress, at;  // burst began, last byte counted, observed
+    Clock::time_point since, progress, at;  // bulk since, last byte counted, observed
     double bps = 0;
   };
   std::map<BurstSizes::Key, Seen> seen_;

@@ -217,6 +217,7 @@ class Datapath {
     uint64_t burst;
     uint32_t bursts;  // the flow's burst number
     uint64_t bytes;
+    uint8_t flags;  // dp_flow.flags
   };
   Map<dp_flow_key, dp_flow>::Cursor sweep_;
   std::vector<SweptFlow> swept_;
