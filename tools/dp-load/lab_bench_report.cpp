@@ -63,14 +63,18 @@ json run_shares(const json& r) {
     for (auto& [name, c] : classes.items()) {
       auto [s, total] = pct(c["tx_bytes_by_path"]);
       if (total <= 0 || total < 0.1 * both[name]) continue;
-      // NaN when the daemon's shares were not read
-      double off = c["shares"].empty() ? NAN : 0;
-      for (auto& [rail, v] : s.items()) {
-        double d = c["shares"].contains(rail) ? c["shares"][rail].get<double>() : 0;
-        off = std::fmax(off, std::fabs(v.get<double>() - d));
+      json one = {{"carried", s}, {"bytes", total}};
+      // without the daemon's shares (none read) nothing to compare
+      if (c["shares"].is_object() && !c["shares"].empty()) {
+        double off = 0;
+        for (auto& [rail, v] : s.items()) {
+          double d = c["shares"].contains(rail) ? c["shares"][rail].get<double>() : 0;
+          off = std::max(off, std::fabs(v.get<double>() - d));
+        }
+        one["decided"] = c["shares"];
+        one["off_pp"] = off;
       }
-      out[node + "/" + name] = {
-          {"carried", s}, {"decided", c["shares"]}, {"off_pp", off}, {"bytes", total}};
+      out[node + "/" + name] = one;
     }
   return out;
 }
@@ -158,8 +162,12 @@ void print_table(const std::vector<json>& sums, bool faults) {
     auto v = [&](const char* k) {
       return s.contains(k) && s[k].is_number() ? s[k].get<double>() : NAN;
     };
-    double gr = single ? v("goodput_bps") / (*single)["goodput_bps"].get<double>() : NAN;
-    double pr = single ? v("step_p99_ms") / (*single)["step_p99_ms"].get<double>() : NAN;
+    auto of_single = [&](const char* k) {  // NaN: no single, or it lacks the figure (bulk: steps)
+      return single && single->contains(k) && (*single)[k].is_number() ? (*single)[k].get<double>()
+                                                                       : NAN;
+    };
+    double gr = v("goodput_bps") / of_single("goodput_bps");
+    double pr = v("step_p99_ms") / of_single("step_p99_ms");
     // a workload without MoE steps (bulk) has no step times: "-"
     auto ms = [](double x) {
       return std::isnan(x) ? fmt::format("{:>9}", "-") : fmt::format("{:7.1f}ms", x);
@@ -294,7 +302,7 @@ json print_goals(const std::vector<json>& sums, const Opts& o, const std::string
         if (judged(val, total) && val["off_pp"].is_number() &&
             !(val["off_pp"].get<double>() <= worst)) {
           worst = val["off_pp"].get<double>();
-          which = fmt::format("{} {} pp: carried {}, decided {}", key, worst,
+          which = fmt::format("{} {:.1f} pp: carried {}, decided {}", key, worst,
                               rails_pct(val["carried"]), rails_pct(val["decided"]));
         }
     }
