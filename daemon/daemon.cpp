@@ -338,14 +338,18 @@ void Daemon::place_bursts() {
   // read: the plans written stay until then.
   auto flows = datapath_->burst_flows(planned, std::chrono::seconds(2));
   if (!flows) return;
-  // streams (no gap comes to place them at) by count, the rest by bursts
+  // streams (no gap comes to place them at) by count, the rest by bursts;
+  // in the separate topology a connection stays where it was made, stream
+  // or not (CarriedShares and class list show what that carries)
+  const bool streams_move = policy_.topology == Topology::Shared;
   std::vector<BurstFlow> bursts;
   std::vector<StreamFlow> streams;
   std::vector<size_t> burst_of, stream_of;  // index in *flows
   const auto now = BurstSizes::Clock::now();
   for (size_t i = 0; i < flows->size(); ++i) {
     const PlannedFlow& f = (*flows)[i];
-    auto s = streams_.observe(f.key, f.bursts, f.bytes, f.flags, now);
+    auto s =
+        streams_move ? streams_.observe(f.key, f.bursts, f.bytes, f.flags, now) : Streams::Sample{};
     if (s.stream) {
       streams.push_back({f.key, f.flow.klass, f.flow.path, s.bps});
       stream_of.push_back(i);
@@ -400,7 +404,7 @@ void Daemon::place_bursts() {
 void Daemon::note_carried(const TickInput& in, std::chrono::steady_clock::time_point now) {
   std::vector<std::vector<uint16_t>> decided;
   for (size_t c = 0; c < policy_.classes.size(); ++c)
-    decided.push_back(controller_.written_shares(c));
+    decided.push_back(controller_.decided_shares(c));
   state_.carried.observe(decided, in.class_path_tx_bytes, now);
 }
 

@@ -176,6 +176,9 @@ json render_class(const ClassView& v) {
     for (const auto& p : v.paths) reserve[p.name] = cs.reserve_on(p.capacity_bps);
   }
   // beside the decided shares: what the paths carried under the decision
+  json decided = json::object();
+  for (size_t i = 0; i < v.paths.size() && i < v.decided.size(); ++i)
+    decided[v.paths[i].name] = 100.0 * v.decided[i] / DP_SHARE_SCALE;
   json carried = nullptr;
   if (v.carried) {
     carried = json::object();
@@ -200,6 +203,7 @@ json render_class(const ClassView& v) {
       {"prefer", cs.prefer},
       {"rail", rail ? json(*rail) : json(nullptr)},
       {"shares", shares},
+      {"decided_shares", decided},
       {"carried_shares", carried},
       {"carried_bytes", v.carried ? json(v.carried->bytes) : json(nullptr)},
       {"carried_seconds", v.carried ? json(v.carried->seconds) : json(nullptr)},

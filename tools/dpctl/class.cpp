@@ -26,7 +26,8 @@ int cmd_class_list(const Globals& g) {
         if (v.get<double>() > 0)
           rail += fmt::format("{}{}:{:.0f}%", rail.empty() ? "" : ",", k, v.get<double>());
     }
-    // what the rails carried under the decision, "-" until there is enough
+    // what the rails carried under the decision (decided_shares), "-" until
+    // there is enough
     std::string carried;
     if (const json cs = c.value("carried_shares", json(nullptr)); cs.is_object())
       for (auto& [k, v] : cs.items())

@@ -158,6 +158,10 @@ class Controller {
   const std::optional<Plan::Cells>& cells() const { return cells_; }
   // What the decision map holds for a policy class (empty before a write).
   const Shares& written_shares(size_t klass) const { return written_.at(klass); }
+  // What the decision gives each path: the written shares before the
+  // separate topology leans new connections toward the rails that got less
+  // than their share (== written_shares in the shared topology).
+  const Shares& decided_shares(size_t klass) const { return written_health_.at(klass); }
   size_t paths_carrying() const;
   // Ticks in which a rail's flows had an RTO and retransmitted over 10%, and
   // data-path evidence did not take it for a failure: the rail was busy and

@@ -70,7 +70,11 @@ struct ClassView {
     uint64_t id = 0;   // 0: absent now
   };
   std::vector<Cgroup> cgroups;
-  // what each path carried of it under its decision (nullopt: too little yet)
+  // what its decision gives each path (per policy path, DP_SHARE_SCALE in
+  // all; in the separate topology `decision` leans new connections toward
+  // the rails that got less), and what each path carried of it under that
+  // decision (nullopt: too little yet)
+  std::vector<uint16_t> decided;
   std::optional<CarriedShares::Carried> carried;
 };
 // An element of class.list.
