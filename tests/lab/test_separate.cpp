@@ -1480,6 +1480,69 @@ TEST_F(Separate, AUdpServerBoundToOneRailsAddressAnswersWhatIsPlacedOnTheOther) 
   EXPECT_EQ(handovers_on_b("rail1"), handed);
 }
 
+// In the separate topology a connection stays where it was made, so a
+// decision is carried by the connections made after it. One stream of
+// param-sync (elastic, prefers rail1 at 250 Mbit/s) fills rail1 and the
+// scheduler spills the class to rail0; eight connections made then lean
+// toward the rail that carried less than its decided share, and the rails
+// carry about the decided shares. Without that lean (by count alone) two of
+// the eight would join the stream on rail1.
+TEST_F(Separate, ConnectionsMadeAfterASpillCarryItsDecision) {
+  if (lab::sh("command -v iperf3").rc != 0) GTEST_SKIP() << "iperf3 is not installed";
+  const std::string file = lab::g_policies + "/lab-sep-a.toml";
+  const std::string static_policy = lab::read_file(file);
+  lab::write_file(file, std::regex_replace(static_policy, std::regex("mode = \"static\""),
+                                           "mode = \"adaptive\""));
+  json rl = lab::dpctl("a", "policy reload");
+  ASSERT_TRUE(rl.contains("hash")) << rl.dump();
+  lab::dpctl("a", "class unpin param-sync");  // whatever earlier tests did
+  const uint64_t since = lab::dpctl("a", "events")["last"].get<uint64_t>();
+  pid_t s1 = lab::spawn_in_ns("dpl-b", {"iperf3", "-s", "-1", "-p", "52100"},
+                              g_policies + "/iperf-s1.log");
+  pid_t s2 = lab::spawn_in_ns("dpl-b", {"iperf3", "-s", "-1", "-p", "52101"},
+                              g_policies + "/iperf-s2.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pid_t one = lab::spawn_in_ns("dpl-a", {"iperf3", "-c", kB4[0], "-p", "52100", "-t", "14"},
+                               g_policies + "/iperf-c1.log");
+  json spill;
+  for (int i = 0; i < 60 && spill.is_null(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    json reply = lab::dpctl("a", "events --since " + std::to_string(since));
+    for (auto& e : reply["events"])
+      if (e["class"] == "param-sync" && e["kind"] == "spill") spill = e;
+  }
+  pid_t eight = -1;
+  json c;
+  if (!spill.is_null()) {
+    eight =
+        lab::spawn_in_ns("dpl-a", {"iperf3", "-c", kB4[0], "-p", "52101", "-P", "8", "-t", "10"},
+                         g_policies + "/iperf-c8.log");
+    for (int i = 0; i < 80; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      c = klass("a", "param-sync");
+      if (c["carried_shares"].is_object() && c["carried_seconds"].get<double>() >= 4) break;
+    }
+  }
+  json events = lab::dpctl("a", "events --since " + std::to_string(since));
+  if (eight > 0) lab::stop_child(eight);
+  lab::stop_child(one);
+  lab::stop_child(s2);
+  lab::stop_child(s1);
+  lab::write_file(file, static_policy);
+  lab::dpctl("a", "policy reload");
+
+  ASSERT_FALSE(spill.is_null()) << "no spill: " << events.dump();
+  ASSERT_TRUE(c["carried_shares"].is_object()) << c.dump() << events.dump();
+  const double decided = c["decided_shares"]["rail0"].get<double>();
+  const double carried = c["carried_shares"]["rail0"].get<double>();
+  std::printf(
+      "    separate topology: param-sync rail0 decided %.0f%%, carried %.1f%% over %.1f s\n",
+      decided, carried, c["carried_seconds"].get<double>());
+  EXPECT_GT(decided, 0) << c.dump();
+  EXPECT_NEAR(carried, decided, 15) << c.dump() << events.dump();
+  EXPECT_GE(c["connections_by_path"]["rail0"].get<uint64_t>(), 1u) << c.dump();
+}
+
 TEST_F(Separate, MetricsCountPlacementsAndResets) {
   auto m = sh(nsenter("dpl-a") + "curl -s http://127.0.0.1:9464/metrics");
   EXPECT_NE(m.out.find("dualpath_connections_placed_total{class=\"param-sync\",path=\"rail1\"}"),
