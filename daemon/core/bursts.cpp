@@ -160,7 +160,11 @@ StreamPlan StreamPlanner::plan(const std::vector<StreamFlow>& streams,
     if (streams[i].klass < decided.size() && !decided[streams[i].klass].empty())
       by_class[streams[i].klass].push_back(i);
   std::map<BurstSizes::Key, size_t> planned;
-  for (auto& [c, members] : by_class) {
+  for (auto& entry : by_class) {
+    // (not a structured binding: clang 14 does not let the lambdas below
+    // capture one)
+    const size_t c = entry.first;
+    const std::vector<size_t>& members = entry.second;
     const auto& d = decided[c];
     const size_t P = d.size();
     auto [sit, fresh] = classes_.try_emplace(c);
