@@ -44,10 +44,10 @@ bool ensure_rates(Opts& o, std::string r0, std::string r1) {
 
 // Every workload asked for, each in every mode for every round (the modes
 // rotate from round to round); its table, floors, goals and picture.
-std::optional<json> run_suite(Opts& o, const std::vector<Workload>& todo,
+std::optional<json> run_suite(Opts& o, const std::vector<Workload>& to_run,
                               const std::vector<std::string>& base_args, std::vector<json>& runs) {
   json per_workload = json::array();
-  for (auto w : todo) {
+  for (auto w : to_run) {
     if (!ensure_rates(o, w.rail0, w.rail1)) {
       std::fprintf(stderr, "dp-lab bench: cannot bring the %s lab up at %s and %s\n",
                    o.topology.c_str(), w.rail0.c_str(), w.rail1.c_str());
@@ -217,9 +217,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   // the workloads before anything is touched: a name that is none changes nothing
-  std::vector<Workload> todo;
+  std::vector<Workload> to_run;
   if (o.suite) {
-    todo = suite_workloads();
+    to_run = suite_workloads();
   } else {
     for (auto& name : o.workloads) {
       auto ws = find_workload(name);
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
                      name.c_str(), kMaxStreams);
         return 2;
       }
-      todo.insert(todo.end(), ws->begin(), ws->end());
+      to_run.insert(to_run.end(), ws->begin(), ws->end());
     }
   }
   if (o.quick) {
@@ -284,12 +284,12 @@ int main(int argc, char** argv) {
 
   auto base_args = std::vector<std::string>{"--duration", o.duration};
   std::vector<json> runs;
-  auto per_workload = run_suite(o, todo, base_args, runs);
+  auto per_workload = run_suite(o, to_run, base_args, runs);
   if (!per_workload) return 1;
-  if (!ensure_rates(o, todo.front().rail0, todo.front().rail1)) return 1;
+  if (!ensure_rates(o, to_run.front().rail0, to_run.front().rail1)) return 1;
   print_peers(o);  // (ECMP's weights: of the first workload's rails)
   // sweeps: the first workload's arguments
-  base_args.insert(base_args.end(), todo.front().args.begin(), todo.front().args.end());
+  base_args.insert(base_args.end(), to_run.front().args.begin(), to_run.front().args.end());
   json sweep = o.sweep.empty() ? json(nullptr)
                                : run_sweep(o, base_args,
                                            std::chrono::duration<double, std::milli>(*slo).count());
