@@ -16,8 +16,6 @@ namespace dp::cluster {
 
 namespace {
 
-constexpr std::string_view kSections[] = {"routing", "scheduler", "health", "measurement",
-                                          "metrics", "responder", "qos"};
 // Keys of a description's [[path]] that are not the policy's: the rail's
 // networks, where a node's address is found by its host number.
 constexpr std::string_view kPathOnly[] = {"network", "network6"};
@@ -125,7 +123,7 @@ void assemble_shared(Assembly& a, toml::table& root, const Shape& shape, const N
   for (std::string k : {"topology", "default_class"}) j.move(node_sec, k, cluster);
   node_sec.insert("cluster", shape.cluster);
   if (!n.group.empty()) node_sec.insert("group", n.group);
-  for (auto sec : kSections)
+  for (auto sec : kPolicySections)
     if (root.get_as<toml::table>(sec)) j.move(a.policy, std::string(sec), root);
   for (std::string key : {"path", "class"})
     if (root.get_as<toml::array>(key)) j.move(a.policy, key, root);
@@ -138,7 +136,7 @@ void apply_overrides(Assembly& a, toml::table& over) {
   auto& j = a.journal;
   auto& policy = a.policy;
   j.move(*policy.get_as<toml::table>("node"), "default_class", over);
-  for (auto sec : kSections) {
+  for (auto sec : kPolicySections) {
     auto* from = over.get_as<toml::table>(sec);
     if (!from) continue;
     std::string key(sec);
@@ -201,7 +199,7 @@ std::string emit_policy(const toml::table& p, const std::string& header) {
     }
   };
   section("node");
-  for (auto s : kSections) section(s);
+  for (auto s : kPolicySections) section(s);
   for (std::string_view key : {"path", "class", "peer"})
     if (auto* a = p.get_as<toml::array>(key))
       for (auto& e : *a)

@@ -14,10 +14,6 @@ namespace dp::cluster {
 
 namespace {
 
-// The policy's sections that a description holds for every node, and that a
-// group or a node may override.
-constexpr std::string_view kSections[] = {"routing", "scheduler", "health", "measurement",
-                                          "metrics", "responder", "qos"};
 // What a [[group]] or [[node]] entry may override, besides its own keys.
 constexpr std::string_view kOverrides[] = {"default_class", "routing", "scheduler", "health",
                                            "measurement",   "metrics", "responder", "qos",
@@ -135,7 +131,7 @@ void check_overrides(Diags& d, const toml::table& t, const std::string& what,
                      const std::string& node) {
   for (auto& k : kOverrides) allowed.emplace_back(k);
   only_keys(d, t, allowed, what, node);
-  for (auto sec : kSections)
+  for (auto sec : kPolicySections)
     if (auto* n = t.get(sec); n && !n->is_table())
       d.error(*n, node, fmt::format("\"{}\" in {} must be a table", sec, what));
   for (std::string_view key : {"path", "class"}) {
@@ -284,7 +280,7 @@ Shape check_shape(Diags& d, const toml::table& root) {
                       "responder", "qos", "path", "class", "group", "node"}),
             "the top level of a cluster description");
   check_cluster_table(d, root, s);
-  for (auto sec : kSections)
+  for (auto sec : kPolicySections)
     if (auto* n = root.get(sec); n && !n->is_table())
       d.error(*n, "", fmt::format("\"{}\" must be a [{}] section", sec, sec));
   check_paths(d, root, s);

@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,11 @@ struct Diags {
   void error(const toml::node& at, const std::string& node, std::string msg);
   void add(Diagnostic e, const std::string& node);
 };
+
+// The policy's sections that a description holds for every node, and that a
+// group or a node may override.
+inline constexpr std::string_view kPolicySections[] = {
+    "routing", "scheduler", "health", "measurement", "metrics", "responder", "qos"};
 
 // Helpers the stages share.
 std::optional<std::string> name_of(const toml::table& t);
