@@ -164,7 +164,8 @@ Result<PeerCredentials> peer_credentials(int fd) {
   return p;
 }
 
-json CommandTable::dispatch(const json& req, Role role, const SocketRoles& roles) const {
+json CommandTable::dispatch(const json& req, Role role, const SocketRoles& roles,
+                            pid_t peer) const {
   if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
     return reply_error(ErrorCode::BadRequest, "a request is a JSON object with a string \"cmd\"");
   const std::string cmd = req["cmd"];
@@ -175,7 +176,7 @@ json CommandTable::dispatch(const json& req, Role role, const SocketRoles& roles
     if (role == Role::None || (c.mutates && role != Role::Admin))
       return reply_error(ErrorCode::PermissionDenied, roles.refusal(cmd, c.mutates, role));
     if (json refused = check_args(c, args); !refused.is_null()) return refused;
-    return c.handler(args);
+    return c.peer_handler ? c.peer_handler(args, peer) : c.handler(args);
   }
   return reply_error(ErrorCode::UnknownCommand, fmt::format("unknown command \"{}\"", cmd));
 }
@@ -346,6 +347,7 @@ void ControlServer::accept_clients() {
     // over the connection, so they are read once and checked per request
     if (auto peer = peer_credentials(c)) {
       cl.role = roles_.role_of(peer->uid, peer->groups);
+      cl.pid = peer->pid;
     } else {
       spdlog::warn("control socket: a client's credentials are unknown ({}): it may run nothing",
                    peer.error().str());
@@ -421,7 +423,7 @@ void ControlServer::pump() {
         json req = json::parse(line, nullptr, false);
         reply = req.is_discarded()
                     ? reply_error(ErrorCode::BadRequest, "the request is not valid JSON")
-                    : table_->dispatch(req, cl.role, roles_);
+                    : table_->dispatch(req, cl.role, roles_, cl.pid);
       }
       cl.out += reply.dump() + "\n";
       flush(cl);  // may drop the client

@@ -50,6 +50,9 @@ struct Command {
   std::string summary;
   std::vector<Arg> args;
   std::function<json(const json& args)> handler;  // returns a whole reply; args fit `args`
+  // instead of handler, for a command that needs to know who asked: the
+  // peer's pid as the kernel recorded it at connect (0 where unknown)
+  std::function<json(const json& args, pid_t peer)> peer_handler = {};
 };
 
 // What a peer of the control socket may run.
@@ -92,7 +95,8 @@ class CommandTable {
   // an object with a string "cmd" and object "args", an unknown command, a
   // command the peer's role may not run (the reply says which group it
   // needs, from `roles`), or arguments that do not fit the command's.
-  json dispatch(const json& request, Role role, const SocketRoles& roles = {}) const;
+  json dispatch(const json& request, Role role, const SocketRoles& roles = {},
+                pid_t peer = 0) const;
   // privileged: an admin; otherwise a reader.
   json dispatch(const json& request, bool privileged) const {
     return dispatch(request, privileged ? Role::Admin : Role::Reader);
@@ -141,6 +145,7 @@ class ControlServer {
     std::string in;          // bytes read, not yet handled
     std::string out;         // replies not yet sent
     Role role = Role::None;  // from the peer's credentials at connect
+    pid_t pid = 0;           // the peer's, at connect
     bool closing = false;    // after `out`, close
     std::chrono::steady_clock::time_point active;
   };

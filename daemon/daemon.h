@@ -96,6 +96,8 @@ class Daemon : private Node {
   const NodeState& state() const override { return state_; }
   void settle() override { carry_out(controller_.settle(SchedClock::now())); }
   Result<void> reload() override;
+  NcclReports& nccl() override { return state_.nccl; }
+  void record(SchedulerEvent e) override { events_.record(std::move(e)); }
 
   DaemonOptions opts_;
   Policy policy_;

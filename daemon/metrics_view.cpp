@@ -57,6 +57,8 @@ MetricsView metrics_view(const Node& n) {
   }
   for (auto& [key, count] : n.events().switches())
     v.switches.push_back({key.first, key.second, count});
+  for (auto& [key, bytes] : st.nccl.totals()) v.nccl.push_back({key.first, key.second, bytes});
+  v.nccl_processes = st.nccl.reporting(std::chrono::steady_clock::now());
   if (pol.topology == Topology::Separate) {
     auto conns = dpath.connects();
     for (size_t c = 0; c < pol.classes.size(); ++c) {

@@ -34,7 +34,8 @@ json classes_json(const Node& n) {
       size_t rs = n.datapath().rail_slot(p);
       v.paths.push_back({pol.paths[p].name, rs, n.measurements().counters()[rs][v.slot],
                          n.measurements().tcp()[rs][v.slot], conns[rs][v.slot],
-                         pol.paths[p].capacity_bps});
+                         pol.paths[p].capacity_bps,
+                         n.state().nccl.bytes(pol.classes[i].name, pol.paths[p].name)});
     }
     out.push_back(render_class(v));
   }

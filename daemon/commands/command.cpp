@@ -12,7 +12,7 @@ namespace dp {
 std::vector<Command> all_commands(Node& n) {
   std::vector<Command> all;
   for (auto&& object : {status_commands(n), path_commands(n), class_commands(n), flow_commands(n),
-                        events_commands(n), policy_commands(n)})
+                        events_commands(n), policy_commands(n), nccl_commands(n)})
     all.insert(all.end(), object.begin(), object.end());
   return all;
 }

@@ -8,6 +8,7 @@
 //   flow.cpp     flow.list
 //   events.cpp   events
 //   policy.cpp   policy.show, policy.reload
+//   nccl.cpp     nccl.report (from the NCCL plugin)
 //
 // A handler sees the daemon through Node: its components, and the few
 // actions that sequence them. A query gathers plain data and renders it with
@@ -25,6 +26,7 @@
 #include "dualpath/core/controller.h"
 #include "dualpath/core/event_log.h"
 #include "dualpath/core/metrics.h"
+#include "dualpath/core/nccl_reports.h"
 #include "dualpath/core/policy.h"
 #include "dualpath/kernel/datapath.h"
 #include "dualpath/kernel/node_checks.h"
@@ -50,6 +52,8 @@ struct NodeState {
   std::vector<std::chrono::steady_clock::time_point> class_tx_at;
   // per policy class: the shares each path carried under its decision
   CarriedShares carried;
+  // what the NCCL plugins sent, per class and path (commands/nccl.cpp)
+  NcclReports nccl;
 };
 
 // The daemon as the commands and the metrics see it (the Daemon implements it).
@@ -73,6 +77,10 @@ class Node {
   virtual void settle() = 0;
   // Re-reads the policy file (as SIGHUP does); the running policy stays on error.
   virtual Result<void> reload() = 0;
+  // What the NCCL plugins reported (state().nccl), to count a report into.
+  virtual NcclReports& nccl() = 0;
+  // An event for dpctl events that no tick decided (an NCCL plugin's move).
+  virtual void record(SchedulerEvent e) = 0;
 };
 
 // Every command, by object.
@@ -82,6 +90,7 @@ std::vector<Command> class_commands(Node& n);
 std::vector<Command> flow_commands(Node& n);
 std::vector<Command> events_commands(Node& n);
 std::vector<Command> policy_commands(Node& n);
+std::vector<Command> nccl_commands(Node& n);
 // All of them, for the control server.
 std::vector<Command> all_commands(Node& n);
 

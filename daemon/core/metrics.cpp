@@ -288,6 +288,14 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
       b.family("dualpath_policy_last_reload_successful",
                "0 when the last reload was refused and an older policy runs", MetricType::Gauge);
   Builder::add(lr, {}, v.last_reload_ok ? 1 : 0);
+  auto& nb = b.family("dualpath_nccl_transmit_bytes_total",
+                      "bytes NCCL plugins sent in a class by a path, by their own count",
+                      MetricType::Counter);
+  for (const auto& x : v.nccl)
+    Builder::add(nb, {L("class", x.klass), L("path", x.path)}, static_cast<double>(x.bytes));
+  Builder::add(b.family("dualpath_nccl_processes",
+                        "processes whose NCCL plugin reported in the last 30 s", MetricType::Gauge),
+               {}, static_cast<double>(v.nccl_processes));
   auto& sw = b.family("dualpath_scheduler_switches_total",
                       "share changes the scheduler made, by class and reason "
                       "(latency, spill, return, rebalance, down, health)",

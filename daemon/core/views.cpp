@@ -185,6 +185,10 @@ json render_class(const ClassView& v) {
     for (size_t i = 0; i < v.paths.size() && i < v.carried->share.size(); ++i)
       carried[v.paths[i].name] = 100.0 * v.carried->share[i] / DP_SHARE_SCALE;
   }
+  // what NCCL plugins sent in the class (their count: the kernel counts
+  // their streams in the class their ports or cgroup match)
+  json nccl = json::object();
+  for (const auto& p : v.paths) nccl[p.name] = p.nccl_tx_bytes;
   json cgroups = json::array();
   for (const auto& g : v.cgroups)
     cgroups.push_back({{"rule", g.rule},
@@ -213,6 +217,7 @@ json render_class(const ClassView& v) {
       {"rx_bytes", rx_total},
       {"tx_bytes_by_path", tx},
       {"rx_bytes_by_path", rx},
+      {"nccl_tx_bytes_by_path", nccl},
       {"tcp_by_path", tcp},
       {"flows_placed", placed},
       {"flowlets", flowlets},

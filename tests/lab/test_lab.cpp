@@ -235,6 +235,8 @@ TEST_F(Lab, ControlRepliesMatchTheGoldenFiles) {
       {"class.unpin", R"({"cmd":"class.unpin","args":{"class":"control"}})"},
       {"policy.reload", R"({"cmd":"policy.reload"})"},
       {"events", R"({"cmd":"events","args":{"since":0}})"},
+      {"nccl.report",
+       R"({"cmd":"nccl.report","args":{"process":"golden","bytes":[["logs","rail0",1024]]}})"},
       {"err.not_json", "nope"},
       {"err.no_cmd", R"({"args":{}})"},
       {"err.args", R"({"cmd":"status","args":[1]})"},
@@ -250,6 +252,8 @@ TEST_F(Lab, ControlRepliesMatchTheGoldenFiles) {
       {"err.class.set.path", R"({"cmd":"class.set","args":{"class":"logs","path":"rail9"}})"},
       {"err.class.unpin.missing", R"({"cmd":"class.unpin"})"},
       {"err.class.unpin.class", R"({"cmd":"class.unpin","args":{"class":"nosuch"}})"},
+      {"err.nccl.report.class", R"({"cmd":"nccl.report","args":{"bytes":[["nosuch","rail0",1]]}})"},
+      {"err.nccl.report.bytes", R"({"cmd":"nccl.report","args":{"bytes":[["logs","rail0",-1]]}})"},
       {"err.path.drain.missing", R"({"cmd":"path.drain"})"},
       {"err.path.drain.unknown", R"({"cmd":"path.undrain","args":{"path":"rail9"}})"},
   };

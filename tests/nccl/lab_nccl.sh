@@ -8,7 +8,9 @@
 # runs on the rails NCCL_DUALPATH_RAILS names, without dualpathd (about 30 s).
 # DP_NCCL_LAB_DAEMON=1 runs the lab with dualpathd (DP_NCCL_LAB_BUILD or the
 # build given has it) and policies with an [nccl] mapping, and also checks the
-# class by operation and by traffic class (about 3.5 min: not for CI). Takes the lab lock; skipped without root or
+# class by operation and by traffic class, and that dualpathd counts the
+# plugin's bytes in their class and logs its moves (about 35 s; CI runs both
+# modes: lab_nccl and lab_nccl_daemon). Takes the lab lock; skipped without root or
 # while a lab is up. DP_NCCL_LAB_KEEP=DIR keeps the ranks' logs there;
 # DP_NCCL_LAB_TOPOLOGY=separate runs it on the separate topology (a router
 # per rail: each rail's streams go to the peer's address on that rail).
@@ -166,6 +168,31 @@ if ! ((${#daemon_opt[@]})); then
   grep -q 'placed in class param-sync (the communicator.s traffic class 3)' "$work/tc/r0.err" ||
     { echo "FAIL: traffic class 3 was not placed in param-sync"; grep -h 'placed' "$work/tc/r0.err"; exit 1; }
   grep -h 'placed in class [a-z]' "$work/op/r0.err" "$work/tc/r0.err" | sed 's/.*NET\/dualpath : /  /'
+  # the plugin's reports: node a's dualpathd counts rank 0's bytes in their
+  # class (4 rounds of 4 MiB in expert-dispatch, in the op run)
+  "$lab" dpctl a -j class list >"$work/classes.json"
+  python3 - "$work/classes.json" $((4 * 4194304)) <<'PY' || exit 1
+import json, sys
+classes = json.load(open(sys.argv[1]))
+classes = classes.get("data", classes) if isinstance(classes, dict) else classes
+by = {c["name"]: c for c in (classes["classes"] if isinstance(classes, dict) else classes)}
+got = sum(by["expert-dispatch"]["nccl_tx_bytes_by_path"].values())
+print(f"dualpathd on a counts {got} bytes of the plugin in expert-dispatch "
+      f"({by['expert-dispatch']['nccl_tx_bytes_by_path']}); rank 0 sent {sys.argv[2]}")
+if got < int(sys.argv[2]):
+    sys.exit("FAIL: the plugin's reported bytes are missing from dpctl class list")
+PY
+  # and its moves (the blackhole's rail0 failed) among dualpathd's events
+  "$lab" dpctl a -j events >"$work/events.json"
+  python3 - "$work/events.json" <<'PY' || exit 1
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev.get("data", ev)
+nccl = [e for e in ev["events"] if e["kind"] == "nccl"]
+if not any("failed" in e["reason"] for e in nccl):
+    sys.exit("FAIL: no NCCL plugin move in dpctl events: " + json.dumps(nccl[:3]))
+print(f"dpctl events on a: {len(nccl)} of the plugin's moves, e.g. {nccl[0]['reason']}")
+PY
   # a class the running policy lacks: init fails with the classes there are
   if ! "$lab" exec a env NCCL_DUALPATH_SOCKET=/run/dualpath/dpl-a.sock NCCL_DUALPATH_CLASS=no-such \
     "$harness" --plugin "$plugin" --version 12 --scenario badenv >"$work/badclass.log" 2>&1; then

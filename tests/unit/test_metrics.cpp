@@ -47,6 +47,8 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
   c.tcp.rtt_samples = 91;
   c.tcp.srtt_us_sum = 90 * 200 + 1'500'000;
   v.classes.push_back(c);
+  v.nccl.push_back({"expert-dispatch", "rail1", 1 << 20});
+  v.nccl_processes = 2;
   auto fs = dp::build_metrics(v);
 
   for (auto& f : fs) {
@@ -93,6 +95,14 @@ TEST(Metrics, FamiliesFollowPrometheusConventions) {
   ASSERT_TRUE(decided && carried);
   EXPECT_EQ(decided->metric[0].gauge.value, 0.8);
   EXPECT_EQ(carried->metric[0].gauge.value, 0.97);
+  auto* nccl = find(fs, "dualpath_nccl_transmit_bytes_total");
+  auto* procs = find(fs, "dualpath_nccl_processes");
+  ASSERT_TRUE(nccl && procs);
+  ASSERT_EQ(nccl->metric.size(), 1u);
+  EXPECT_EQ(nccl->metric[0].label[0].value, "expert-dispatch");
+  EXPECT_EQ(nccl->metric[0].label[1].value, "rail1");
+  EXPECT_EQ(nccl->metric[0].counter.value, 1 << 20);
+  EXPECT_EQ(procs->metric[0].gauge.value, 2);
 
   auto* h = find(fs, "dualpath_tcp_rtt_seconds");
   ASSERT_TRUE(h);

@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "dualpath/nccl/net.h"
+#include "log.h"
 
 namespace dpnccl {
 
@@ -32,6 +34,11 @@ const DaemonPath* DaemonSnapshot::path(const std::string& name) const {
 
 bool daemon_call(const std::string& socket, const std::string& cmd, std::string* data_json,
                  std::string* error, int timeout_ms) {
+  return daemon_call_args(socket, cmd, "{}", data_json, error, timeout_ms);
+}
+
+bool daemon_call_args(const std::string& socket, const std::string& cmd, const std::string& args,
+                      std::string* data_json, std::string* error, int timeout_ms) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (socket.size() >= sizeof(a.sun_path)) {
@@ -52,7 +59,9 @@ bool daemon_call(const std::string& socket, const std::string& cmd, std::string*
     *error = "cannot reach dualpathd at " + socket + ": " + std::strerror(errno);
     return false;
   }
-  std::string out = json{{"cmd", cmd}, {"args", json::object()}}.dump() + "\n";
+  json request_args = json::parse(args, nullptr, false);
+  if (request_args.is_discarded()) request_args = json::object();
+  std::string out = json{{"cmd", cmd}, {"args", request_args}}.dump() + "\n";
   for (size_t off = 0; off < out.size();) {
     ssize_t n = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
     if (n < 0) {
@@ -292,16 +301,73 @@ bool DaemonView::start(const std::string& socket, std::string* error) {
   return true;
 }
 
+void Traffic::sent(const std::string& klass, const std::string& rail, uint64_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  bytes_[{klass, rail}] += bytes;
+  changed_ = true;
+}
+
+void Traffic::moved(const std::string& klass, std::string reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (moves_.size() < kMaxMoves) moves_.emplace_back(klass, std::move(reason));
+  changed_ = true;
+}
+
+std::string Traffic::report(const std::string& process) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!changed_) return "";
+  json counts = json::array(), moves = json::array();
+  for (const auto& [k, n] : bytes_) counts.push_back({k.first, k.second, n});
+  for (auto& [k, why] : moves_) moves.push_back({{"class", k}, {"reason", why.substr(0, 512)}});
+  moves_.clear();
+  changed_ = false;
+  return json{{"process", process}, {"bytes", counts}, {"moves", moves}}.dump();
+}
+
+Traffic& traffic() {
+  // never destroyed: the daemon view's last report runs in the plugin
+  // state's destructor, at exit, after statics made later are gone
+  static Traffic* t = new Traffic;
+  return *t;
+}
+
+namespace {
+
+std::string process_name() {
+  std::ifstream f("/proc/self/comm");
+  std::string name;
+  std::getline(f, name);
+  return name.empty() ? "?" : name;
+}
+
+}  // namespace
+
 void DaemonView::loop() {
   std::unique_lock<std::mutex> lk(mu_);
+  const std::string name = process_name();
   while (!stop_) {
     cv_.wait_for(lk, std::chrono::milliseconds(100));
     if (stop_) break;
     lk.unlock();
     std::string error;
     refresh(&error);  // a daemon that went away keeps its last word
+    if (report_ && ++report_ticks_ >= 10) {
+      report_ticks_ = 0;
+      std::string args = traffic().report(name), data;
+      if (!args.empty() && !daemon_call_args(socket_, "nccl.report", args, &data, &error) &&
+          error.find("unknown command") != std::string::npos) {
+        DPN_INFO(
+            "dualpathd does not take nccl.report (an older version): the plugin's bytes "
+            "per class are not in its class list or metrics");
+        report_ = false;
+      }
+    }
     lk.lock();
   }
+  lk.unlock();
+  // what was sent since the last report
+  std::string args = traffic().report(name), data, error;
+  if (report_ && !args.empty()) daemon_call_args(socket_, "nccl.report", args, &data, &error, 200);
 }
 
 void DaemonView::stop() {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "settings.h"
@@ -53,6 +54,31 @@ void parse_policy_nccl(const std::string& text, DaemonSnapshot* s);
 // One request and its reply's "data" (or an error message).
 bool daemon_call(const std::string& socket, const std::string& cmd, std::string* data_json,
                  std::string* error, int timeout_ms = 1000);
+// The same with arguments (a JSON object's text).
+bool daemon_call_args(const std::string& socket, const std::string& cmd, const std::string& args,
+                      std::string* data_json, std::string* error, int timeout_ms = 1000);
+
+// What this process's plugin sent per class and rail, and its moves, for
+// dualpathd's class list, metrics and events (nccl.report). One TCP stream
+// of the plugin carries the chunks of every class its connection serves,
+// so the kernel's counters per class cannot tell NCCL's classes apart: the
+// plugin counts what was acknowledged and reports its running totals.
+class Traffic {
+ public:
+  static constexpr size_t kMaxMoves = 64;  // kept between two reports
+  void sent(const std::string& klass, const std::string& rail, uint64_t bytes);
+  void moved(const std::string& klass, std::string reason);
+  // nccl.report's arguments (JSON text), "" when nothing changed since the
+  // last; takes the moves.
+  std::string report(const std::string& process);
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, uint64_t> bytes_;
+  std::vector<std::pair<std::string, std::string>> moves_;
+  bool changed_ = false;
+};
+Traffic& traffic();  // the process's
 
 class DaemonView {
  public:
@@ -72,6 +98,9 @@ class DaemonView {
   bool stop_ = false;
   std::shared_ptr<const DaemonSnapshot> snap_;
   std::thread thread_;
+  // nccl.report every second; off when the daemon does not know it (older)
+  int report_ticks_ = 0;
+  bool report_ = true;
   // the policy's mapping, read at most every second (policy.show is the whole text)
   std::string policy_hash_;
   std::chrono::steady_clock::time_point policy_read_{};

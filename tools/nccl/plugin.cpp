@@ -22,15 +22,6 @@
 namespace dpnccl {
 
 namespace {
-std::atomic<ncclDebugLogger_t> g_logger{nullptr};
-}  // namespace
-
-void set_logger(ncclDebugLogger_t l) {
-  if (l) g_logger.store(l);
-}
-ncclDebugLogger_t logger() { return g_logger.load(); }
-
-namespace {
 
 constexpr size_t kMaxNetSize = 1024L * 1024 * 1024;  // sizes travel as int in test()
 

@@ -609,6 +609,7 @@ class SendReq final : public Request {
   const char* data = nullptr;
   size_t size = 0;
   int tag = 0;
+  std::string klass;  // the class it was placed in ("" without dualpathd)
   std::vector<SendChunk> chunks;
   size_t nacked = 0;
   Status test(bool* done, int* sizes) override;
@@ -705,10 +706,13 @@ class SendConnImpl final : public SendConn {
     for (uint32_t i = 0; i < r->chunks.size(); ++i) pending_.push_back({r, i});
     Placement p = placement_fn_();
     if (!(p == placement_)) {
-      log_placement(p.klass == placement_.klass ? "moved" : "placed", p);
+      bool moved = p.klass == placement_.klass;
+      std::string line = log_placement(moved ? "moved" : "placed", p);
+      if (moved && !p.klass.empty()) traffic().moved(p.klass, line);
       placement_ = p;
       std::fill(assigned_.begin(), assigned_.end(), 0.0);
     }
+    r->klass = placement_.klass;
     *request = r;
     return progress();
   }
@@ -744,7 +748,8 @@ class SendConnImpl final : public SendConn {
     size_t hoff = 0;
   };
 
-  void log_placement(const char* what, const Placement& p) {
+  // Logs a placement; returns the line (for dualpathd's events).
+  std::string log_placement(const char* what, const Placement& p) {
     std::string shares;
     for (size_t i = 0; i < rails_.size(); ++i) {
       char b[96];
@@ -752,8 +757,10 @@ class SendConnImpl final : public SendConn {
                     100.0 * p.share[i], p.up[i] ? "" : " (down)");
       shares += b;
     }
-    DPN_INFO("%s: %s in class %s (%s): %s", label_.c_str(), what,
-             p.klass.empty() ? "(none)" : p.klass.c_str(), p.why.c_str(), shares.c_str());
+    std::string line = label_ + ": " + what + " in class " +
+                       (p.klass.empty() ? "(none)" : p.klass) + " (" + p.why + "): " + shares;
+    DPN_INFO("%s", line.c_str());
+    return line;
   }
   void open_stream(SStream& st, Clock::time_point now);
   void fail_stream(SStream& st, const std::string& why, bool whole_rail);
@@ -846,10 +853,14 @@ void SendConnImpl::fail_stream(SStream& st, const std::string& why, bool whole_r
   std::string to;
   for (auto& o : rails_)
     if (&o != &rs) to += (to.empty() ? "" : ", ") + o.rail.name;
-  DPN_INFO("%s: class %s: %s %s (%s): %zu chunks (%llu bytes) in flight move to %s", label_.c_str(),
-           placement_.klass.empty() ? "(none)" : placement_.klass.c_str(), rs.rail.name.c_str(),
-           whole_rail ? "failed" : "lost a stream", why.c_str(), moved,
-           static_cast<unsigned long long>(bytes), to.empty() ? "its other streams" : to.c_str());
+  char line[512];
+  std::snprintf(
+      line, sizeof(line), "%s: class %s: %s %s (%s): %zu chunks (%llu bytes) in flight move to %s",
+      label_.c_str(), placement_.klass.empty() ? "(none)" : placement_.klass.c_str(),
+      rs.rail.name.c_str(), whole_rail ? "failed" : "lost a stream", why.c_str(), moved,
+      static_cast<unsigned long long>(bytes), to.empty() ? "its other streams" : to.c_str());
+  DPN_INFO("%s", line);
+  if (!placement_.klass.empty()) traffic().moved(placement_.klass, line);
 }
 
 void SendConnImpl::on_ack(const Ack& a, SStream& st) {
@@ -862,6 +873,9 @@ void SendConnImpl::on_ack(const Ack& a, SStream& st) {
   if (c.acked) return;
   c.acked = true;
   ++r->nacked;
+  // acknowledged on the stream it arrived by: its rail carried it
+  if (!r->klass.empty())
+    traffic().sent(r->klass, rails_[static_cast<size_t>(st.rail)].rail.name, c.len);
   // drop it from the stream that holds it (the one the ack came on, unless it was moved)
   auto drop = [&](SStream& x) {
     for (size_t i = 0; i < x.q.size(); ++i) {
@@ -1103,9 +1117,11 @@ Status SendConnImpl::progress() {
       st.last_progress = now;
       if (rs.failed) {
         rs.failed = false;
-        DPN_INFO("%s: class %s: %s reopened, back to the decision's shares", label_.c_str(),
-                 placement_.klass.empty() ? "(none)" : placement_.klass.c_str(),
-                 rs.rail.name.c_str());
+        std::string line = label_ + ": class " +
+                           (placement_.klass.empty() ? "(none)" : placement_.klass) + ": " +
+                           rs.rail.name + " reopened, back to the decision's shares";
+        DPN_INFO("%s", line.c_str());
+        if (!placement_.klass.empty()) traffic().moved(placement_.klass, line);
         std::fill(assigned_.begin(), assigned_.end(), 0.0);
       }
     }

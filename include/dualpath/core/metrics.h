@@ -71,6 +71,14 @@ struct MetricsView {
     uint64_t count = 0;
   };
   std::vector<Switch> switches;  // scheduler moves by class and reason
+  // what NCCL plugins sent per class and path, by their count (nccl.report),
+  // and how many processes reported in the last 30 s
+  struct Nccl {
+    std::string klass, path;
+    uint64_t bytes = 0;
+  };
+  std::vector<Nccl> nccl;
+  uint64_t nccl_processes = 0;
   // separate topology: connections placed at connect time (path "" = left
   // alone, no rail's network holds the destination), and connections ended
   // on failed rails

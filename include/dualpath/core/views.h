@@ -58,8 +58,9 @@ struct ClassView {
     size_t rail_slot = 0;
     dp_counters counters{};
     TcpCounters tcp;
-    uint64_t connections = 0;   // placed at connect time on this path
-    uint64_t capacity_bps = 0;  // the policy's, for the class's reserve there
+    uint64_t connections = 0;    // placed at connect time on this path
+    uint64_t capacity_bps = 0;   // the policy's, for the class's reserve there
+    uint64_t nccl_tx_bytes = 0;  // NCCL plugins' bytes of the class here, by their count
   };
   std::vector<OnPath> paths;  // per policy path
   Topology topology = Topology::Shared;

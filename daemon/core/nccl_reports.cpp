@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "dualpath/core/nccl_reports.h"
+
+#include <algorithm>
+
+namespace dp {
+
+NcclReports::Process& NcclReports::process(pid_t pid, Clock::time_point now) {
+  auto it = procs_.find(pid);
+  if (it != procs_.end()) return it->second;
+  if (procs_.size() >= kMaxProcesses) {
+    auto oldest = std::min_element(procs_.begin(), procs_.end(), [](const auto& a, const auto& b) {
+      return a.second.seen < b.second.seen;
+    });
+    procs_.erase(oldest);
+  }
+  Process& p = procs_[pid];
+  p.seen = p.refilled = now;
+  return p;
+}
+
+void NcclReports::report(pid_t pid, const std::string& name, const std::vector<Count>& counts,
+                         Clock::time_point now) {
+  Process& p = process(pid, now);
+  bool restarted = p.name != name && !p.name.empty();
+  for (const auto& c : counts) {
+    if (c.bytes < p.last[{c.klass, c.path}]) restarted = true;
+  }
+  if (restarted) p.last.clear();
+  p.name = name;
+  p.seen = now;
+  for (const auto& c : counts) {
+    uint64_t& last = p.last[{c.klass, c.path}];
+    totals_[{c.klass, c.path}] += c.bytes - last;
+    last = c.bytes;
+  }
+}
+
+int NcclReports::admit_events(pid_t pid, int n, Clock::time_point now) {
+  Process& p = process(pid, now);
+  double per_second = 1.0 / std::chrono::duration<double>(kEventEvery).count();
+  p.tokens = std::min<double>(
+      kEventBurst, p.tokens + std::chrono::duration<double>(now - p.refilled).count() * per_second);
+  p.refilled = now;
+  int admitted = std::clamp(static_cast<int>(p.tokens), 0, std::max(n, 0));
+  p.tokens -= admitted;
+  return admitted;
+}
+
+uint64_t NcclReports::bytes(const std::string& klass, const std::string& path) const {
+  auto it = totals_.find({klass, path});
+  return it == totals_.end() ? 0 : it->second;
+}
+
+size_t NcclReports::reporting(Clock::time_point now) const {
+  return static_cast<size_t>(std::count_if(procs_.begin(), procs_.end(), [&](const auto& p) {
+    return !p.second.last.empty() && now - p.second.seen <= kQuiet;
+  }));
+}
+
+}  // namespace dp

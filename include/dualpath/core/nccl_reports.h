@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the NCCL plugins of this node (tools/nccl, dualpath-nccl(7)) report
+// of their own traffic (the control socket's nccl.report): the bytes each
+// process sent per class and path. One of the plugin's TCP streams carries
+// the chunks of every operation of its connection, and a communicator's
+// operations may belong to different classes, so the kernel's counters per
+// class cannot tell them apart: the plugin counts what it sent and reports
+// its running totals. The totals here only grow, for dpctl class list and
+// the metrics' counters: a process's bytes stay counted after it stops
+// reporting. No I/O.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dp {
+
+class NcclReports {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // processes remembered (a report from one more forgets the one heard from
+  // least recently; its bytes stay in the totals)
+  static constexpr size_t kMaxProcesses = 1024;
+  // a process that has not reported for this long is no longer counted as
+  // reporting (dualpath_nccl_processes)
+  static constexpr std::chrono::seconds kQuiet{30};
+  // moves logged per process: a burst of kEventBurst, then one per
+  // kEventEvery
+  static constexpr int kEventBurst = 16;
+  static constexpr std::chrono::seconds kEventEvery{2};
+
+  struct Count {
+    std::string klass, path;
+    uint64_t bytes = 0;  // the process's running total
+  };
+
+  // Process `pid`'s running totals. A total below what the process reported
+  // before starts its count again (a new process with the same pid).
+  void report(pid_t pid, const std::string& process, const std::vector<Count>& counts,
+              Clock::time_point now);
+  // How many of `n` moves process `pid` may log now (its budget, which this
+  // spends).
+  int admit_events(pid_t pid, int n, Clock::time_point now);
+
+  // Bytes of `klass` sent on `path` by every process that reported.
+  uint64_t bytes(const std::string& klass, const std::string& path) const;
+  const std::map<std::pair<std::string, std::string>, uint64_t>& totals() const { return totals_; }
+  // Processes that reported within kQuiet of `now`.
+  size_t reporting(Clock::time_point now) const;
+
+ private:
+  struct Process {
+    std::string name;
+    std::map<std::pair<std::string, std::string>, uint64_t> last;
+    Clock::time_point seen{};
+    double tokens = kEventBurst;
+    Clock::time_point refilled{};
+  };
+  Process& process(pid_t pid, Clock::time_point now);
+  std::map<pid_t, Process> procs_;
+  std::map<std::pair<std::string, std::string>, uint64_t> totals_;
+};
+
+}  // namespace dp

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the NCCL plugins report (core/nccl_reports.cpp): running totals into
+// counters that only grow, and a budget of moves per process.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "dualpath/core/nccl_reports.h"
+
+namespace dp {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(NcclReports, RunningTotalsOfEachProcessAddUp) {
+  NcclReports r;
+  const auto t0 = NcclReports::Clock::now();
+  r.report(100, "python3", {{"expert-dispatch", "rail0", 1000}, {"expert-dispatch", "rail1", 10}},
+           t0);
+  r.report(200, "python3", {{"expert-dispatch", "rail0", 500}}, t0);
+  r.report(100, "python3", {{"expert-dispatch", "rail0", 3000}, {"expert-dispatch", "rail1", 10}},
+           t0 + 1s);
+  EXPECT_EQ(r.bytes("expert-dispatch", "rail0"), 3500u) << "each process's total counted once";
+  EXPECT_EQ(r.bytes("expert-dispatch", "rail1"), 10u);
+  EXPECT_EQ(r.bytes("param-sync", "rail0"), 0u);
+  EXPECT_EQ(r.reporting(t0 + 1s), 2u);
+  EXPECT_EQ(r.reporting(t0 + 1s + NcclReports::kQuiet + 1s), 0u) << "both went quiet";
+  EXPECT_EQ(r.bytes("expert-dispatch", "rail0"), 3500u) << "their bytes stay counted";
+}
+
+TEST(NcclReports, ATotalThatFallsIsANewProcessAndTheCountersStillOnlyGrow) {
+  NcclReports r;
+  const auto t0 = NcclReports::Clock::now();
+  r.report(100, "python3", {{"kv-transfer", "rail1", 5000}}, t0);
+  // the pid reused by a new process whose plugin starts from 0
+  r.report(100, "python3", {{"kv-transfer", "rail1", 700}}, t0 + 1s);
+  EXPECT_EQ(r.bytes("kv-transfer", "rail1"), 5700u);
+  // another program under the same pid: a new count too
+  r.report(100, "vllm", {{"kv-transfer", "rail1", 800}}, t0 + 2s);
+  EXPECT_EQ(r.bytes("kv-transfer", "rail1"), 6500u);
+}
+
+TEST(NcclReports, AProcessPastTheLimitForgetsTheQuietestButKeepsItsBytes) {
+  NcclReports r;
+  const auto t0 = NcclReports::Clock::now();
+  for (pid_t p = 1; p <= static_cast<pid_t>(NcclReports::kMaxProcesses) + 1; ++p)
+    r.report(p, "x", {{"logs", "rail0", 1}}, t0 + std::chrono::milliseconds(p));
+  EXPECT_EQ(r.bytes("logs", "rail0"), NcclReports::kMaxProcesses + 1);
+  EXPECT_EQ(r.reporting(t0 + 1s), NcclReports::kMaxProcesses);
+  // pid 1 was forgotten: its next report counts from nothing
+  r.report(1, "x", {{"logs", "rail0", 1}}, t0 + 2s);
+  EXPECT_EQ(r.bytes("logs", "rail0"), NcclReports::kMaxProcesses + 2);
+}
+
+TEST(NcclReports, MovesAreAdmittedInABurstThenAtASteadyRate) {
+  NcclReports r;
+  const auto t0 = NcclReports::Clock::now();
+  EXPECT_EQ(r.admit_events(7, 100, t0), NcclReports::kEventBurst);
+  EXPECT_EQ(r.admit_events(7, 5, t0 + 1s), 0) << "less than one interval later";
+  EXPECT_EQ(r.admit_events(7, 5, t0 + 3 * NcclReports::kEventEvery), 3);
+  EXPECT_EQ(r.admit_events(8, 2, t0), 2) << "another process has a budget of its own";
+  EXPECT_EQ(r.admit_events(8, 0, t0), 0);
+}
+
+}  // namespace
+}  // namespace dp
