@@ -126,6 +126,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
     // a restart: each rail starts from what the daemon before this one knew
     controller_.inherit(datapath_->health_records(next.classes.size()), SchedClock::now());
   health_written_.clear();
+  subflow_shares_.clear();  // classes may have moved: steer_multipath says them again
   policy_ = next;
   have_policy_ = true;
   monitor_.setup(next, datapath_->rail_ifindexes());
@@ -400,11 +401,53 @@ void Daemon::place_bursts() {
   plans_written_ = true;
 }
 
+// A multipath class whose subflows are active on rails its decision gives
+// nothing (an elastic class keeps a wider rail): what they carry is split by
+// MPTCP over them, so that split is what the class is held to, and the
+// change is said once in dpctl events.
+void Daemon::note_subflow_shares(size_t c, const std::vector<bool>& active) {
+  Shares want;
+  if (policy_.classes[c].multipath) {
+    const Shares& decided = controller_.decided_shares(c);
+    want = multipath::subflow_shares(policy_, active, decided);
+    if (want == decided) want.clear();
+  }
+  Shares& had = subflow_shares_[c];
+  bool moved = had.size() != want.size();
+  for (size_t i = 0; !moved && i < want.size(); ++i)
+    moved = std::abs(int{had[i]} - int{want[i]}) > DP_SHARE_SCALE / 20;
+  if (moved && !want.empty()) {
+    SchedulerEvent e;
+    e.t = SchedClock::now();
+    e.klass = policy_.classes[c].name;
+    e.kind = "multipath";
+    e.before = controller_.decided_shares(c);
+    e.after = want;
+    std::string extra;
+    for (size_t i = 0; i < policy_.paths.size() && i < active.size(); ++i)
+      if (active[i] && (i >= e.before.size() || e.before[i] == 0))
+        extra += (extra.empty() ? "" : ", ") + policy_.paths[i].name;
+    e.reason = fmt::format(
+        "{}: its subflows stay active on {} as well (an elastic class keeps a rail of "
+        "comparable or wider capacity), so MPTCP splits it by the active rails' capacity, "
+        "{}, where the decision says {}",
+        e.klass, extra, format_shares(policy_, want), format_shares(policy_, e.before));
+    spdlog::info("{}", e.reason);
+    events_.record(std::move(e));
+  }
+  if (moved || want.empty()) had = std::move(want);
+}
+
+Shares Daemon::decided_shares(size_t klass) const {
+  if (klass < subflow_shares_.size() && !subflow_shares_[klass].empty())
+    return subflow_shares_[klass];
+  return controller_.decided_shares(klass);
+}
+
 // What each path carried of each class under the decision now written.
 void Daemon::note_carried(const TickInput& in, std::chrono::steady_clock::time_point now) {
   std::vector<std::vector<uint16_t>> decided;
-  for (size_t c = 0; c < policy_.classes.size(); ++c)
-    decided.push_back(controller_.decided_shares(c));
+  for (size_t c = 0; c < policy_.classes.size(); ++c) decided.push_back(decided_shares(c));
   state_.carried.observe(decided, in.class_path_tx_bytes, now);
 }
 
@@ -566,9 +609,12 @@ void Daemon::steer_multipath() {
   }
   if (auto r = datapath_->set_rails_up(w.usable); !r)
     spdlog::warn("marking the rails' health for multipath answers failed: {}", r.error().what());
-  for (size_t c = 0; c < policy_.classes.size(); ++c)
+  subflow_shares_.resize(policy_.classes.size());
+  for (size_t c = 0; c < policy_.classes.size(); ++c) {
     w.active.push_back(multipath::active_rails(policy_, c, controller_.written_shares(c), w.usable,
                                                controller_.operator_pinned(c)));
+    note_subflow_shares(c, w.active.back());
+  }
   multipath_.reconcile(w);
   for (auto& e : multipath_.take_events()) {
     spdlog::info("{}", e.reason);

@@ -78,6 +78,7 @@ class Daemon : private Node {
   void carry_out(Plan plan);
   void reset_connections(size_t path, bool latency_sensitive_only, bool suspect);
   void steer_multipath();  // each multipath connection toward its class's decision
+  void note_subflow_shares(size_t klass, const std::vector<bool>& active);
   Result<void> start_metrics(const std::string& listen);
   void publish_metrics();
 
@@ -96,6 +97,7 @@ class Daemon : private Node {
   const NodeState& state() const override { return state_; }
   void settle() override { carry_out(controller_.settle(SchedClock::now())); }
   Result<void> reload() override;
+  Shares decided_shares(size_t klass) const override;
   NcclReports& nccl() override { return state_.nccl; }
   void record(SchedulerEvent e) override { events_.record(std::move(e)); }
 
@@ -104,6 +106,9 @@ class Daemon : private Node {
   bool have_policy_ = false;
   NodeState state_;
   BurstSizes burst_sizes_{kBurstHalfLife};
+  // per policy class: what a multipath class's subflows carry where that is
+  // not its decision (an elastic class on a wider rail too); empty otherwise
+  std::vector<Shares> subflow_shares_;
   Streams streams_;               // which planned flows are streams (no gap comes)
   StreamPlanner stream_planner_;  // where they go
   bool plans_written_ = false;    // dp_plans may hold entries (placement = "bursts")

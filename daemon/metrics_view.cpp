@@ -49,7 +49,7 @@ MetricsView metrics_view(const Node& n) {
       v.classes.push_back({pol.paths[i].name, unclassified ? "unclassified" : pol.classes[c].name,
                            counters[slot][cslot], tcp[slot][cslot], std::nullopt, std::nullopt});
       if (unclassified) continue;
-      const Shares& w = n.controller().decided_shares(c);
+      const Shares w = n.decided_shares(c);
       if (i < w.size()) v.classes.back().decided = static_cast<double>(w[i]) / DP_SHARE_SCALE;
       if (auto k = st.carried.carried(c); k && i < k->share.size())
         v.classes.back().carried = static_cast<double>(k->share[i]) / DP_SHARE_SCALE;

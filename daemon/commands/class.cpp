@@ -26,7 +26,7 @@ json classes_json(const Node& n) {
     v.topology = pol.topology;
     v.connections_unmapped = conns[DP_CONNECT_UNMAPPED][v.slot];
     if (auto d = n.datapath().decision(i)) v.decision = *d;
-    v.decided = n.controller().decided_shares(i);
+    v.decided = n.decided_shares(i);
     v.carried = n.state().carried.carried(i);
     for (auto& g : n.datapath().cgroups())
       if (g.klass == i) v.cgroups.push_back({g.rule, g.dir, g.id});

@@ -77,6 +77,11 @@ class Node {
   virtual void settle() = 0;
   // Re-reads the policy file (as SIGHUP does); the running policy stays on error.
   virtual Result<void> reload() = 0;
+  // What a class's decision gives each path, as the class can carry it
+  // (DP_SHARE_SCALE in all): the controller's decided shares, or for a
+  // multipath class whose subflows also use rails the decision gives
+  // nothing, the split its subflows make (multipath::subflow_shares).
+  virtual Shares decided_shares(size_t klass) const = 0;
   // What the NCCL plugins reported (state().nccl), to count a report into.
   virtual NcclReports& nccl() = 0;
   // An event for dpctl events that no tick decided (an NCCL plugin's move).

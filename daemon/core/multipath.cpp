@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "dualpath/abi.h"
+
 namespace dp::multipath {
 
 namespace {
@@ -80,6 +82,31 @@ std::vector<bool> active_rails(const Policy& p, size_t klass, const std::vector<
     if (usable[i] && cap >= kComparable * widest) a[i] = true;
   }
   return a;
+}
+
+std::vector<uint16_t> subflow_shares(const Policy& p, const std::vector<bool>& active,
+                                     const std::vector<uint16_t>& decided) {
+  const size_t P = p.paths.size();
+  bool wider = false;
+  double total = 0;
+  for (size_t i = 0; i < P && i < active.size(); ++i) {
+    if (!active[i]) continue;
+    wider |= i >= decided.size() || decided[i] == 0;
+    total += static_cast<double>(p.paths[i].capacity_bps);
+  }
+  if (!wider || total <= 0) return decided;
+  std::vector<uint16_t> out(P, 0);
+  uint32_t given = 0;
+  size_t widest = P;
+  for (size_t i = 0; i < P && i < active.size(); ++i) {
+    if (!active[i]) continue;
+    out[i] = static_cast<uint16_t>(static_cast<double>(p.paths[i].capacity_bps) / total *
+                                   DP_SHARE_SCALE);
+    given += out[i];
+    if (widest == P || p.paths[i].capacity_bps > p.paths[widest].capacity_bps) widest = i;
+  }
+  out[widest] = static_cast<uint16_t>(out[widest] + (DP_SHARE_SCALE - given));  // rounding
+  return out;
 }
 
 std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& w, Time now) {

@@ -221,6 +221,25 @@ TEST(Multipath, AnElasticClassIsActiveOnEveryComparableOrWiderRailTheDecisionAlo
       << "a latency-sensitive class keeps the other rail as a backup";
 }
 
+// What the class is held to (dpctl class list, the carried-share check): its
+// decision, unless its subflows are active where the decision gives nothing;
+// then the active rails' capacities, as MPTCP fills every active subflow.
+TEST(Multipath, SubflowsActiveBeyondTheDecisionAreHeldToTheActiveRailsCapacities) {
+  auto p = policy();
+  p.paths[1].capacity_bps = 250'000'000;  // 1G + 250M
+  const dp::Shares on1{0, DP_SHARE_SCALE};
+  EXPECT_EQ(subflow_shares(p, {true, true}, on1), (dp::Shares{8000, 2000}))
+      << "moved to the narrow rail, it keeps the wide one: 4:1 by capacity";
+  EXPECT_EQ(subflow_shares(p, {false, true}, on1), on1) << "only the decision's rail is active";
+  EXPECT_EQ(subflow_shares(p, {true, true}, dp::Shares{6000, 4000}), (dp::Shares{6000, 4000}))
+      << "a split decision is what the subflows are held to";
+  EXPECT_EQ(subflow_shares(p, {false, false}, on1), on1) << "nothing active: the decision";
+  p.paths[1].capacity_bps = 333'000'000;
+  auto odd = subflow_shares(p, {true, true}, on1);
+  EXPECT_EQ(odd[0] + odd[1], DP_SHARE_SCALE) << "the rounding goes to the widest rail";
+  EXPECT_EQ(odd[1], 2498);
+}
+
 TEST(Multipath, AFailedRailsSubflowIsRemovedOnBothSidesAndNoneIsMadeThere) {
   auto p = policy();
   auto c = connected();

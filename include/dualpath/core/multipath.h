@@ -105,6 +105,16 @@ constexpr double kComparable = 0.5;
 std::vector<bool> active_rails(const Policy& p, size_t klass, const std::vector<uint16_t>& shares,
                                const std::vector<bool>& usable, bool operator_pinned);
 
+// What the subflows of a multipath class are expected to carry, per policy
+// path (DP_SHARE_SCALE in all): the decision's shares where the active rails
+// are those the decision gives a share. Where an elastic class also uses
+// rails the decision gives nothing (active_rails), MPTCP's scheduler fills
+// every active subflow, so the split follows the active rails' capacities.
+// dpctl class list, the metrics and the carried-share check compare what
+// the class carries with this, not with a share its subflows cannot keep.
+std::vector<uint16_t> subflow_shares(const Policy& p, const std::vector<bool>& active,
+                                     const std::vector<uint16_t>& decided);
+
 // What `c` needs now. A rail is active when the class's decision gives it a
 // share; when no usable rail is, every usable one is.
 std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& w, Time now);
