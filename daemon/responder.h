@@ -50,11 +50,10 @@ class Responder {
   json status() const;
 
   // Per source address: UDP echoes and sessions, a burst and then a steady
-  // rate (dpctl probe takes 20 connects and a few sessions a rail, and
-  // dpctl validate 3 echoes); a source past its rate is refused (counted
-  // as refused_rate).
+  // rate (a probe from dpctl takes 3 echoes and a few sessions a rail); a
+  // source past its rate is refused (counted as refused_rate).
   static constexpr double kEchoBurst = 256, kEchoesPerSecond = 128;
-  static constexpr double kSessionBurst = 256, kSessionsPerSecond = 64;
+  static constexpr double kSessionBurst = 32, kSessionsPerSecond = 8;
   static constexpr size_t kMaxSources = 4096;
 
  private:

@@ -175,41 +175,28 @@ TEST_F(Responder, AFloodFromOneAddressIsCutToItsRateAndOthersAreStillAnswered) {
   ASSERT_TRUE(r.start(loopback_policy(port, "127.0.0.0/8", 64)));
   auto flooder = target(port);
   flooder.source = *dp::IpAddr::parse("127.0.0.3");
-  // what a source may have in `secs`: the burst and the rate since
-  auto most = [](double burst, double rate, double secs) {
-    return static_cast<int>(burst + secs * rate) + 1;
-  };
-  // twice the burst of echoes, as fast as answers come (on a loaded
-  // machine an answer may come after its 20 ms: counted lost, not refused)
+  // twice the burst of echoes, as fast as answers come
   int n = 2 * static_cast<int>(dp::Responder::kEchoBurst);
   auto start = std::chrono::steady_clock::now();
   auto u = probe::udp_echoes(flooder, n, 20ms);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int echo_most = most(dp::Responder::kEchoBurst, dp::Responder::kEchoesPerSecond, secs);
-  EXPECT_LE(u.answered, echo_most) << "in " << secs << " s";
-  EXPECT_GT(u.answered, 0);
-  const int refused = r.status()["refused_rate"].get<int>();
-  EXPECT_GE(refused, n - echo_most) << "what is past the rate is refused and counted";
-  EXPECT_LE(refused + u.answered, n);
-  // sessions: twice the burst, each a hello
-  int n_sessions = 2 * static_cast<int>(dp::Responder::kSessionBurst), refused_sessions = 0;
+  int most =
+      static_cast<int>(dp::Responder::kEchoBurst + secs * dp::Responder::kEchoesPerSecond) + 1;
+  EXPECT_LE(u.answered, most) << "in " << secs << " s";
+  EXPECT_GE(u.answered, static_cast<int>(dp::Responder::kEchoBurst)) << "the burst is answered";
+  EXPECT_EQ(r.status()["refused_rate"].get<int>(), n - u.answered);
+  // sessions: past the burst, refused with the reason
+  int refused = 0;
   std::string why;
-  start = std::chrono::steady_clock::now();
-  for (int i = 0; i < n_sessions; ++i) {
+  for (int i = 0; i < 2 * static_cast<int>(dp::Responder::kSessionBurst); ++i) {
     auto h = probe::hello(flooder, 1000ms);
     if (!h) {
-      ++refused_sessions;
+      ++refused;
       why = h.error().message;
     }
   }
-  secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int session_most =
-      most(dp::Responder::kSessionBurst, dp::Responder::kSessionsPerSecond, secs);
-  EXPECT_LE(n_sessions - refused_sessions, session_most) << "in " << secs << " s";
-  if (n_sessions > session_most) {
-    EXPECT_NE(why.find("rate"), std::string::npos) << why;
-  }
-  EXPECT_EQ(r.status()["refused_rate"].get<int>(), refused + refused_sessions);
+  EXPECT_GT(refused, 0);
+  EXPECT_NE(why.find("rate"), std::string::npos) << why;
   // another address has its own budget
   auto other = target(port);
   other.source = *dp::IpAddr::parse("127.0.0.4");
