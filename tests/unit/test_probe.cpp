@@ -169,40 +169,4 @@ TEST_F(Responder, KeepsToItsSessionLimitAndItsTimeLimit) {
   EXPECT_FALSE(probe::hello(t, 500ms)) << "stopped: nothing listens";
 }
 
-TEST_F(Responder, AFloodFromOneAddressIsCutToItsRateAndOthersAreStillAnswered) {
-  uint16_t port = free_port();
-  dp::Responder r;
-  ASSERT_TRUE(r.start(loopback_policy(port, "127.0.0.0/8", 64)));
-  auto flooder = target(port);
-  flooder.source = *dp::IpAddr::parse("127.0.0.3");
-  // twice the burst of echoes, as fast as answers come
-  int n = 2 * static_cast<int>(dp::Responder::kEchoBurst);
-  auto start = std::chrono::steady_clock::now();
-  auto u = probe::udp_echoes(flooder, n, 20ms);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int most =
-      static_cast<int>(dp::Responder::kEchoBurst + secs * dp::Responder::kEchoesPerSecond) + 1;
-  EXPECT_LE(u.answered, most) << "in " << secs << " s";
-  EXPECT_GE(u.answered, static_cast<int>(dp::Responder::kEchoBurst)) << "the burst is answered";
-  EXPECT_EQ(r.status()["refused_rate"].get<int>(), n - u.answered);
-  // sessions: past the burst, refused with the reason
-  int refused = 0;
-  std::string why;
-  for (int i = 0; i < 2 * static_cast<int>(dp::Responder::kSessionBurst); ++i) {
-    auto h = probe::hello(flooder, 1000ms);
-    if (!h) {
-      ++refused;
-      why = h.error().message;
-    }
-  }
-  EXPECT_GT(refused, 0);
-  EXPECT_NE(why.find("rate"), std::string::npos) << why;
-  // another address has its own budget
-  auto other = target(port);
-  other.source = *dp::IpAddr::parse("127.0.0.4");
-  EXPECT_EQ(probe::udp_echoes(other, 3, 1000ms).answered, 3);
-  auto h = probe::hello(other, 1000ms);
-  EXPECT_TRUE(h) << h.error().what();
-}
-
 }  // namespace

@@ -19,8 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include "dualpath/core/rate_limit.h"
-
 namespace dp {
 
 class NcclReports {
@@ -48,7 +46,7 @@ class NcclReports {
               Clock::time_point now);
   // How many of `n` moves process `pid` may log now (its budget, which this
   // spends).
-  int admit_events(pid_t pid, int n, Clock::time_point now) { return moves_.take(pid, n, now); }
+  int admit_events(pid_t pid, int n, Clock::time_point now);
 
   // Bytes of `klass` sent on `path` by every process that reported.
   uint64_t bytes(const std::string& klass, const std::string& path) const;
@@ -61,12 +59,12 @@ class NcclReports {
     std::string name;
     std::map<std::pair<std::string, std::string>, uint64_t> last;
     Clock::time_point seen{};
+    double tokens = kEventBurst;
+    Clock::time_point refilled{};
   };
   Process& process(pid_t pid, Clock::time_point now);
   std::map<pid_t, Process> procs_;
   std::map<std::pair<std::string, std::string>, uint64_t> totals_;
-  RateLimiter<pid_t> moves_{kEventBurst, 1.0 / static_cast<double>(kEventEvery.count()),
-                            kMaxProcesses};
 };
 
 }  // namespace dp
