@@ -34,6 +34,8 @@ bool fits(const json& v, ArgType t) {
       return v.is_number_unsigned() && v.get<uint64_t>() > 0;
     case ArgType::Unsigned:
       return v.is_number_unsigned();
+    case ArgType::Bool:
+      return v.is_boolean();
   }
   return false;
 }
@@ -47,6 +49,8 @@ std::string_view must_be(const Arg& a) {
       return "a positive integer";
     case ArgType::Unsigned:
       return "an integer of 0 or more";
+    case ArgType::Bool:
+      return "true or false";
   }
   return "";
 }

@@ -289,6 +289,7 @@ void Daemon::tick() {
   measurements_.collect(policy_, *datapath_, state_.ticks);
   adapt_flowlet_gap();
   auto in = measurements_.tick_input(policy_, *datapath_);
+  add_nccl_bytes(in);
   note_class_tx(in.class_tx_bytes, began);
   carry_out(controller_.tick(in));
   note_carried(in, began);
@@ -436,6 +437,25 @@ void Daemon::note_subflow_shares(size_t c, const std::vector<bool>& active) {
     events_.record(std::move(e));
   }
   if (moved || want.empty()) had = std::move(want);
+}
+
+// What the NCCL plugins sent in each class (nccl.report) is the class's
+// load as much as what the datapath counted: the plugin marks its sockets
+// with their path's fwmark, which the datapath leaves unclassified, so the
+// two never count the same byte. Paced (NcclReports::paced()): a report
+// every few ticks reads as a steady rate.
+void Daemon::add_nccl_bytes(TickInput& in) {
+  auto& nccl = state_.nccl;
+  nccl.advance(std::chrono::steady_clock::now());
+  if (nccl.totals().empty()) return;
+  for (size_t c = 0; c < policy_.classes.size() && c < in.class_path_tx_bytes.size(); ++c) {
+    auto& by_path = in.class_path_tx_bytes[c];
+    for (size_t p = 0; p < policy_.paths.size() && p < by_path.size(); ++p) {
+      uint64_t b = nccl.paced(policy_.classes[c].name, policy_.paths[p].name);
+      by_path[p] += b;
+      in.class_tx_bytes[c] += b;
+    }
+  }
 }
 
 Shares Daemon::decided_shares(size_t klass) const {

@@ -71,6 +71,7 @@ class Daemon : private Node {
   void adapt_flowlet_gap();
   void place_bursts();
   void note_class_tx(const std::vector<uint64_t>& tx, std::chrono::steady_clock::time_point now);
+  void add_nccl_bytes(TickInput& in);
   void note_carried(const TickInput& in, std::chrono::steady_clock::time_point now);
   void keep_reserves(std::chrono::steady_clock::time_point now);
   void restart_responder(const Policy& next);

@@ -59,7 +59,8 @@ json nccl_report(Node& n, const json& args, pid_t peer) {
   }
   auto now = std::chrono::steady_clock::now();
   NcclReports& r = n.nccl();
-  r.report(peer, process.substr(0, 64), got, now);
+  // (a plugin whose sockets could not be marked: the datapath counts them)
+  r.report(peer, process.substr(0, 64), got, now, !args.value("unmarked", false));
   int admitted = r.admit_events(peer, static_cast<int>(moves.size()), now);
   for (int i = 0; i < admitted; ++i) {
     SchedulerEvent e;
@@ -82,7 +83,9 @@ std::vector<Command> nccl_commands(Node& n) {
       {"nccl.report",
        false,
        "an NCCL plugin's running totals of what it sent per class and path, and its moves",
-       {{"process", ArgType::String, false, "the reporting process's name", ""}},
+       {{"process", ArgType::String, false, "the reporting process's name", ""},
+        {"unmarked", ArgType::Bool, false,
+         "the plugin's sockets carry no fwmark: its bytes are not added to its classes' load", ""}},
        nullptr,
        [&n](const json& args, pid_t peer) { return nccl_report(n, args, peer); }},
   };

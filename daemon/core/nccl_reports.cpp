@@ -20,20 +20,54 @@ NcclReports::Process& NcclReports::process(pid_t pid, Clock::time_point now) {
 }
 
 void NcclReports::report(pid_t pid, const std::string& name, const std::vector<Count>& counts,
-                         Clock::time_point now) {
+                         Clock::time_point now, bool scheduled) {
   Process& p = process(pid, now);
   bool restarted = p.name != name && !p.name.empty();
   for (const auto& c : counts) {
     if (c.bytes < p.last[{c.klass, c.path}]) restarted = true;
   }
   if (restarted) p.last.clear();
+  // the interval these bytes were sent in (a first report: one kPaceMax)
+  auto interval = p.last.empty() ? std::chrono::duration<double>(kPaceMax)
+                                 : std::chrono::duration<double>(now - p.seen);
+  interval = std::clamp(interval, std::chrono::duration<double>(kPaceMin),
+                        std::chrono::duration<double>(kPaceMax));
   p.name = name;
   p.seen = now;
+  advance(now);  // what was due before these bytes arrived
   for (const auto& c : counts) {
     uint64_t& last = p.last[{c.klass, c.path}];
-    totals_[{c.klass, c.path}] += c.bytes - last;
+    uint64_t added = c.bytes - last;
+    totals_[{c.klass, c.path}] += added;
     last = c.bytes;
+    if (added == 0 || !scheduled) continue;
+    Paced& q = paced_[{c.klass, c.path}];
+    q.pending += static_cast<double>(added);
+    // everything pending goes out over this process's interval (several
+    // processes in one class: the newest report sets the pace)
+    q.rate = q.pending / interval.count();
   }
+}
+
+void NcclReports::advance(Clock::time_point now) {
+  if (advanced_ == Clock::time_point{} || now < advanced_) {
+    advanced_ = now;
+    return;
+  }
+  double dt = std::chrono::duration<double>(now - advanced_).count();
+  advanced_ = now;
+  for (auto& [key, q] : paced_) {
+    double out = std::min(q.pending, q.rate * dt);
+    q.released += out;
+    q.pending -= out;
+  }
+}
+
+uint64_t NcclReports::paced(const std::string& klass, const std::string& path) const {
+  auto it = paced_.find({klass, path});
+  if (it == paced_.end()) return 0;
+  // (never above the total: floating error rounds down)
+  return std::min(static_cast<uint64_t>(it->second.released), bytes(klass, path));
 }
 
 int NcclReports::admit_events(pid_t pid, int n, Clock::time_point now) {

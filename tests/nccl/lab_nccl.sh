@@ -8,8 +8,10 @@
 # runs on the rails NCCL_DUALPATH_RAILS names, without dualpathd (about 30 s).
 # DP_NCCL_LAB_DAEMON=1 runs the lab with dualpathd (DP_NCCL_LAB_BUILD or the
 # build given has it) and policies with an [nccl] mapping, and also checks the
-# class by operation and by traffic class, and that dualpathd counts the
-# plugin's bytes in their class and logs its moves (about 35 s; CI runs both
+# class by operation and by traffic class, that dualpathd's scheduler sees
+# the plugin's bytes as its class's load (an elastic class spills to rail1
+# when the plugin fills rail0), counts them in their class and logs its moves
+# (about 35 s; CI runs both
 # modes: lab_nccl and lab_nccl_daemon). Takes the lab lock; skipped without root or
 # while a lab is up. DP_NCCL_LAB_KEEP=DIR keeps the ranks' logs there;
 # DP_NCCL_LAB_TOPOLOGY=separate runs it on the separate topology (a router
@@ -46,12 +48,13 @@ daemon_opt=(--no-daemon)
 if [[ ${DP_NCCL_LAB_DAEMON:-0} == 1 ]]; then
   [[ -x $DP_BUILD/daemon/dualpathd ]] || { echo "FAIL: $DP_BUILD/daemon/dualpathd is not built"; exit 1; }
   daemon_opt=()
-  # the lab's policies with an [nccl] mapping (dualpath-policy(5))
+  # the lab's policies with an [nccl] mapping (dualpath-policy(5)): alltoall
+  # in an elastic class, which the scheduler spills when its rail is hot
   export DP_LAB_POLICIES="$work/policies"
   mkdir -p "$DP_LAB_POLICIES"
   for n in a b; do
     cp "$here/../../policies/lab-$n.toml" "$DP_LAB_POLICIES/"
-    printf '\n[nccl]\noperation.alltoall = "expert-dispatch"\ntraffic_class.3 = "param-sync"\n' \
+    printf '\n[nccl]\noperation.alltoall = "expert-combine"\ntraffic_class.3 = "param-sync"\n' \
       >>"$DP_LAB_POLICIES/lab-$n.toml"
   done
 fi
@@ -113,13 +116,29 @@ run_pair() {
 # 1. bytes per rail against the placement
 a0=$(tx_bytes a rail0)
 a1=$(tx_bytes a rail1)
-run_pair split 16 8388608
+rounds=16
+# with dualpathd: long enough for the scheduler to see the plugin's load
+((${#daemon_opt[@]})) || rounds=48
+run_pair split "$rounds" 8388608
 b0=$(tx_bytes a rail0)
 b1=$(tx_bytes a rail1)
 placed=$(grep 'placed in class' "$work/split/r0.err" | tail -1 || true)
 [[ -n $placed ]] || { echo "FAIL: rank 0 logged no placement"; exit 1; }
 echo "rank 0: ${placed#*NET/dualpath : }"
-if grep -q ': moved in class' "$work/split/r0.err"; then
+if ! ((${#daemon_opt[@]})); then
+  # dualpathd counts the plugin's bytes in expert-combine's demand: rail0
+  # (its preferred rail, 1 Gbit) runs hot and the class spills to rail1
+  spill=$(grep -h 'moved in class expert-combine (operation alltoall): rail0 [1-9][0-9]*%, rail1 [1-9]' \
+    "$work/split/r0.err" | head -1 || true)
+  [[ -n $spill ]] || {
+    echo "FAIL: the plugin's load never spilled expert-combine to both rails:"
+    grep -h 'placed in\|moved in' "$work/split/r0.err" | sed 's/.*NET\/dualpath : /  /'
+    "$lab" dpctl a events | tail -10
+    exit 1
+  }
+  echo "rank 0: ${spill#*NET/dualpath : }"
+  "$lab" dpctl a events | grep -A1 'expert-combine  spill' | head -2
+elif grep -q ': moved in class' "$work/split/r0.err"; then
   # dualpathd's scheduler changed the class's decision during the run
   echo "the decision changed during the run: bytes per rail not compared"
   grep -h ': moved in class' "$work/split/r0.err" | sed 's/.*NET\/dualpath : /  /' | head -3
@@ -162,23 +181,23 @@ done
 # 4. with dualpathd: the class by operation, and by the communicator's traffic class first
 if ! ((${#daemon_opt[@]})); then
   run_pair op 4 4194304
-  grep -q 'placed in class expert-dispatch (operation alltoall)' "$work/op/r0.err" ||
-    { echo "FAIL: alltoall was not placed in expert-dispatch"; grep -h 'placed' "$work/op/r0.err"; exit 1; }
+  grep -q 'placed in class expert-combine (operation alltoall)' "$work/op/r0.err" ||
+    { echo "FAIL: alltoall was not placed in expert-combine"; grep -h 'placed' "$work/op/r0.err"; exit 1; }
   DP_TC=3 run_pair tc 4 4194304
   grep -q 'placed in class param-sync (the communicator.s traffic class 3)' "$work/tc/r0.err" ||
     { echo "FAIL: traffic class 3 was not placed in param-sync"; grep -h 'placed' "$work/tc/r0.err"; exit 1; }
   grep -h 'placed in class [a-z]' "$work/op/r0.err" "$work/tc/r0.err" | sed 's/.*NET\/dualpath : /  /'
   # the plugin's reports: node a's dualpathd counts rank 0's bytes in their
-  # class (4 rounds of 4 MiB in expert-dispatch, in the op run)
+  # class (4 rounds of 4 MiB in expert-combine, in the op run)
   "$lab" dpctl a -j class list >"$work/classes.json"
   python3 - "$work/classes.json" $((4 * 4194304)) <<'PY' || exit 1
 import json, sys
 classes = json.load(open(sys.argv[1]))
 classes = classes.get("data", classes) if isinstance(classes, dict) else classes
 by = {c["name"]: c for c in (classes["classes"] if isinstance(classes, dict) else classes)}
-got = sum(by["expert-dispatch"]["nccl_tx_bytes_by_path"].values())
-print(f"dualpathd on a counts {got} bytes of the plugin in expert-dispatch "
-      f"({by['expert-dispatch']['nccl_tx_bytes_by_path']}); rank 0 sent {sys.argv[2]}")
+got = sum(by["expert-combine"]["nccl_tx_bytes_by_path"].values())
+print(f"dualpathd on a counts {got} bytes of the plugin in expert-combine "
+      f"({by['expert-combine']['nccl_tx_bytes_by_path']}); rank 0 sent {sys.argv[2]}")
 if got < int(sys.argv[2]):
     sys.exit("FAIL: the plugin's reported bytes are missing from dpctl class list")
 PY

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <vector>
 
 #include "dualpath/core/nccl_reports.h"
 
@@ -50,6 +51,39 @@ TEST(NcclReports, AProcessPastTheLimitForgetsTheQuietestButKeepsItsBytes) {
   // pid 1 was forgotten: its next report counts from nothing
   r.report(1, "x", {{"logs", "rail0", 1}}, t0 + 2s);
   EXPECT_EQ(r.bytes("logs", "rail0"), NcclReports::kMaxProcesses + 2);
+}
+
+// The scheduler reads a class's demand per tick: a report every 200 ms of
+// what was sent at a steady 1 MB/s reads as 50 KB a 50-ms tick, not as
+// one tick of 200 KB and three of nothing.
+TEST(NcclReports, ReportsEveryFewTicksReadAsTheSteadyRateTheyWereSentAt) {
+  NcclReports r;
+  const auto t0 = NcclReports::Clock::now();
+  uint64_t sent = 0, before = 0;
+  std::vector<uint64_t> per_tick;
+  for (int tick = 1; tick <= 40; ++tick) {
+    auto now = t0 + tick * 50ms;
+    if (tick % 4 == 0) {
+      sent += 200'000;
+      r.report(42, "python3", {{"expert-combine", "rail0", sent}}, now);
+    }
+    r.advance(now);
+    uint64_t p = r.paced("expert-combine", "rail0");
+    ASSERT_LE(p, r.bytes("expert-combine", "rail0")) << "never ahead of what was reported";
+    ASSERT_GE(p, before) << "cumulative";
+    per_tick.push_back(p - before);
+    before = p;
+  }
+  // from the third report on (the first is paced over kPaceMax: its
+  // interval is not known), every tick carries about a quarter of a report
+  for (size_t i = 12; i < per_tick.size(); ++i) {
+    EXPECT_GE(per_tick[i], 40'000u) << "tick " << i;
+    EXPECT_LE(per_tick[i], 60'000u) << "tick " << i;
+  }
+  // the process stops: what it reported is all released within kPaceMax
+  r.advance(t0 + 40 * 50ms + NcclReports::kPaceMax);
+  EXPECT_EQ(r.paced("expert-combine", "rail0"), r.bytes("expert-combine", "rail0"));
+  EXPECT_EQ(r.paced("param-sync", "rail0"), 0u);
 }
 
 TEST(NcclReports, MovesAreAdmittedInABurstThenAtASteadyRate) {

@@ -36,6 +36,16 @@ int cmd_class_list(const Globals& g) {
     for (auto& [k, v] : c["tx_bytes_by_path"].items())
       by_path +=
           fmt::format("{}{}={}", by_path.empty() ? "" : " ", k, dp::format_bytes(v.get<double>()));
+    // the NCCL plugins' bytes in the class (nccl.report), beside the kernel's
+    if (const json n = c.value("nccl_tx_bytes_by_path", json(nullptr)); n.is_object()) {
+      std::string nccl;
+      double sum = 0;
+      for (auto& [k, v] : n.items()) {
+        sum += v.get<double>();
+        nccl += fmt::format(" {}={}", k, dp::format_bytes(v.get<double>()));
+      }
+      if (sum > 0) by_path += "; NCCL plugin" + nccl;
+    }
     if (c.value("placement", "") == "connect-time") {
       std::string conns;
       for (auto& [k, v] : c["connections_by_path"].items())

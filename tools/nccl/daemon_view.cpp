@@ -321,7 +321,14 @@ std::string Traffic::report(const std::string& process) {
   for (auto& [k, why] : moves_) moves.push_back({{"class", k}, {"reason", why.substr(0, 512)}});
   moves_.clear();
   changed_ = false;
-  return json{{"process", process}, {"bytes", counts}, {"moves", moves}}.dump();
+  json args{{"process", process}, {"bytes", counts}, {"moves", moves}};
+  if (unmarked_) args["unmarked"] = true;
+  return args.dump();
+}
+
+void Traffic::unmarked() {
+  std::lock_guard<std::mutex> g(mu_);
+  unmarked_ = true;
 }
 
 Traffic& traffic() {
@@ -351,7 +358,7 @@ void DaemonView::loop() {
     lk.unlock();
     std::string error;
     refresh(&error);  // a daemon that went away keeps its last word
-    if (report_ && ++report_ticks_ >= 10) {
+    if (report_ && ++report_ticks_ >= kReportTicks) {
       report_ticks_ = 0;
       std::string args = traffic().report(name), data;
       if (!args.empty() && !daemon_call_args(socket_, "nccl.report", args, &data, &error) &&

@@ -68,6 +68,10 @@ class Traffic {
   static constexpr size_t kMaxMoves = 64;  // kept between two reports
   void sent(const std::string& klass, const std::string& rail, uint64_t bytes);
   void moved(const std::string& klass, std::string reason);
+  // A socket's mark was refused (no CAP_NET_ADMIN): the datapath counts the
+  // plugin's streams in the class their port or cgroup matches, and the
+  // reports say so, so that dualpathd does not count them twice.
+  void unmarked();
   // nccl.report's arguments (JSON text), "" when nothing changed since the
   // last; takes the moves.
   std::string report(const std::string& process);
@@ -77,6 +81,7 @@ class Traffic {
   std::map<std::pair<std::string, std::string>, uint64_t> bytes_;
   std::vector<std::pair<std::string, std::string>> moves_;
   bool changed_ = false;
+  bool unmarked_ = false;
 };
 Traffic& traffic();  // the process's
 
@@ -98,7 +103,10 @@ class DaemonView {
   bool stop_ = false;
   std::shared_ptr<const DaemonSnapshot> snap_;
   std::thread thread_;
-  // nccl.report every second; off when the daemon does not know it (older)
+  // nccl.report every kReportTicks refreshes (200 ms) while bytes flow: the
+  // scheduler counts them in their class's demand; off when the daemon does
+  // not know it (older)
+  static constexpr int kReportTicks = 2;
   int report_ticks_ = 0;
   bool report_ = true;
   // the policy's mapping, read at most every second (policy.show is the whole text)

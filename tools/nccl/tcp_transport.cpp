@@ -165,6 +165,7 @@ int rail_socket(const Rail& r, std::string* error) {
   if (r.fwmark && ::setsockopt(fd, SOL_SOCKET, SO_MARK, &r.fwmark, sizeof(r.fwmark)) != 0) {
     int e = errno;
     std::call_once(mark_warned, [&] {
+      traffic().unmarked();
       DPN_INFO(
           "marking sockets with %s's fwmark 0x%x refused (%s): dualpathd may steer them "
           "as unclassified traffic",

@@ -7,7 +7,8 @@
 // class cannot tell them apart: the plugin counts what it sent and reports
 // its running totals. The totals here only grow, for dpctl class list and
 // the metrics' counters: a process's bytes stay counted after it stops
-// reporting. No I/O.
+// reporting. The scheduler reads them paced (paced()): a class's demand and
+// bytes per path include what the plugins sent in it. No I/O.
 #pragma once
 
 #include <sys/types.h>
@@ -42,8 +43,12 @@ class NcclReports {
 
   // Process `pid`'s running totals. A total below what the process reported
   // before starts its count again (a new process with the same pid).
+  // `scheduled`: the process's sockets carry their path's fwmark, which the
+  // datapath leaves unclassified, so its bytes are its classes' load
+  // (paced()); false where its marks were refused and the datapath already
+  // counts its streams in a class of its own choosing.
   void report(pid_t pid, const std::string& process, const std::vector<Count>& counts,
-              Clock::time_point now);
+              Clock::time_point now, bool scheduled = true);
   // How many of `n` moves process `pid` may log now (its budget, which this
   // spends).
   int admit_events(pid_t pid, int n, Clock::time_point now);
@@ -51,6 +56,16 @@ class NcclReports {
   // Bytes of `klass` sent on `path` by every process that reported.
   uint64_t bytes(const std::string& klass, const std::string& path) const;
   const std::map<std::pair<std::string, std::string>, uint64_t>& totals() const { return totals_; }
+
+  // The same bytes as the scheduler reads them, once per tick: a report's
+  // new bytes are released evenly over the reporting process's last
+  // interval between reports (kPaceMin to kPaceMax), so that a report every
+  // few ticks reads as the steady rate it was sent at, not as one tick's
+  // spike. Cumulative; never above bytes(). advance() first, each tick.
+  static constexpr std::chrono::milliseconds kPaceMin{50};
+  static constexpr std::chrono::milliseconds kPaceMax{2000};
+  void advance(Clock::time_point now);
+  uint64_t paced(const std::string& klass, const std::string& path) const;
   // Processes that reported within kQuiet of `now`.
   size_t reporting(Clock::time_point now) const;
 
@@ -65,6 +80,13 @@ class NcclReports {
   Process& process(pid_t pid, Clock::time_point now);
   std::map<pid_t, Process> procs_;
   std::map<std::pair<std::string, std::string>, uint64_t> totals_;
+  struct Paced {
+    double released = 0;  // cumulative
+    double pending = 0;   // reported, not yet released
+    double rate = 0;      // bytes per second it is released at
+  };
+  std::map<std::pair<std::string, std::string>, Paced> paced_;
+  Clock::time_point advanced_{};
 };
 
 }  // namespace dp

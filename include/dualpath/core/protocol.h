@@ -48,6 +48,7 @@ enum class ArgType {
   String,
   Positive,  // an integer above 0
   Unsigned,  // an integer of 0 or more
+  Bool,
 };
 struct Arg {
   std::string_view name;
