@@ -204,8 +204,21 @@ class ListenSet {
   }
   std::vector<int> lfds_;
 
+  // From a connection's progress, which NCCL's proxy calls in a tight loop:
+  // new streams (a rail reopened) are rare, so the listeners are looked at
+  // once a millisecond, or at once while a stream is still saying hello.
+  void poll_due() {
+    auto now = Clock::now();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (handshaking_.empty() && now - polled_ < std::chrono::milliseconds(1)) return;
+    }
+    poll();
+  }
+
   void poll() {
     std::lock_guard<std::mutex> g(mu_);
+    polled_ = Clock::now();
     for (size_t i = 0; i < lfds_.size(); ++i) {
       for (;;) {
         int fd = ::accept4(lfds_[i], nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -285,6 +298,7 @@ class ListenSet {
     Clock::time_point since;
   };
   std::mutex mu_;
+  Clock::time_point polled_{};
   std::vector<Handshake> handshaking_;
   std::map<uint64_t, std::vector<Arrived>> ready_;
   std::set<uint64_t> claimed_, closed_;
@@ -417,6 +431,7 @@ class RecvConnImpl final : public RecvConn {
   std::shared_ptr<ListenSet> ls_;
   uint64_t id_;
   std::vector<RStream> streams_;
+  std::vector<pollfd> pfds_;  // progress()'s, kept to spare an allocation a call
   std::array<RecvReq, kMaxRequests> reqs_;
   std::map<uint64_t, RecvReq*> groups_;  // by base seq
   uint64_t next_seq_ = 0;
@@ -533,11 +548,22 @@ Status RecvConnImpl::read_stream(RStream& st) {
 
 Status RecvConnImpl::progress() {
   if (!error_.ok()) return error_;
-  ls_->poll();
+  ls_->poll_due();
   std::vector<ListenSet::Arrived> more;
   ls_->take(id_, &more);
   for (auto& a : more) add(a);
-  for (auto& st : streams_) {
+  // one poll() for every stream, then reads only where there is something
+  // to do: most calls find nothing, and a recv() per stream per call was
+  // most of the plugin's CPU (NCCL's proxy calls test() in a loop)
+  pfds_.resize(streams_.size());
+  for (size_t i = 0; i < streams_.size(); ++i) pfds_[i] = {streams_[i].fd, POLLIN, 0};
+  if (!pfds_.empty() && ::poll(pfds_.data(), pfds_.size(), 0) < 0 && errno != EINTR)
+    for (auto& p : pfds_) p.revents = POLLIN;  // (read them all: the reads tell what is wrong)
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    auto& st = streams_[i];
+    // a header read whose receive was not posted then, or ACKs not yet written
+    bool owed = (st.st == RStream::Hdr && st.hoff == sizeof(ChunkHdr)) || !st.acks.empty();
+    if (!pfds_[i].revents && !owed) continue;
     if (Status s = read_stream(st); !s.ok()) {
       error_ = s;
       return s;
@@ -778,6 +804,8 @@ class SendConnImpl final : public SendConn {
   uint64_t id_;
   std::vector<RailState> rails_;
   std::vector<SStream> streams_;
+  std::vector<pollfd> pfds_;  // progress()'s, kept to spare an allocation a call
+  std::vector<SStream*> live_of_;
   std::array<SendReq, kMaxRequests * kMaxRecvs> reqs_;
   std::unordered_map<uint64_t, SendReq*> by_seq_;
   std::deque<ChunkRef> pending_;
@@ -1068,6 +1096,10 @@ void SendConnImpl::schedule() {
 Status SendConnImpl::progress() {
   if (!error_.ok()) return error_;
   auto now = Clock::now();
+  auto& live_fds = pfds_;
+  live_fds.clear();
+  live_of_.clear();
+  auto& live_of = live_of_;
   for (auto& st : streams_) {
     RailState& rs = rails_[static_cast<size_t>(st.rail)];
     bool allowed = rs.usable && placement_.up[static_cast<size_t>(st.rail)];
@@ -1126,8 +1158,13 @@ Status SendConnImpl::progress() {
         std::fill(assigned_.begin(), assigned_.end(), 0.0);
       }
     }
-    if (st.state == SStream::Live) read_acks(st);
+    if (st.state == SStream::Live) live_fds.push_back({st.fd, POLLIN, 0}), live_of.push_back(&st);
   }
+  // the ACKs of every live stream with one poll() (most calls find none)
+  if (!live_fds.empty() && ::poll(live_fds.data(), live_fds.size(), 0) < 0 && errno != EINTR)
+    for (auto& p : live_fds) p.revents = POLLIN;
+  for (size_t i = 0; i < live_fds.size(); ++i)
+    if (live_fds[i].revents && live_of[i]->state == SStream::Live) read_acks(*live_of[i]);
   schedule();
   bool live = false;
   for (auto& st : streams_) {
