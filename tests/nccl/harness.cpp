@@ -12,10 +12,17 @@
 //                                                (one rank; the lab runs one per node)
 //
 // Scenarios: props, sizes, many, grouped, fault, badenv, stream (a long
-// transfer for the lab: --rounds, --bytes). Exit 0 when every check held;
-// the last line is a JSON summary.
+// transfer for the lab: --rounds, --bytes, --pause-ms between rounds), bench (nccl-tests' alltoall
+// and sendrecv: --op, --min-bytes, --max-bytes, --step, --budget, --warmup; --transport socket
+// --socket-addr A: plain TCP, the baseline; tools/nccl/bench drives it). Exit 0 when every check
+// held; the last line is a JSON summary.
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,11 +31,13 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -56,7 +65,13 @@ void logger(ncclDebugLogLevel level, unsigned long, const char* file, int line, 
   va_end(ap);
   std::lock_guard<std::mutex> g(g_log_mu);
   const char* lv = level == NCCL_LOG_WARN ? "WARN" : level == NCCL_LOG_INFO ? "INFO" : "TRACE";
-  std::fprintf(stderr, "rank%d %s %s:%d %s\n", g_rank, lv, file, line, buf);
+  // (the wall clock's ms: both ranks' logs line up)
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count() %
+            100'000'000;
+  std::fprintf(stderr, "%lld rank%d %s %s:%d %s\n", static_cast<long long>(ms), g_rank, lv, file,
+               line, buf);
   g_log.push_back(std::string(lv) + " " + buf);
 }
 
@@ -338,6 +353,13 @@ long long verify(const char* p, size_t n, uint64_t seed) {
   return -1;
 }
 
+// nearest rank
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
+}
+
 // ------------------------------------------------------------------ exchange
 
 struct Exchange {
@@ -372,6 +394,11 @@ struct Options {
   int rounds = 20;
   size_t bytes = 4u << 20;
   bool fuse = false;
+  // bench
+  std::string op = "alltoall", transport = "plugin", socket_addr;
+  size_t min_bytes = 64u << 10, max_bytes = 64u << 20, step = 512u << 10, budget = 128u << 20;
+  size_t warmup = 0;
+  int pause_ms = 0;  // stream: between rounds
 };
 
 struct Pair {
@@ -470,7 +497,12 @@ void exchange_one(Net& net, Pair& p, size_t size, size_t recv_extra, uint64_t se
     die("%zu-byte message: byte %lld differs", size, bad);
   st.bytes += size;
   if (std::getenv("DP_HARNESS_VERBOSE"))
-    std::fprintf(stderr, "rank%d %zu bytes each way in %.1f ms\n", g_rank, size,
+    std::fprintf(stderr, "%lld rank%d %zu bytes each way in %.1f ms\n",
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count() %
+                                        100'000'000),
+                 g_rank, size,
                  std::chrono::duration<double, std::milli>(Clock::now() - begin).count());
   CHECK_NCCL(net.dereg(p.send, mh_s));
   CHECK_NCCL(net.dereg(p.recv, mh_r));
@@ -690,19 +722,301 @@ int stream(Net& net, void* ctx, Exchange& ex, const Options& o) {
   ex.barrier("stream.start");
   Stats st;
   int round = 0;
-  for (; round < o.rounds; ++round)
+  std::vector<double> round_ms;
+  for (; round < o.rounds; ++round) {
+    auto began = Clock::now();
     exchange_one(net, pairs[0], o.bytes, 0, seed_of(g_rank, o.bytes, round),
                  seed_of(1 - g_rank, o.bytes, round), round, st);
+    round_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - began).count());
+    if (o.pause_ms > 0) {
+      // a job with its rails mostly idle: the gaps counted are the transfers'
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.pause_ms));
+      st.last = Clock::now();
+    }
+  }
   ex.barrier("stream.end");
   close_pairs(net, pairs);
   std::printf(
       "{\"scenario\":\"stream\",\"rounds\":%d,\"bytes_each_way\":%llu,\"longest_gap_ms\":%.1f,"
-      "\"moves\":%d,\"ok\":true}\n",
-      round, static_cast<unsigned long long>(st.bytes), st.longest_gap_ms, log_count("move to"));
+      "\"median_round_ms\":%.1f,\"moves\":%d,\"ok\":true}\n",
+      round, static_cast<unsigned long long>(st.bytes), st.longest_gap_ms,
+      round_ms.empty() ? 0.0 : percentile(round_ms, 0.5), log_count("move to"));
   return 0;
 }
 
+// ------------------------------------------------------------------ bench
+// nccl-tests' alltoall_perf and sendrecv_perf between the two ranks, moved
+// as NCCL's proxy moves a collective over a net transport: what a rank sends
+// its peer (alltoall: half of the size, the other half stays on the rank;
+// sendrecv: all of it) cut into steps of --step bytes (NCCL's Simple
+// protocol: a 4 MiB buffer in NCCL_STEPS = 8 steps of 512 KiB), at most 8
+// steps in flight each way, each posted when the one before it left a slot.
+// busbw as nccl-tests reports it: alltoall algbw * (n-1)/n, sendrecv algbw;
+// with two ranks both are the bytes each way over the time. Per size: a
+// few untimed iterations, then --budget bytes' worth (5 to 100 iterations),
+// the last one's bytes checked. One JSON line per size.
+//
+// --transport socket is the baseline: plain TCP between --socket-addr
+// addresses (one interface), one connection each way, the whole transfer
+// pushed through it by one thread: NCCL's socket transport with its
+// defaults (NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD unset: no helper
+// threads, the data on the connection's own socket).
+
+constexpr int kStepsInFlight = 8;
+
+// NCCL's proxy thread polls test() in a loop. Both transports here are
+// driven by the same loop, which pauses this long after a pass that made no
+// progress: on a 2-core machine a loop that never pauses would be most of
+// the CPU figure and take the CPU the transport's own threads need.
+void idle_pause() {
+  timespec ts{0, 20'000};
+  ::nanosleep(&ts, nullptr);
+}
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+double cpu_s() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// busy and total jiffies of the whole machine (/proc/stat's cpu line)
+std::pair<uint64_t, uint64_t> machine_jiffies() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  uint64_t v[8] = {};
+  f >> cpu;
+  for (auto& x : v) f >> x;
+  uint64_t idle = v[3] + v[4], total = 0;
+  for (auto x : v) total += x;
+  return {total - idle, total};
+}
+
+// One direction's bytes of one iteration, cut into steps.
+struct Steps {
+  size_t bytes = 0, step = 0;
+  size_t count() const { return bytes == 0 ? 1 : (bytes + step - 1) / step; }
+  size_t offset(size_t i) const { return i * step; }
+  size_t len(size_t i) const { return std::min(step, bytes - std::min(bytes, i * step)); }
+};
+
+class BenchLink {
+ public:
+  virtual ~BenchLink() = default;
+  // One iteration: `out` to the peer and `in` from it at once.
+  virtual void iterate(char* out, char* in, const Steps& st) = 0;
+};
+
+class PluginLink : public BenchLink {
+ public:
+  PluginLink(Net& net, Pair& p, char* out, char* in, size_t cap) : net_(net), p_(p) {
+    CHECK_NCCL(net.reg(p.send, out, cap, &mh_s_));
+    CHECK_NCCL(net.reg(p.recv, in, cap, &mh_r_));
+  }
+  ~PluginLink() override {
+    net_.dereg(p_.send, mh_s_);
+    net_.dereg(p_.recv, mh_r_);
+  }
+  void iterate(char* out, char* in, const Steps& st) override {
+    const size_t n = st.count();
+    std::deque<void*> sends, recvs;
+    size_t posted_s = 0, posted_r = 0, done_s = 0, done_r = 0;
+    auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (done_s < n || done_r < n) {
+      bool progress = false;
+      while (posted_s < n && sends.size() < kStepsInFlight) {
+        void* req = nullptr;
+        CHECK_NCCL(
+            net_.isend(p_.send, out + st.offset(posted_s), st.len(posted_s), 1, mh_s_, &req));
+        if (!req) break;
+        sends.push_back(req);
+        ++posted_s;
+        progress = true;
+      }
+      while (posted_r < n && recvs.size() < kStepsInFlight) {
+        void* req = nullptr;
+        void* data[1] = {in + st.offset(posted_r)};
+        size_t sizes[1] = {st.len(posted_r)};
+        int tags[1] = {1};
+        void* mhs[1] = {mh_r_};
+        CHECK_NCCL(net_.irecv(p_.recv, 1, data, sizes, tags, mhs, &req));
+        if (!req) break;
+        recvs.push_back(req);
+        ++posted_r;
+        progress = true;
+      }
+      // as the proxy does: the oldest request of each side first
+      int done = 0, size = 0;
+      if (!sends.empty()) {
+        CHECK_NCCL(net_.test(sends.front(), &done, &size));
+        if (done) sends.pop_front(), ++done_s, progress = true;
+      }
+      if (!recvs.empty()) {
+        CHECK_NCCL(net_.test(recvs.front(), &done, &size));
+        if (done) recvs.pop_front(), ++done_r, progress = true;
+      }
+      if (!progress) idle_pause();
+      if (Clock::now() > deadline) die("a %zu-byte iteration did not finish in 120 s", st.bytes);
+    }
+  }
+
+ private:
+  Net& net_;
+  Pair& p_;
+  void *mh_s_ = nullptr, *mh_r_ = nullptr;
+};
+
+class SocketLink : public BenchLink {
+ public:
+  SocketLink(Exchange& ex, const std::string& addr) {
+    sockaddr_storage me{};
+    socklen_t len = parse_addr(addr, &me);
+    int lfd = ::socket(me.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&me), len) != 0 || ::listen(lfd, 4) != 0)
+      die("listening on %s: %s", addr.c_str(), std::strerror(errno));
+    sockaddr_storage bound{};
+    socklen_t blen = sizeof(bound);
+    ::getsockname(lfd, reinterpret_cast<sockaddr*>(&bound), &blen);
+    ex.put("socket.r" + std::to_string(g_rank), &bound, sizeof(bound));
+    sockaddr_storage peer{};
+    ex.get("socket.r" + std::to_string(1 - g_rank), &peer, sizeof(peer));
+    send_fd_ = ::socket(me.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage src = me;
+    set_port(&src, 0);
+    if (::bind(send_fd_, reinterpret_cast<sockaddr*>(&src), len) != 0 ||
+        ::connect(send_fd_, reinterpret_cast<sockaddr*>(&peer), len) != 0)
+      die("connecting from %s: %s", addr.c_str(), std::strerror(errno));
+    recv_fd_ = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (recv_fd_ < 0) die("accept: %s", std::strerror(errno));
+    ::close(lfd);
+    for (int fd : {send_fd_, recv_fd_}) {
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+  }
+  ~SocketLink() override {
+    ::close(send_fd_);
+    ::close(recv_fd_);
+  }
+  void iterate(char* out, char* in, const Steps& st) override {
+    size_t sent = 0, got = 0;
+    auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (sent < st.bytes || got < st.bytes) {
+      bool progress = false;
+      if (sent < st.bytes) {
+        ssize_t k = ::send(send_fd_, out + sent, st.bytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno != EAGAIN) die("send: %s", std::strerror(errno));
+        if (k > 0) sent += static_cast<size_t>(k), progress = true;
+      }
+      if (got < st.bytes) {
+        ssize_t k = ::recv(recv_fd_, in + got, st.bytes - got, MSG_DONTWAIT);
+        if (k == 0) die("the peer closed its connection");
+        if (k < 0 && errno != EAGAIN) die("recv: %s", std::strerror(errno));
+        if (k > 0) got += static_cast<size_t>(k), progress = true;
+      }
+      if (!progress) idle_pause();
+      if (Clock::now() > deadline) die("a %zu-byte iteration did not finish in 120 s", st.bytes);
+    }
+  }
+
+ private:
+  static socklen_t parse_addr(const std::string& a, sockaddr_storage* out) {
+    if (auto* v4 = reinterpret_cast<sockaddr_in*>(out);
+        ::inet_pton(AF_INET, a.c_str(), &v4->sin_addr) == 1) {
+      v4->sin_family = AF_INET;
+      return sizeof(sockaddr_in);
+    }
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(out);
+    if (::inet_pton(AF_INET6, a.c_str(), &v6->sin6_addr) != 1)
+      die("--socket-addr %s is not an address", a.c_str());
+    v6->sin6_family = AF_INET6;
+    return sizeof(sockaddr_in6);
+  }
+  static void set_port(sockaddr_storage* a, uint16_t port) {
+    if (a->ss_family == AF_INET)
+      reinterpret_cast<sockaddr_in*>(a)->sin_port = htons(port);
+    else
+      reinterpret_cast<sockaddr_in6*>(a)->sin6_port = htons(port);
+  }
+  int send_fd_ = -1, recv_fd_ = -1;
+};
+
+int bench_sizes(BenchLink& link, Exchange& ex, const Options& o, const char* transport,
+                std::vector<char>& out, std::vector<char>& in) {
+  const bool alltoall = o.op == "alltoall";
+  if (o.warmup > 0) {
+    // before the first size: --warmup bytes in 4 MiB transfers (the
+    // scheduler sees a steady load, as a job that has run a while)
+    Steps st{std::min<size_t>(4u << 20, o.max_bytes), o.step};
+    ex.barrier("bench." + o.op + ".warmup");
+    for (size_t done = 0; done < o.warmup; done += st.bytes)
+      link.iterate(out.data(), in.data(), st);
+  }
+  for (size_t size = o.min_bytes; size <= o.max_bytes; size *= 4) {
+    Steps st{alltoall ? size / 2 : size, o.step};
+    fill(out.data(), st.bytes, seed_of(g_rank, size, 0));
+    const int iters =
+        static_cast<int>(std::clamp<size_t>(o.budget / std::max<size_t>(st.bytes, 1), 5, 100));
+    ex.barrier("bench." + o.op + "." + std::to_string(size));
+    for (int w = 0; w < 2; ++w) link.iterate(out.data(), in.data(), st);
+    std::vector<double> ms;
+    const double cpu0 = cpu_s();
+    const auto [busy0, total0] = machine_jiffies();
+    const double t0 = now_s();
+    for (int i = 0; i < iters; ++i) {
+      const double b = now_s();
+      link.iterate(out.data(), in.data(), st);
+      ms.push_back((now_s() - b) * 1e3);
+    }
+    const double wall = now_s() - t0, cpu = cpu_s() - cpu0;
+    const auto [busy1, total1] = machine_jiffies();
+    if (long long bad = verify(in.data(), st.bytes, seed_of(1 - g_rank, size, 0)); bad >= 0)
+      die("%s %zu: byte %lld of the last iteration differs", o.op.c_str(), size, bad);
+    const double moved = 2.0 * static_cast<double>(st.bytes) * iters;  // both ways
+    const double busbw = static_cast<double>(st.bytes) * iters / wall;
+    std::printf(
+        "{\"scenario\":\"bench\",\"transport\":\"%s\",\"op\":\"%s\",\"bytes\":%zu,"
+        "\"bytes_each_way\":%zu,\"iterations\":%d,\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,"
+        "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"cpu_s_per_gb\":%.4f,\"machine_busy\":%.3f,"
+        "\"moves\":%d,\"ok\":true}\n",
+        transport, o.op.c_str(), size, st.bytes, iters,
+        static_cast<double>(size) * iters / wall * 8 / 1e9, busbw * 8 / 1e9, percentile(ms, 0.5),
+        percentile(ms, 0.99), cpu / (moved / 1e9),
+        total1 > total0 ? static_cast<double>(busy1 - busy0) / static_cast<double>(total1 - total0)
+                        : 0.0,
+        log_count("move to"));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int bench(Net& net, void* ctx, Exchange& ex, const Options& o) {
+  auto pairs = connect_pairs(net, ctx, ex, o.dev, 1, o.traffic_class, "bench");
+  if (net.version >= 11)
+    CHECK_NCCL(net.set_op(ctx, o.op == "alltoall" ? ncclFuncAlltoAll : ncclFuncSendRecv));
+  int rc;
+  {
+    std::vector<char> out(o.max_bytes), in(o.max_bytes);
+    PluginLink link(net, pairs[0], out.data(), in.data(), o.max_bytes);
+    rc = bench_sizes(link, ex, o, "plugin", out, in);
+  }
+  ex.barrier("bench.end");
+  close_pairs(net, pairs);
+  return rc;
+}
+
 int run_rank(const Options& o, Exchange& ex) {
+  if (o.scenario == "bench" && o.transport == "socket") {
+    std::vector<char> out(o.max_bytes), in(o.max_bytes);
+    SocketLink link(ex, o.socket_addr);
+    int rc = bench_sizes(link, ex, o, "socket", out, in);
+    ex.barrier("bench.end");
+    return rc;
+  }
   Net net = load(o.plugin, o.version);
   void* ctx = nullptr;
   if (o.scenario == "badenv") {
@@ -737,6 +1051,8 @@ int run_rank(const Options& o, Exchange& ex) {
       rc = fault(net, ctx, ex, o2);
     else if (o.scenario == "stream")
       rc = stream(net, ctx, ex, o2);
+    else if (o.scenario == "bench")
+      rc = bench(net, ctx, ex, o2);
     else
       die("unknown scenario %s", o.scenario.c_str());
   }
@@ -777,10 +1093,34 @@ int main(int argc, char** argv) {
       o.bytes = std::stoull(val());
     else if (a == "--fuse")
       o.fuse = true;
+    else if (a == "--op")
+      o.op = val();
+    else if (a == "--transport")
+      o.transport = val();
+    else if (a == "--socket-addr")
+      o.socket_addr = val();
+    else if (a == "--min-bytes")
+      o.min_bytes = std::stoull(val());
+    else if (a == "--max-bytes")
+      o.max_bytes = std::stoull(val());
+    else if (a == "--step")
+      o.step = std::stoull(val());
+    else if (a == "--budget")
+      o.budget = std::stoull(val());
+    else if (a == "--warmup")
+      o.warmup = std::stoull(val());
+    else if (a == "--pause-ms")
+      o.pause_ms = std::stoi(val());
     else
       die("unknown option %s", a.c_str());
   }
-  if (o.plugin.empty()) die("--plugin LIB is needed");
+  if (o.op != "alltoall" && o.op != "sendrecv") die("--op is alltoall or sendrecv");
+  if (o.transport != "plugin" && o.transport != "socket") die("--transport is plugin or socket");
+  if (o.transport == "socket" && o.socket_addr.empty())
+    die("--transport socket needs --socket-addr");
+  if (o.min_bytes == 0 || o.min_bytes > o.max_bytes || o.step == 0)
+    die("--min-bytes must be above 0 and at most --max-bytes; --step above 0");
+  if (o.plugin.empty() && o.transport == "plugin") die("--plugin LIB is needed");
   if (o.version < 6 || o.version > 12) die("--version is 6 to 12");
   ::alarm(300);  // a hung transport fails the test rather than the CI job
   if (o.rank >= 0) {

@@ -104,6 +104,8 @@ bool load_settings(Settings* s, std::string* error) {
   if (!parse_int("NCCL_DUALPATH_STALL_MS", 10, 600000, &s->stall_ms, error) ||
       !parse_int("NCCL_DUALPATH_TIMEOUT_MS", 100, 3600000, &s->timeout_ms, error) ||
       !parse_int("NCCL_DUALPATH_REOPEN_MS", 10, 600000, &s->reopen_ms, error) ||
+      !parse_int("NCCL_DUALPATH_RTO_MIN_MS", 0, 1000, &s->rto_min_ms, error) ||
+      !parse_int("NCCL_DUALPATH_LOSS_PCT", 0, 100, &s->loss_pct, error) ||
       !parse_int("NCCL_DUALPATH_STREAMS", 0, 16, &s->streams_per_rail, error) ||
       !parse_int("NCCL_DUALPATH_CHUNK_KIB", 4, 16384, &chunk_kib, error) ||
       !parse_int("NCCL_DUALPATH_WINDOW_KIB", 64, 262144, &window_kib, error) ||

@@ -22,6 +22,8 @@ struct Settings {
   int stall_ms = 200;                // NCCL_DUALPATH_STALL_MS
   int timeout_ms = 10000;            // NCCL_DUALPATH_TIMEOUT_MS
   int reopen_ms = 1000;              // NCCL_DUALPATH_REOPEN_MS
+  int rto_min_ms = 50;               // NCCL_DUALPATH_RTO_MIN_MS (0: the kernel's)
+  int loss_pct = 20;                 // NCCL_DUALPATH_LOSS_PCT (0: off)
   int streams_per_rail = 0;          // NCCL_DUALPATH_STREAMS (0: from the capacity)
   uint32_t chunk_bytes = 256 << 10;  // NCCL_DUALPATH_CHUNK_BYTES
   uint64_t window_bytes = 4 << 20;   // NCCL_DUALPATH_WINDOW_BYTES per stream

@@ -56,7 +56,7 @@ using ms = std::chrono::milliseconds;
 
 constexpr uint32_t kHelloMagic = 0x44504e31;   // "DPN1"
 constexpr uint32_t kHandleMagic = 0x44504e48;  // "DPNH"
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;               // 2: probes
 constexpr int kMaxRails = 4;
 
 struct Hello {
@@ -82,6 +82,13 @@ struct Ack {
   uint64_t offset;
 };
 static_assert(sizeof(Ack) == 16);
+
+// A probe: a header with no payload that asks the receiver to answer at
+// once with an Ack{seq, kProbe}, whatever it is reading. A sender whose
+// bytes TCP acknowledged but whose chunk's acknowledgement is overdue sends
+// one: if the way back failed, the probe's own bytes go unacknowledged and
+// the stall is seen as usual.
+constexpr uint64_t kProbe = ~uint64_t{0};
 
 struct WireRail {
   uint8_t family;
@@ -141,6 +148,19 @@ void set_port(sockaddr_storage* s, uint16_t port_net) {
 }
 
 std::once_flag bind_warned, mark_warned;
+
+// The kernel's minimum retransmission timeout (200 ms) for a send stream,
+// lowered: a stall is only declared once a retransmission timeout fired, so
+// on a rail that went black the first one decides how soon its chunks move.
+// TCP_RTO_MIN_US is Linux 6.15's; older kernels refuse it and keep theirs.
+#ifndef TCP_RTO_MIN_US
+#define TCP_RTO_MIN_US 45
+#endif
+void set_rto_min(int fd, int min_ms) {
+  if (min_ms <= 0) return;
+  int us = min_ms * 1000;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_RTO_MIN_US, &us, sizeof(us));
+}
 
 // A socket bound to a rail: to its interface where allowed (SO_BINDTODEVICE
 // needs CAP_NET_RAW), and to its address, so the kernel routes it out there.
@@ -203,6 +223,7 @@ class ListenSet {
       for (auto& a : v) ::close(a.fd);
   }
   std::vector<int> lfds_;
+  int rto_min_ms = 0;
 
   // From a connection's progress, which NCCL's proxy calls in a tight loop:
   // new streams (a rail reopened) are rare, so the listeners are looked at
@@ -224,6 +245,9 @@ class ListenSet {
         int fd = ::accept4(lfds_[i], nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
         set_nodelay(fd);
+        // its chunks' acknowledgements go back this way: on a lossy rail
+        // they come as late as the kernel's timeouts let them
+        set_rto_min(fd, rto_min_ms);
         handshaking_.push_back({fd, {}, 0, Clock::now()});
       }
     }
@@ -331,6 +355,15 @@ class RecvReq final : public Request {
   Status test(bool* done, int* sizes) override;
 };
 
+// Every receive connection of the process. After a rail failed, a chunk
+// that had arrived on it may come again on another rail after its
+// receive completed; its sender waits for the acknowledgement, which a
+// connection with no receive posted would never read, since NCCL tests
+// only requests in flight: send requests' tests read such idle
+// connections too (progress_idle_receivers()).
+std::mutex g_recvs_mu;
+std::vector<RecvConnImpl*> g_recvs;
+
 class RecvConnImpl final : public RecvConn {
  public:
   RecvConnImpl(const Settings& s, std::shared_ptr<ListenSet> ls, uint64_t id,
@@ -338,14 +371,29 @@ class RecvConnImpl final : public RecvConn {
       : s_(s), ls_(std::move(ls)), id_(id), no_stream_since_(Clock::now()) {
     for (auto& a : first) add(a);
     for (auto& r : reqs_) r.conn = this;
+    std::lock_guard<std::mutex> g(g_recvs_mu);
+    g_recvs.push_back(this);
   }
   ~RecvConnImpl() override {
+    {
+      // (an idle progress runs under g_recvs_mu: none is left after this)
+      std::lock_guard<std::mutex> g(g_recvs_mu);
+      g_recvs.erase(std::find(g_recvs.begin(), g_recvs.end(), this));
+    }
     for (auto& st : streams_) ::close(st.fd);
     ls_->release(id_);
   }
+  // Reads the connection if it has no receive posted and no one else is
+  // at it; g_recvs_mu is held.
+  void progress_if_idle() {
+    std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+    if (lk.owns_lock() && groups_.empty() && error_.ok()) progress();
+  }
+  std::mutex mu_;  // NCCL's calls on the connection, and idle progress from other threads
 
   Status irecv(int n, void** data, const size_t* sizes, const int* tags,
                Request** request) override {
+    std::lock_guard<std::mutex> g(mu_);
     *request = nullptr;
     if (n < 1 || n > kMaxRecvs)
       return Status::fail(Err::Invalid, "irecv of " + std::to_string(n) + " buffers (at most " +
@@ -509,6 +557,12 @@ Status RecvConnImpl::read_stream(RStream& st) {
         st.hoff += static_cast<size_t>(n);
         if (st.hoff < sizeof(ChunkHdr)) break;
       }
+      if (st.h.total == kProbe) {
+        Ack pong{st.h.seq, kProbe};
+        st.acks.append(reinterpret_cast<const char*>(&pong), sizeof(pong));
+        st.hoff = 0;
+        continue;
+      }
       if (st.h.seq >= next_seq_) break;  // its receive is not posted yet: leave it in the socket
       if (Status s = start_chunk(st); !s.ok()) return s;
       if (st.h.len == 0) {
@@ -589,6 +643,7 @@ Status RecvConnImpl::progress() {
 }
 
 Status RecvReq::test(bool* done, int* sizes) {
+  std::lock_guard<std::mutex> g(conn->mu_);
   *done = false;
   Status s = conn->progress();
   if (!s.ok()) return s;
@@ -764,6 +819,14 @@ class SendConnImpl final : public SendConn {
     enum { Down, Connecting, Greeting, Live } state = Down;
     Clock::time_point started{}, last_progress{}, busy_since{}, last_check{};
     bool busy = false;
+    // the loss window: when it began, and the segments sent and sent again by then
+    Clock::time_point loss_at{};
+    uint32_t segs_at = 0, retrans_at = 0;
+    int lossy_windows = 0;  // in a row
+    // when TCP last acknowledged new bytes of it (tcpi_bytes_acked moved)
+    uint64_t bytes_acked = 0;
+    Clock::time_point acked_at{};
+    bool probed = false;     // a probe is out, not answered
     std::deque<ChunkRef> q;  // assigned, not yet acknowledged, in write order
     size_t wi = 0;           // q[0..wi) written
     size_t woff = 0;         // bytes of q[wi] (header, then payload) written
@@ -795,6 +858,8 @@ class SendConnImpl final : public SendConn {
   Status write_stream(SStream& st);
   void read_acks(SStream& st);
   void check_stall(SStream& st, Clock::time_point now);
+  bool lossy(SStream& st, const tcp_info& ti, socklen_t len, Clock::time_point now);
+  void probe(SStream& st, Clock::time_point now);
   void schedule();
   void on_ack(const Ack& a, SStream& st);
 
@@ -827,6 +892,7 @@ void SendConnImpl::open_stream(SStream& st, Clock::time_point now) {
     rs.retry_at = now + ms(s_.reopen_ms);
     return;
   }
+  set_rto_min(fd, s_.rto_min_ms);
   int r = ::connect(fd, reinterpret_cast<sockaddr*>(&rs.peer), rs.peerlen);
   if (r != 0 && errno != EINPROGRESS) {
     rs.reason = "connect to " + address_string(rs.peer) + ": " + errstr(errno);
@@ -837,6 +903,11 @@ void SendConnImpl::open_stream(SStream& st, Clock::time_point now) {
   st.fd = fd;
   st.state = SStream::Connecting;
   st.started = now;
+  st.loss_at = {};  // a new socket: its counters start again
+  st.lossy_windows = 0;
+  st.bytes_acked = 0;
+  st.acked_at = now;
+  st.probed = false;
   st.hello = Hello{kHelloMagic, kVersion, static_cast<uint8_t>(st.rail),
                    static_cast<uint8_t>(st.index), id_};
   st.hoff = 0;
@@ -893,6 +964,11 @@ void SendConnImpl::fail_stream(SStream& st, const std::string& why, bool whole_r
 }
 
 void SendConnImpl::on_ack(const Ack& a, SStream& st) {
+  if (a.offset == kProbe) {  // the way back works
+    st.probed = false;
+    st.last_progress = Clock::now();
+    return;
+  }
   auto it = by_seq_.find(a.seq);
   if (it == by_seq_.end()) return;  // a message already whole: a repeated chunk's ack
   SendReq* r = it->second;
@@ -1000,6 +1076,71 @@ bool carrier(int fd, const std::string& ifname) {
   return (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING);
 }
 
+// A rail that loses much of what it carries still acknowledges some of it,
+// so no stall is declared, and a transfer crawls through TCP's backoff: a
+// stream that, in kLossWindows windows of kLossWindow in a row, sent at
+// least kLossMinSegments and sent NCCL_DUALPATH_LOSS_PCT of them again
+// fails its rail while another rail has a live stream (the rail rests and
+// reopens as after a stall). One window is not enough: a stream's start
+// into a shaped rail loses a fifth of a window's segments (seen in the lab).
+bool SendConnImpl::lossy(SStream& st, const tcp_info& ti, socklen_t len, Clock::time_point now) {
+  constexpr auto kLossWindow = std::chrono::milliseconds(100);
+  constexpr int kLossWindows = 3;
+  constexpr uint32_t kLossMinSegments = 64;
+  if (s_.loss_pct <= 0 || len < offsetof(tcp_info, tcpi_segs_out) + sizeof(ti.tcpi_segs_out))
+    return false;
+  if (st.loss_at == Clock::time_point{}) {
+    st.loss_at = now;
+    st.segs_at = ti.tcpi_segs_out;
+    st.retrans_at = ti.tcpi_total_retrans;
+    return false;
+  }
+  if (now - st.loss_at < kLossWindow) return false;
+  const uint32_t segs = ti.tcpi_segs_out - st.segs_at,
+                 again = ti.tcpi_total_retrans - st.retrans_at;
+  const auto window_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - st.loss_at);
+  st.loss_at = now;
+  st.segs_at = ti.tcpi_segs_out;
+  st.retrans_at = ti.tcpi_total_retrans;
+  if (segs < kLossMinSegments ||
+      uint64_t{again} * 100 < uint64_t{segs} * static_cast<uint64_t>(s_.loss_pct)) {
+    st.lossy_windows = 0;
+    return false;
+  }
+  if (++st.lossy_windows < kLossWindows) return false;
+  st.lossy_windows = 0;
+  bool other = std::any_of(streams_.begin(), streams_.end(), [&](const SStream& o) {
+    return o.rail != st.rail && o.state == SStream::Live;
+  });
+  if (!other) return false;  // nowhere better to go: TCP carries on
+  fail_stream(st,
+              "loss: " + std::to_string(again) + " of " + std::to_string(segs) +
+                  " segments sent again in the last " + std::to_string(window_ms.count()) +
+                  " ms, and as many in the " + std::to_string(kLossWindows - 1) + " windows before",
+              true);
+  return true;
+}
+
+// Everything written was acknowledged by TCP, and a chunk's acknowledgement
+// is overdue by half the stall time: the receiver has not posted its
+// receive (it then answers once it reads on), or the way back failed, which
+// TCP cannot see from this end. A probe's bytes tell them apart.
+void SendConnImpl::probe(SStream& st, Clock::time_point now) {
+  if (st.probed || st.q.empty() || st.wi < st.q.size() || st.woff > 0 ||
+      now - st.last_progress < ms(s_.stall_ms) / 2)
+    return;
+  const ChunkRef& c = st.q.front();
+  ChunkHdr h{c.r->seq, 0, kProbe, 0, 0};
+  ssize_t n = ::send(st.fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n == static_cast<ssize_t>(sizeof(h))) {
+    st.probed = true;
+  } else if (n > 0) {
+    // (an empty send buffer takes 32 bytes; a part of a header would
+    // corrupt the stream)
+    fail_stream(st, "a probe was cut short", false);
+  }
+}
+
 void SendConnImpl::check_stall(SStream& st, Clock::time_point now) {
   if (now - st.last_check < ms(10)) return;
   st.last_check = now;
@@ -1012,10 +1153,12 @@ void SendConnImpl::check_stall(SStream& st, Clock::time_point now) {
   tcp_info ti{};
   socklen_t len = sizeof(ti);
   if (::getsockopt(st.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return;
+  if (lossy(st, ti, len, now)) return;
   // segments sent and not acknowledged: a receiver that closed its window
   // (it has not posted the receive yet) leaves none, and is no stall
   if (ti.tcpi_unacked == 0) {
     st.busy = false;
+    probe(st, now);
     return;
   }
   if (!st.busy) {
@@ -1023,6 +1166,17 @@ void SendConnImpl::check_stall(SStream& st, Clock::time_point now) {
     st.busy_since = now;
   }
   auto stall = ms(s_.stall_ms);
+  // how long TCP has acknowledged nothing new: an ACK that moves nothing
+  // (a peer's retransmission carries one) is no sign that the rail works
+  uint32_t no_ack_ms = ti.tcpi_last_ack_recv;
+  if (len >= offsetof(tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked)) {
+    if (ti.tcpi_bytes_acked != st.bytes_acked) {
+      st.bytes_acked = ti.tcpi_bytes_acked;
+      st.acked_at = now;
+    }
+    no_ack_ms = static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - st.acked_at).count());
+  }
   // a peer whose advertised window is closed is slow, not gone (kernels
   // before 6.2 do not report the window: len says whether the field came)
   bool window_closed =
@@ -1031,15 +1185,14 @@ void SendConnImpl::check_stall(SStream& st, Clock::time_point now) {
   // nor a chunk's acknowledgement for the stall time
   // (or four times the stall time without one, where retransmissions fail locally)
   bool retransmitting = ti.tcpi_retransmits > 0 || ti.tcpi_backoff > 0 ||
-                        ti.tcpi_last_ack_recv > 4 * static_cast<uint32_t>(s_.stall_ms);
+                        no_ack_ms > 4 * static_cast<uint32_t>(s_.stall_ms);
   if (now - st.busy_since > stall && now - st.last_progress > stall &&
-      ti.tcpi_last_ack_recv > static_cast<uint32_t>(s_.stall_ms) && retransmitting &&
-      !window_closed) {
+      no_ack_ms > static_cast<uint32_t>(s_.stall_ms) && retransmitting && !window_closed) {
     fail_stream(st,
                 "stall: " + std::to_string(ti.tcpi_unacked) +
-                    " segments unacknowledged, no ACK for " +
-                    std::to_string(ti.tcpi_last_ack_recv) + " ms, " +
-                    std::to_string(ti.tcpi_retransmits) + " retransmissions",
+                    " segments unacknowledged, nothing new acknowledged for " +
+                    std::to_string(no_ack_ms) + " ms, " + std::to_string(ti.tcpi_retransmits) +
+                    " retransmissions",
                 true);
   }
 }
@@ -1188,10 +1341,22 @@ Status SendConnImpl::progress() {
   return error_;
 }
 
+// At most once a millisecond per thread, and never waiting for a lock.
+void progress_idle_receivers() {
+  thread_local Clock::time_point last{};
+  auto now = Clock::now();
+  if (now - last < std::chrono::milliseconds(1)) return;
+  last = now;
+  std::unique_lock<std::mutex> lk(g_recvs_mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;
+  for (RecvConnImpl* r : g_recvs) r->progress_if_idle();
+}
+
 Status SendReq::test(bool* done, int* sizes) {
   *done = false;
   Status s = conn->progress();
   if (!s.ok()) return s;
+  progress_idle_receivers();
   if (nacked < chunks.size()) return {};
   *done = true;
   if (sizes) *sizes = static_cast<int>(size);
@@ -1208,6 +1373,7 @@ class TcpTransport final : public Transport {
   Status listen(const std::vector<int>& rails, void* handle,
                 std::unique_ptr<Listener>* out) override {
     auto ls = std::make_shared<ListenSet>();
+    ls->rto_min_ms = s_.rto_min_ms;
     WireHandle h{};
     h.magic = kHandleMagic;
     h.version = static_cast<uint8_t>(kVersion);
