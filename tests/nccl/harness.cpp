@@ -46,6 +46,8 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "dualpath/nccl/net.h"
 
 namespace {
@@ -1065,55 +1067,29 @@ int run_rank(const Options& o, Exchange& ex) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) die("%s needs a value", a.c_str());
-      return argv[++i];
-    };
-    if (a == "--plugin")
-      o.plugin = val();
-    else if (a == "--version")
-      o.version = std::stoi(val());
-    else if (a == "--scenario")
-      o.scenario = val();
-    else if (a == "--rank")
-      o.rank = std::stoi(val());
-    else if (a == "--exchange")
-      o.exchange = val();
-    else if (a == "--conns")
-      o.conns = std::stoi(val());
-    else if (a == "--dev")
-      o.dev = std::stoi(val());
-    else if (a == "--traffic-class")
-      o.traffic_class = std::stoi(val());
-    else if (a == "--rounds")
-      o.rounds = std::stoi(val());
-    else if (a == "--bytes")
-      o.bytes = std::stoull(val());
-    else if (a == "--fuse")
-      o.fuse = true;
-    else if (a == "--op")
-      o.op = val();
-    else if (a == "--transport")
-      o.transport = val();
-    else if (a == "--socket-addr")
-      o.socket_addr = val();
-    else if (a == "--min-bytes")
-      o.min_bytes = std::stoull(val());
-    else if (a == "--max-bytes")
-      o.max_bytes = std::stoull(val());
-    else if (a == "--step")
-      o.step = std::stoull(val());
-    else if (a == "--budget")
-      o.budget = std::stoull(val());
-    else if (a == "--warmup")
-      o.warmup = std::stoull(val());
-    else if (a == "--pause-ms")
-      o.pause_ms = std::stoi(val());
-    else
-      die("unknown option %s", a.c_str());
-  }
+  CLI::App app{"Plays NCCL's part for dualpath's net plugin (see the head of harness.cpp)"};
+  app.add_option("--plugin", o.plugin, "the plugin's library");
+  app.add_option("--version", o.version, "the table version to take (6-12)");
+  app.add_option("--scenario", o.scenario,
+                 "props, sizes, many, grouped, fault, badenv, stream or bench");
+  app.add_option("--rank", o.rank, "this rank alone (0 or 1), with --exchange");
+  app.add_option("--exchange", o.exchange, "the directory both ranks exchange handles in");
+  app.add_option("--conns", o.conns, "many: connections");
+  app.add_option("--dev", o.dev, "the device");
+  app.add_option("--traffic-class", o.traffic_class, "the communicators' traffic class");
+  app.add_option("--rounds", o.rounds, "stream: messages");
+  app.add_option("--bytes", o.bytes, "stream: a message's bytes");
+  app.add_flag("--fuse", o.fuse, "use a device fused over the first two");
+  app.add_option("--op", o.op, "bench: alltoall or sendrecv");
+  app.add_option("--transport", o.transport, "bench: plugin, or socket (plain TCP)");
+  app.add_option("--socket-addr", o.socket_addr, "bench, socket: this rank's address");
+  app.add_option("--min-bytes", o.min_bytes, "bench: the first size");
+  app.add_option("--max-bytes", o.max_bytes, "bench: the last size (sizes grow 4x)");
+  app.add_option("--step", o.step, "bench: NCCL's step (the bytes of one request)");
+  app.add_option("--budget", o.budget, "bench: bytes each way per size");
+  app.add_option("--warmup", o.warmup, "bench: bytes moved before the first size");
+  app.add_option("--pause-ms", o.pause_ms, "stream: the pause between messages");
+  CLI11_PARSE(app, argc, argv);
   if (o.op != "alltoall" && o.op != "sendrecv") die("--op is alltoall or sendrecv");
   if (o.transport != "plugin" && o.transport != "socket") die("--transport is plugin or socket");
   if (o.transport == "socket" && o.socket_addr.empty())
