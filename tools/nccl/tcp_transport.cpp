@@ -869,7 +869,8 @@ class SendConnImpl final : public SendConn {
   uint64_t id_;
   std::vector<RailState> rails_;
   std::vector<SStream> streams_;
-  std::vector<pollfd> pfds_;  // progress()'s, kept to spare an allocation a call
+  // progress()'s: the live streams polled for ACKs (kept to spare an allocation a call)
+  std::vector<pollfd> pfds_;
   std::vector<SStream*> live_of_;
   std::array<SendReq, kMaxRequests * kMaxRecvs> reqs_;
   std::unordered_map<uint64_t, SendReq*> by_seq_;
@@ -1249,10 +1250,8 @@ void SendConnImpl::schedule() {
 Status SendConnImpl::progress() {
   if (!error_.ok()) return error_;
   auto now = Clock::now();
-  auto& live_fds = pfds_;
-  live_fds.clear();
+  pfds_.clear();
   live_of_.clear();
-  auto& live_of = live_of_;
   for (auto& st : streams_) {
     RailState& rs = rails_[static_cast<size_t>(st.rail)];
     bool allowed = rs.usable && placement_.up[static_cast<size_t>(st.rail)];
@@ -1311,13 +1310,16 @@ Status SendConnImpl::progress() {
         std::fill(assigned_.begin(), assigned_.end(), 0.0);
       }
     }
-    if (st.state == SStream::Live) live_fds.push_back({st.fd, POLLIN, 0}), live_of.push_back(&st);
+    if (st.state == SStream::Live) {
+      pfds_.push_back({st.fd, POLLIN, 0});
+      live_of_.push_back(&st);
+    }
   }
   // the ACKs of every live stream with one poll() (most calls find none)
-  if (!live_fds.empty() && ::poll(live_fds.data(), live_fds.size(), 0) < 0 && errno != EINTR)
-    for (auto& p : live_fds) p.revents = POLLIN;
-  for (size_t i = 0; i < live_fds.size(); ++i)
-    if (live_fds[i].revents && live_of[i]->state == SStream::Live) read_acks(*live_of[i]);
+  if (!pfds_.empty() && ::poll(pfds_.data(), pfds_.size(), 0) < 0 && errno != EINTR)
+    for (auto& p : pfds_) p.revents = POLLIN;
+  for (size_t i = 0; i < pfds_.size(); ++i)
+    if (pfds_[i].revents && live_of_[i]->state == SStream::Live) read_acks(*live_of_[i]);
   schedule();
   bool live = false;
   for (auto& st : streams_) {
