@@ -130,8 +130,15 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   policy_ = next;
   have_policy_ = true;
   monitor_.setup(next, datapath_->rail_ifindexes());
-  if (auto r = multipath_.set_policy(next, *datapath_); !r)
+  state_.multipath_error.clear();
+  state_.multipath_tried = std::chrono::steady_clock::now();
+  if (auto r = multipath_.set_policy(next, *datapath_); !r && next.has_multipath()) {
+    state_.multipath_error = r.error().what();
     spdlog::error("multipath classes: {}; their connections keep one subflow", r.error().what());
+  } else if (!r) {
+    spdlog::warn("no multipath class left, but restoring the MPTCP settings failed: {}",
+                 r.error().what());
+  }
   settle();
   warn_ephemeral_overlap(next);
   state_.checks = check_node(next);
@@ -277,6 +284,21 @@ void Daemon::resync_routing(std::chrono::steady_clock::time_point now) {
         missing->size(), r->added);
 }
 
+// Multipath classes whose settings could not be made (an operator may set
+// the MPTCP sysctls on the node afterwards): tried again every 5 s, quietly
+// until they succeed.
+void Daemon::retry_multipath(std::chrono::steady_clock::time_point now) {
+  if (state_.multipath_error.empty() || now - state_.multipath_tried < std::chrono::seconds(5))
+    return;
+  state_.multipath_tried = now;
+  if (auto r = multipath_.set_policy(policy_, *datapath_); !r) {
+    state_.multipath_error = r.error().what();
+    return;
+  }
+  state_.multipath_error.clear();
+  spdlog::info("multipath classes: their settings are made now; new connections get subflows");
+}
+
 void Daemon::tick() {
   const auto began = std::chrono::steady_clock::now();
   check_interfaces();
@@ -294,6 +316,7 @@ void Daemon::tick() {
   carry_out(controller_.tick(in));
   note_carried(in, began);
   resync_routing(began);
+  retry_multipath(began);
   place_bursts();
   keep_reserves(began);
   // the tick's own time, shown by the metrics it is about to publish

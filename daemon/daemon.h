@@ -68,6 +68,7 @@ class Daemon : private Node {
   void tick();
   void check_interfaces();
   void resync_routing(std::chrono::steady_clock::time_point now);
+  void retry_multipath(std::chrono::steady_clock::time_point now);
   void adapt_flowlet_gap();
   void place_bursts();
   void note_class_tx(const std::vector<uint64_t>& tx, std::chrono::steady_clock::time_point now);

@@ -54,6 +54,12 @@ struct NodeState {
   CarriedShares carried;
   // what the NCCL plugins sent, per class and path (commands/nccl.cpp)
   NcclReports nccl;
+  // why the policy's multipath classes keep one subflow ("" when they do
+  // not, or there are none): a setting the daemon could not make, such as
+  // the MPTCP sysctls under a container's read-only /proc/sys. Readiness
+  // fails while it is set; the daemon tries again every few seconds.
+  std::string multipath_error;
+  std::chrono::steady_clock::time_point multipath_tried{};
 };
 
 // The daemon as the commands and the metrics see it (the Daemon implements it).

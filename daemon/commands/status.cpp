@@ -50,6 +50,10 @@ json status(const Node& n) {
       {"steering", render_steering(pol)},
       {"checks", to_json(s.checks)},
       {"connections_reset", s.connections_reset},
+      {"multipath",
+       {{"classes", pol.has_multipath()},
+        {"running", n.multipath().running()},
+        {"error", s.multipath_error}}},
   };
 }
 

@@ -40,6 +40,11 @@ std::vector<std::string> not_ready(const json& d, bool all_paths) {
     why.push_back("no path carries traffic");
   else if (all_paths && carrying < paths)
     why.push_back(fmt::format("{} of {} paths carry traffic (dpctl path list)", carrying, paths));
+  if (d.contains("multipath") && !str(d["multipath"]["error"]).empty())
+    why.push_back(fmt::format(
+        "multipath classes keep one subflow: {} (set it on the node: dualpath-policy(5), "
+        "\"multipath\")",
+        str(d["multipath"]["error"])));
   return why;
 }
 
@@ -105,6 +110,9 @@ int cmd_status(const Globals& g, bool ready, bool all_paths) {
               << (pol["disk_hash"].is_null() ? " cannot be read"
                                              : " has changed on disk and is not loaded")
               << " (dpctl policy diff " << str(pol["file"]) << ")\n";
+  if (d->contains("multipath") && !str((*d)["multipath"]["error"]).empty())
+    std::cout << "WARNING:    multipath classes keep one subflow: "
+              << str((*d)["multipath"]["error"]) << "\n";
   if ((*d)["all_paths_down"].get<bool>())
     std::cout << "WARNING:    every path is down; the last decisions and routing are kept\n";
   return 0;
