@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
-#include <sstream>
 
 #include "dualpath/core/sockaddr.h"
 #include "dualpath/kernel/datapath.h"
@@ -142,10 +142,16 @@ Multipath::~Multipath() {
   }
 }
 
+// Only what this changes is kept for restoring, and kept before it is
+// changed: a setting already as needed (made on the node by an operator,
+// as a container's read-only /proc/sys requires) is not the daemon's, and a
+// write that fails halfway leaves what it changed restorable. A restart
+// keeps the values its predecessor kept.
 Result<void> Multipath::apply_settings(const std::string& node) {
-  std::string file = state_file(node);
-  bool saved = std::filesystem::exists(file);  // a restart: the earlier values are there
-  std::ostringstream before;
+  struct Change {
+    std::string key, from, to;
+  };
+  std::vector<Change> changes;
   for (auto s : kSettings) {
     std::string key = s.key, value = s.value;
     if (key == "path_manager") std::tie(key, value) = pm_setting();
@@ -155,20 +161,34 @@ Result<void> Multipath::apply_settings(const std::string& node) {
         return DP_ERROR("this kernel has no net.mptcp.{} (CONFIG_MPTCP is off?)", key);
       continue;  // an older kernel without the knob
     }
-    before << key << "=" << *cur << "\n";
-    if (*cur != value) {
-      DP_TRY(write_sysctl(key, value));
-      spdlog::info("net.mptcp.{}: {} -> {} (multipath classes)", key, *cur, value);
-    }
+    if (*cur != value) changes.push_back({key, *cur, value});
   }
-  if (!saved) {
+  if (changes.empty()) return {};
+  std::string file = state_file(node), kept;
+  {
+    std::ifstream in(file);
+    kept.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto keep = [&file](const std::string& text) {
     std::error_code ec;
+    if (text.empty()) return (void)std::filesystem::remove(file, ec);
     std::filesystem::create_directories("/run/dualpath", ec);
-    std::ofstream f(file);
-    f << before.str();
+    std::ofstream f(file, std::ios::trunc);
+    f << text;
     if (!f)
       spdlog::warn("{}: cannot keep the earlier MPTCP settings; --cleanup cannot restore them",
                    file);
+  };
+  for (const auto& c : changes) {
+    bool first = kept.find(c.key + "=") == std::string::npos;
+    std::string with = first ? kept + c.key + "=" + c.from + "\n" : kept;
+    if (first) keep(with);
+    if (auto w = write_sysctl(c.key, c.to); !w) {
+      if (first) keep(kept);  // unchanged: nothing of it to restore
+      return w.error();
+    }
+    kept = with;
+    spdlog::info("net.mptcp.{}: {} -> {} (multipath classes)", c.key, c.from, c.to);
   }
   return {};
 }
@@ -530,9 +550,14 @@ bool Multipath::is_subflow(const IpAddr& local, uint16_t lport) const {
   return false;
 }
 
+// A subflow's rail: the one it was made on, unless the datapath places it
+// (an accepted connection's joins in the shared topology; a first subflow
+// from an address of no rail, such as a service address on lo, which is
+// steered as any flow of its class).
 size_t Multipath::path_now(const multipath::Connection& c, const multipath::Subflow& s) const {
-  if (!c.server_side || policy_.topology == Topology::Separate || unmapped(s.ends) == c.first)
-    return s.path;
+  bool fixed =
+      !c.server_side || policy_.topology == Topology::Separate || unmapped(s.ends) == c.first;
+  if (fixed && s.path < policy_.paths.size()) return s.path;
   return dp_->flow_path(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport).value_or(s.path);
 }
 

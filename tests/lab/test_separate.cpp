@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <regex>
@@ -797,6 +798,33 @@ TEST_F(Separate, ACommandRunInAMultipathClassConnectsWithMptcp) {
   EXPECT_EQ(run.rc, 0) << run.out;
   EXPECT_EQ(error, "");
   EXPECT_TRUE(mptcp) << "the command's connection was plain TCP";
+}
+
+// The MPTCP settings multipath classes need are made by the daemon, and what
+// it changed, only that, is kept to restore (a setting already as needed is
+// not its own: an operator's, which --cleanup must leave).
+TEST_F(Separate, TheMptcpSettingsItChangedAreKeptToRestoreAndNoOthers) {
+  std::ifstream f("/run/dualpath/dpl-a.mptcp-sysctls");
+  ASSERT_TRUE(f) << "no /run/dualpath/dpl-a.mptcp-sysctls: the lab's fresh namespace had "
+                    "path_manager, blackhole_timeout and stale_loss_cnt at their defaults";
+  const std::map<std::string, std::string> needed = {{"enabled", "1"},
+                                                     {"path_manager", "userspace"},
+                                                     {"pm_type", "1"},
+                                                     {"blackhole_timeout", "0"},
+                                                     {"stale_loss_cnt", "2"}};
+  std::set<std::string> keys;
+  for (std::string line; std::getline(f, line);) {
+    auto eq = line.find('=');
+    ASSERT_NE(eq, std::string::npos) << line;
+    std::string key = line.substr(0, eq), before = line.substr(eq + 1);
+    ASSERT_TRUE(needed.count(key)) << "kept a setting it does not make: " << line;
+    EXPECT_TRUE(keys.insert(key).second) << "kept twice: " << key;
+    EXPECT_NE(before, needed.at(key)) << key << " was already as needed: not the daemon's";
+    std::string now = must(nsenter("dpl-a") + "cat /proc/sys/net/mptcp/" + key);
+    EXPECT_EQ(now.substr(0, now.find('\n')), needed.at(key)) << key;
+  }
+  EXPECT_FALSE(keys.count("enabled")) << "a new namespace has MPTCP enabled already";
+  EXPECT_TRUE(keys.count("blackhole_timeout")) << "its default is 3600";
 }
 
 TEST_F(Separate, ABlackholedRailsConnectionsAreEndedAndAReconnectingClientIsCarriedOnTheOther) {
