@@ -32,12 +32,17 @@
 #      pins and the pinned class
 #   4. a rolling update v1 -> v2 and a rollback v2 -> v1 while a TCP
 #      transfer runs: no reset, the transfer completes, the longest stall
-#      is reported; the pin survives; no v1 container is left. v2 is the
-#      same image under another tag: a changed map layout is what the lab's
-#      upgrade test covers (dualpathd-layout-test), not rebuilt here
+#      is reported; the pin survives; no v1 container is left. v2 is v1
+#      with a layer of dualpathd-layout-test (another map layout, built with
+#      -DDP_LAYOUT_TEST=ON as CI's build is): each update crosses the layout
+#      (dpctl status's layout and upgrade report) and leaves one datapath,
+#      the new daemon's (its flow table's size at the pin, one filter)
 #   5. a broken cluster description: the new pod's render-policy init
 #      container fails with the description's file:line, its daemon never
-#      starts, the node keeps steering; a good description starts again
+#      starts, the node keeps steering; a good description starts again;
+#      then a multipath class: not ready, the probe naming the MPTCP
+#      setting the read-only /proc/sys refused, until the node has it;
+#      then ready by itself, and its connections get a subflow per rail
 #   6. removal: `dualpathd --cleanup` with the node's policy, as
 #      deploy/kubernetes/README.md says: no rule, route, filter or pin left
 # Separate topology: the pod on both nodes, steering, probes, dpctl, metrics.
@@ -61,7 +66,7 @@ die() { echo "FAIL $*"; exit 1; }
 [[ $(id -u) == 0 ]] || { echo "skipped: needs root (network namespaces, BPF, podman)"; exit 0; }
 command -v podman >/dev/null || { echo "skipped: podman is not installed (tools/quickstart deps, DP_DEPS=test)"; exit 0; }
 python3 -c 'import yaml' 2>/dev/null || die "python3-yaml is not installed (tools/quickstart deps)"
-for t in iperf3 curl nstat; do command -v $t >/dev/null || die "$t is not installed (tools/quickstart deps)"; done
+for t in iperf3 curl nstat bpftool mptcpize; do command -v $t >/dev/null || die "$t is not installed (tools/quickstart deps)"; done
 dpctl=$build/tools/dpctl/dpctl
 dualpathd=$build/daemon/dualpathd
 [[ -x $dpctl && -x $dualpathd ]] || die "$build is not built (dpctl, dualpathd)"
@@ -78,6 +83,7 @@ v1=localhost/dualpath-podtest:v1
 v2=localhost/dualpath-podtest:v2
 work=$(mktemp -d /run/dp-podtest.XXXXXX)
 lab() { DP_BUILD=$build "$src/tools/dp-lab" "$@"; }
+cg2=$(findmnt -n -t cgroup2 -o TARGET | head -1)
 
 cleanup() {
   local rc=$?
@@ -90,6 +96,7 @@ cleanup() {
     while mountpoint -q "$work/$n/bpffs"; do umount "$work/$n/bpffs" || break; done
   done
   lab down >/dev/null 2>&1
+  [[ -d $cg2/dp-podtest-mp ]] && rmdir "$cg2/dp-podtest-mp"
   podman rmi -f "$v1" "$v2" >/dev/null 2>&1
   rm -rf "$work"
   echo "cleaned up (containers, images $v1 and $v2, the lab) in $(($(date +%s) - t0)) s in all"
@@ -102,7 +109,29 @@ echo "==> the image, from $(basename "$(compgen -G "$build/dualpath_*_amd64.deb"
 base_args=(--local-base)
 [[ -n ${DP_IMAGE_BASE:-} && ${DP_IMAGE_BASE:-} != local ]] && base_args=(--base "$DP_IMAGE_BASE")
 "$src/tools/packaging/build-image" "${base_args[@]}" --tag "$v1" "$build" | sed 's/^/     /'
-podman tag "$v1" "$v2"
+# v2: v1 with a layer of the lab's upgrade build, dualpathd-layout-test, a
+# daemon of another map layout (include/dualpath/abi.h DP_ABI_TEST_LAYOUT:
+# a smaller flow table, a field more in dp_flow and dp_counters), so that
+# the rolling update crosses a layout change both ways
+layout_bin=$build/daemon/dualpathd-layout-test
+v2_layout=0
+if [[ -x $layout_bin ]]; then
+  mkdir -p "$work/v2"
+  cp "$layout_bin" "$work/v2/dualpathd"
+  printf '%s\n' "FROM $v1" "COPY dualpathd /usr/sbin/dualpathd" \
+    'LABEL org.opencontainers.image.version="layout-test"' >"$work/v2/Containerfile"
+  if podman build -q -t "$v2" "$work/v2" >"$work/v2/build.log" 2>&1 &&
+    podman run --rm --network none --entrypoint dualpathd "$v2" --version >/dev/null; then
+    v2_layout=1
+    ok "image $v2: $v1 with dualpathd-layout-test (another map layout) in a layer above"
+  else
+    bad "image $v2 (dualpathd-layout-test above $v1): $(tail -3 "$work/v2/build.log")"
+  fi
+fi
+if ((!v2_layout)); then
+  podman tag "$v1" "$v2"
+  note "$layout_bin is not built (-DDP_LAYOUT_TEST=ON): v2 is v1 under another tag, no layout change"
+fi
 size=$(podman image inspect --format '{{.Size}}' "$v1")
 base_name=$(podman image inspect --format '{{index .Labels "org.opencontainers.image.base.name"}}' "$v1")
 base_size=$(podman image inspect --format '{{.Size}}' "$base_name")
@@ -144,9 +173,10 @@ sock() { echo "$work/$1/run/dualpathd.sock"; }
 
 # A pod of the DaemonSet on node $1 from image $2: a fresh emptyDir, the
 # init containers in order (one that fails stops the pod, as the kubelet
-# does: its daemon never starts), then the daemon, ready within 30 s.
-start_pod() { # node image -> 0 when ready; the daemon container in current[node], the time in ready_t
-  local n=$1 img=$2 c name args=() i
+# does: its daemon never starts), then the daemon, ready within 30 s (or
+# TRIES tenths of a second).
+start_pod() { # node image [tries] -> 0 when ready; the daemon container in current[node], the time in ready_t
+  local n=$1 img=$2 tries=${3:-300} c name args=() i
   rm -rf "$work/$n/policy"; mkdir -p "$work/$n/policy" "$work/$n/run"
   for c in "${inits[@]}"; do
     mapfile -d '' -t args < <(pod_args "$n" "$c" "dp-podtest-$n-$c" "$img")
@@ -159,12 +189,15 @@ start_pod() { # node image -> 0 when ready; the daemon container in current[node
   mapfile -d '' -t args < <(pod_args "$n" dualpathd "$name" "$img")
   podman run -d "${args[@]}" >/dev/null
   current[$n]=$name
-  for i in $(seq 300); do
+  for i in $(seq "$tries"); do
     podman exec "$name" "${ready_cmd[@]}" >/dev/null 2>&1 && { ready_t=$i; return 0; }
     [[ $(podman inspect --format '{{.State.Running}}' "$name") == true ]] || break
     sleep 0.1
   done
-  podman logs "$name" 2>&1 | tail -5 | sed 's/^/     /' >&2
+  if ((tries >= 300)); then
+    podman logs "$name" 2>&1 | tail -5 | sed 's/^/     /' >&2
+    podman exec "$name" "${ready_cmd[@]}" 2>&1 | sed 's/^/     /' >&2
+  fi
   return 1
 }
 daemon_of() { echo "${current[$1]}"; }
@@ -211,6 +244,32 @@ pin_kept() { # what
     ok "$1 kept the operator's pin: expert-dispatch on $rail, pinned by the operator (decision $flag)"
   else
     bad "$1 lost the operator's pin: expert-dispatch on $rail, pinned by $by"
+  fi
+}
+# node a's datapath layout as dpctl status reports it: "VERSION FOUND
+# UPGRADE", the last the maps the daemon copied across a layout change
+layout_of() {
+  "$dpctl" -j -s "$(sock a)" status | python3 -c '
+import json, sys
+l = json.load(sys.stdin)["layout"]
+print(l["version"], l["found"], "; ".join(l["upgrade"]) or "-")'
+}
+# one datapath on node a, the running daemon's: its flow table's size at
+# the pin, and one dp_egress filter on rail1's egress
+one_datapath() { # -> "FLOW_TABLE_SIZE FILTERS"
+  echo "$(bpftool -j map show pinned "$work/a/bpffs/dualpath/dpl-a/dp_flows" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["max_entries"])')" \
+    "$(ip netns exec dpl-a tc filter show dev rail1 egress | grep -c 'name dp_egress')"
+}
+# the layout after an update from the layout FROM to the layout TO
+layout_crossed() { # what from to flow-table-size
+  local version found up size filters
+  read -r version found up < <(layout_of)
+  read -r size filters < <(one_datapath)
+  if [[ $version == "$3" && $found == "$2" && $up == *dp_flows:* && $size == "$4" && $filters == 1 ]]; then
+    ok "$1 crossed the map layout $2 -> $3: ${up:0:160}...; one datapath left (dp_flows of $size entries, 1 filter on rail1 egress)"
+  else
+    bad "$1: layout $version (found $found), upgrade '$up', dp_flows of $size entries, $filters dp_egress filters on rail1"
   fi
 }
 resets() { # TCP resets and aborts counted by both nodes: "node:counter=N ..." (absolute)
@@ -344,17 +403,20 @@ nsenter --net=/run/netns/dpl-a -- iperf3 -c "$peer" -p 53001 -t "$xfer" -i 0.1 -
 client=$!
 sleep 1
 old=$(daemon_of a)
+read -r v1_layout _ < <(layout_of)
 stop_pod a
 s0=$(date +%s%N)
 if start_pod a "$v2"; then ok "v1 -> v2: v1 stopped in $stop_t ms, the v2 pod started in $((($(date +%s%N) - s0) / 1000000)) ms, ready after $(secs)"; else bad "v2 did not become ready"; fi
 [[ $(podman ps -a --format '{{.Names}}') == *"$old"* ]] && bad "the v1 container is left" || ok "no v1 container left"
 adopted && ok "v2 adopted v1's pins" || bad "v2 did not adopt"
 pin_kept v2
+((v2_layout)) && layout_crossed "v1 -> v2" "$v1_layout" 32769 32768
 sleep 1
 stop_pod a
 s0=$(date +%s%N)
 if start_pod a "$v1"; then ok "v2 -> v1: v2 stopped in $stop_t ms, the v1 pod started in $((($(date +%s%N) - s0) / 1000000)) ms, ready after $(secs)"; else bad "the rollback did not become ready"; fi
 pin_kept "the rollback to v1"
+((v2_layout)) && layout_crossed "v2 -> v1" 32769 "$v1_layout" 65536
 rollout_ms=$((($(date +%s%N) - x0) / 1000000))
 if ((rollout_ms < xfer * 1000 - 1000)); then
   ok "both updates done $((rollout_ms / 1000)).$((rollout_ms % 1000 / 100)) s into the $xfer s transfer"
@@ -395,6 +457,69 @@ else
 fi
 cp "$src/tests/deploy/pod/cluster-shared.toml" "$work/cluster-a/cluster.toml"
 if start_pod a "$v1"; then ok "the description fixed: the pod is ready again"; else bad "the fixed description's pod"; fi
+
+# 5b. a multipath class: the daemon would write the MPTCP sysctls, which
+# the container's read-only /proc/sys refuses. Until they are set on the
+# node the pod is not ready, its probe naming the setting, and the node
+# steers the rest; set there, the pod becomes ready by itself (the daemon
+# tries every 5 s) and the class's connections get a subflow per rail.
+# The class is matched by a cgroup (a socket is made MPTCP when it is
+# created, before its port is known); its processes are run under mptcpize,
+# as dpctl run does where the kernel refuses the converting program.
+echo "==> a multipath class in the pod (its MPTCP sysctls, a read-only /proc/sys)"
+mp_cg=$cg2/dp-podtest-mp
+mkdir -p "$mp_cg"
+for n in a b; do
+  printf '%s\n' '' '[[class]]' 'name = "kv-mp"' 'kind = "elastic"' 'priority = 4' 'prefer = "rail0"' \
+    'multipath = true' 'cgroups = ["/dp-podtest-mp"]' >>"$work/cluster-$n/cluster.toml"
+done
+stop_pod a
+start_pod a "$v1" 20 || true # not ready, as below
+why=$(podman exec "$(daemon_of a)" "${ready_cmd[@]}" 2>&1) && why=ready
+if [[ $why == *"multipath classes keep one subflow"*net.mptcp.* ]]; then
+  ok "without the node's MPTCP settings the pod is not ready: ${why#not ready: }"
+else
+  bad "the pod's readiness without the node's MPTCP settings: $why"
+fi
+p=$(on_rail 50000 1 1); ((p >= 90)) && ok "... and the node steers the rest: expert-dispatch still pinned on rail1 ($p%)" || bad "expert-dispatch: $p% on rail1"
+for n in a b; do
+  nsenter --net="/run/netns/dpl-$n" -- sysctl -qw net.mptcp.enabled=1 net.mptcp.blackhole_timeout=0 net.mptcp.stale_loss_cnt=2
+  nsenter --net="/run/netns/dpl-$n" -- sysctl -qw net.mptcp.path_manager=userspace 2>/dev/null ||
+    nsenter --net="/run/netns/dpl-$n" -- sysctl -qw net.mptcp.pm_type=1
+done
+s0=$(date +%s%N)
+until podman exec "$(daemon_of a)" "${ready_cmd[@]}" >/dev/null 2>&1; do
+  (($(date +%s%N) - s0 < 15000000000)) || break
+  sleep 0.2
+done
+if podman exec "$(daemon_of a)" "${ready_cmd[@]}" >/dev/null 2>&1; then
+  ok "the settings made on the node (sysctl -w net.mptcp.*): the same pod ready $((($(date +%s%N) - s0) / 1000000)) ms later"
+  # the node's settings are the operator's: none kept for restoring
+  kept=$work/a/run/dpl-a.mptcp-sysctls
+  [[ ! -e $kept ]] && ok "... and it keeps none of them to restore (no /run/dualpath/dpl-a.mptcp-sysctls)" ||
+    bad "the daemon would restore settings it did not make: $(tr '\n' ' ' <"$kept")"
+else
+  bad "the pod is not ready with the node's MPTCP settings: $(podman exec "$(daemon_of a)" "${ready_cmd[@]}" 2>&1)"
+fi
+stop_pod b
+start_pod b "$v1" && ok "dpl-b's pod with the class ready after $(secs)" || bad "dpl-b's pod with the multipath class"
+in_mp() { # node command...: the command in the class's cgroup, MPTCP, in the node's network
+  local n=$1
+  shift
+  sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$mp_cg" nsenter --net="/run/netns/dpl-$n" -- mptcpize run "$@"
+}
+in_mp b iperf3 -s -1 -D -p 55000 >/dev/null
+sleep 0.3
+in_mp a iperf3 -c "$peer" -p 55000 -t 3 -b 100M >"$work/mp.log" 2>&1 &
+mp=$!
+sleep 2
+mp_flows=$("$dpctl" -j -s "$(sock a)" flow list --class kv-mp)
+wait "$mp" || bad "the MPTCP transfer failed: $(tail -2 "$work/mp.log")"
+rails=$(python3 -c '
+import json, sys
+print(" ".join(sorted({s["path"] or "?" for c in json.loads(sys.argv[1]).get("mptcp", []) for s in c["subflows"]})))' "$mp_flows")
+[[ $rails == "rail0 rail1" ]] && ok "kv-mp (multipath by its cgroup, iperf3 under mptcpize): its connection's subflows on $rails" ||
+  bad "kv-mp's MPTCP subflows on '$rails': $mp_flows"
 
 # 6. removal: the DaemonSet deleted, then the documented cleanup
 echo "==> removal: the pods deleted, dualpathd --cleanup on the node"
