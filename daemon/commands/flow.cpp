@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The flow table: the heaviest flows, and each multipath connection with its
-// subflows.
+// The flow table: the heaviest flows, each multipath connection with its
+// subflows, and what each NCCL plugin process sent.
 #include <time.h>
 
 #include <algorithm>
@@ -58,6 +58,25 @@ json flows_json(const Node& n, const json& args) {
       if (!want_class || c["class"] == *want_class) conns.push_back(std::move(c));
     out["mptcp"] = std::move(conns);
   }
+  // NCCL plugins: their streams carry their rail's fwmark and no class in
+  // the flow table, so each process says what it sent (nccl.report)
+  json nccl = json::array();
+  for (const auto& p : n.state().nccl.processes(std::chrono::steady_clock::now())) {
+    json sent = json::array();
+    for (const auto& s : p.sent)
+      if ((!want_class || s.klass == *want_class) && (!want_path || s.path == *want_path))
+        sent.push_back({{"class", s.klass},
+                        {"path", s.path},
+                        {"bytes", s.bytes},
+                        {"bytes_per_s", s.bytes_per_s}});
+    if (sent.empty()) continue;
+    nccl.push_back({{"pid", p.pid},
+                    {"process", p.name},
+                    {"scheduled", p.scheduled},
+                    {"reported_s_ago", p.since.count()},
+                    {"sent", std::move(sent)}});
+  }
+  if (!nccl.empty()) out["nccl"] = std::move(nccl);
   return reply_ok(out);
 }
 

@@ -26,7 +26,11 @@ void NcclReports::report(pid_t pid, const std::string& name, const std::vector<C
   for (const auto& c : counts) {
     if (c.bytes < p.last[{c.klass, c.path}]) restarted = true;
   }
-  if (restarted) p.last.clear();
+  if (restarted) {
+    p.last.clear();
+    p.rate.clear();
+  }
+  const double since = std::chrono::duration<double>(now - p.seen).count();
   // the interval these bytes were sent in (a first report: one kPaceMax)
   auto interval = p.last.empty() ? std::chrono::duration<double>(kPaceMax)
                                  : std::chrono::duration<double>(now - p.seen);
@@ -34,11 +38,13 @@ void NcclReports::report(pid_t pid, const std::string& name, const std::vector<C
                         std::chrono::duration<double>(kPaceMax));
   p.name = name;
   p.seen = now;
+  p.scheduled = scheduled;
   advance(now);  // what was due before these bytes arrived
   for (const auto& c : counts) {
     uint64_t& last = p.last[{c.klass, c.path}];
     uint64_t added = c.bytes - last;
     totals_[{c.klass, c.path}] += added;
+    p.rate[{c.klass, c.path}] = since > 0 && !restarted ? static_cast<double>(added) / since : 0;
     last = c.bytes;
     if (added == 0 || !scheduled) continue;
     Paced& q = paced_[{c.klass, c.path}];
@@ -90,6 +96,24 @@ size_t NcclReports::reporting(Clock::time_point now) const {
   return static_cast<size_t>(std::count_if(procs_.begin(), procs_.end(), [&](const auto& p) {
     return !p.second.last.empty() && now - p.second.seen <= kQuiet;
   }));
+}
+
+std::vector<NcclReports::ProcessView> NcclReports::processes(Clock::time_point now) const {
+  std::vector<ProcessView> out;
+  for (const auto& [pid, p] : procs_) {
+    if (p.last.empty() || now - p.seen > kQuiet) continue;
+    ProcessView v;
+    v.pid = pid;
+    v.name = p.name;
+    v.scheduled = p.scheduled;
+    v.since = now - p.seen;
+    for (const auto& [key, bytes] : p.last) {
+      auto r = p.rate.find(key);
+      v.sent.push_back({key.first, key.second, bytes, r == p.rate.end() ? 0 : r->second});
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
 }
 
 }  // namespace dp

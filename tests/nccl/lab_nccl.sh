@@ -201,6 +201,25 @@ print(f"dualpathd on a counts {got} bytes of the plugin in expert-combine "
 if got < int(sys.argv[2]):
     sys.exit("FAIL: the plugin's reported bytes are missing from dpctl class list")
 PY
+  # dpctl flow list: the plugin's streams are not classified in the flow
+  # table; its processes are listed with what they sent (within 30 s)
+  "$lab" dpctl a -j flow list --class expert-combine >"$work/flows.json"
+  python3 - "$work/flows.json" $((4 * 4194304)) <<'PY' || exit 1
+import json, sys
+flows = json.load(open(sys.argv[1]))
+procs = flows.get("nccl", [])
+best = max(((sum(s["bytes"] for s in p["sent"]), p) for p in procs), key=lambda b: b[0],
+           default=(0, None))
+if best[0] < int(sys.argv[2]):
+    sys.exit(f"FAIL: no NCCL plugin process with {sys.argv[2]} bytes of expert-combine in "
+             f"dpctl flow list: {json.dumps(procs)[:400]}")
+p = best[1]
+if any(s["class"] != "expert-combine" for q in procs for s in q["sent"]):
+    sys.exit("FAIL: flow list --class expert-combine lists another class's bytes")
+print(f"dpctl flow list on a: {len(procs)} plugin processes, pid {p['pid']} ({p['process']}) "
+      f"sent {best[0]} bytes of expert-combine, "
+      + ", ".join(f"{s['path']} {s['bytes']}" for s in p["sent"]))
+PY
   # and its moves (the blackhole's rail0 failed) among dualpathd's events
   "$lab" dpctl a -j events >"$work/events.json"
   python3 - "$work/events.json" <<'PY' || exit 1

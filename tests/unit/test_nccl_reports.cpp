@@ -29,6 +29,34 @@ TEST(NcclReports, RunningTotalsOfEachProcessAddUp) {
   EXPECT_EQ(r.bytes("expert-dispatch", "rail0"), 3500u) << "their bytes stay counted";
 }
 
+// dpctl flow list: each process still reporting, its totals and the rate of
+// its last interval, and whether its bytes are the scheduler's
+TEST(NcclReports, EachReportingProcessIsListedWithItsTotalsAndLastRate) {
+  NcclReports r;
+  const auto t0 = NcclReports::Clock::now();
+  r.report(100, "python3", {{"expert-combine", "rail0", 1000}}, t0);
+  r.report(200, "torchrun", {{"param-sync", "rail1", 50}}, t0, false);
+  r.report(100, "python3", {{"expert-combine", "rail0", 3000}, {"expert-combine", "rail1", 400}},
+           t0 + 200ms);
+  auto v = r.processes(t0 + 300ms);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].pid, 100);
+  EXPECT_EQ(v[0].name, "python3");
+  EXPECT_TRUE(v[0].scheduled);
+  EXPECT_NEAR(v[0].since.count(), 0.1, 1e-6);
+  ASSERT_EQ(v[0].sent.size(), 2u);
+  EXPECT_EQ(v[0].sent[0].klass, "expert-combine");
+  EXPECT_EQ(v[0].sent[0].path, "rail0");
+  EXPECT_EQ(v[0].sent[0].bytes, 3000u);
+  EXPECT_NEAR(v[0].sent[0].bytes_per_s, 10000, 1e-6) << "2000 bytes in 200 ms";
+  EXPECT_EQ(v[0].sent[1].bytes, 400u);
+  EXPECT_NEAR(v[0].sent[1].bytes_per_s, 2000, 1e-6) << "from 0 before";
+  EXPECT_EQ(v[1].pid, 200);
+  EXPECT_FALSE(v[1].scheduled) << "its sockets unmarked: the datapath counts them";
+  EXPECT_EQ(v[1].sent[0].bytes_per_s, 0) << "one report: no interval yet";
+  EXPECT_TRUE(r.processes(t0 + 1s + NcclReports::kQuiet).empty()) << "both went quiet";
+}
+
 TEST(NcclReports, ATotalThatFallsIsANewProcessAndTheCountersStillOnlyGrow) {
   NcclReports r;
   const auto t0 = NcclReports::Clock::now();

@@ -33,6 +33,21 @@ int cmd_flow_list(const Globals& g, const json& args) {
       {"PROTO", "SOURCE", "DESTINATION", "CLASS", "BY", "PATH", "BYTES", "SRTT", "RETRANS", "IDLE"},
       rows);
   std::cout << rows.size() << " of " << (*d)["total"] << " flows in the flow table\n";
+  if (d->contains("nccl")) {
+    // NCCL plugins: their streams are not in the table, their reports are
+    std::cout << "\n"
+              << (*d)["nccl"].size() << " NCCL plugin process"
+              << ((*d)["nccl"].size() == 1 ? "" : "es") << " (their own counts)\n";
+    std::vector<std::vector<std::string>> procs;
+    for (auto& p : (*d)["nccl"])
+      for (auto& s : p["sent"])
+        procs.push_back({std::to_string(p["pid"].get<int>()), str(p["process"]), str(s["class"]),
+                         str(s["path"]), dp::format_bytes(s["bytes"].get<double>()),
+                         dp::format_bandwidth(s["bytes_per_s"].get<double>() * 8),
+                         fmt::format("{:.1f}s ago{}", p["reported_s_ago"].get<double>(),
+                                     p["scheduled"].get<bool>() ? "" : ", unmarked")});
+    print_table({"PID", "PROCESS", "CLASS", "PATH", "BYTES", "RATE", "REPORTED"}, procs);
+  }
   if (!d->contains("mptcp")) return 0;
   // multipath classes: a connection per line, then its subflows
   std::cout << "\n"

@@ -69,10 +69,29 @@ class NcclReports {
   // Processes that reported within kQuiet of `now`.
   size_t reporting(Clock::time_point now) const;
 
+  // Each process that reported within kQuiet of `now`, by pid (dpctl flow
+  // list): its running totals per class and path, and what it sent per
+  // second between its last two reports (0 after its first).
+  struct ProcessView {
+    pid_t pid = 0;
+    std::string name;
+    bool scheduled = true;
+    std::chrono::duration<double> since{};  // since its last report
+    struct Sent {
+      std::string klass, path;
+      uint64_t bytes = 0;
+      double bytes_per_s = 0;
+    };
+    std::vector<Sent> sent;
+  };
+  std::vector<ProcessView> processes(Clock::time_point now) const;
+
  private:
   struct Process {
     std::string name;
     std::map<std::pair<std::string, std::string>, uint64_t> last;
+    std::map<std::pair<std::string, std::string>, double> rate;  // bytes/s, last interval
+    bool scheduled = true;
     Clock::time_point seen{};
     double tokens = kEventBurst;
     Clock::time_point refilled{};
