@@ -4,8 +4,9 @@
 # the harness in each: every byte checked by the harness; the bytes each rail
 # carried, from node a's kernel link counters, against the placement the
 # plugin logged (within 10%); then a blackhole and a carrier loss of rail0
-# mid-transfer: no error, data intact, the longest stall reported. The plugin
-# runs on the rails NCCL_DUALPATH_RAILS names, without dualpathd (about 30 s).
+# mid-transfer: no error, data intact, the longest stall reported; then the
+# rails named by their IPv6 addresses. The plugin runs on the rails
+# NCCL_DUALPATH_RAILS names, without dualpathd (about 15 s).
 # DP_NCCL_LAB_DAEMON=1 runs the lab with dualpathd (DP_NCCL_LAB_BUILD or the
 # build given has it) and policies with an [nccl] mapping, and also checks the
 # class by operation and by traffic class, that dualpathd's scheduler sees
@@ -82,7 +83,10 @@ run_pair() {
     local node=a
     ((r == 1)) && node=b
     local env=(NCCL_DUALPATH_STALL_MS=200 NCCL_DUALPATH_TIMEOUT_MS=20000)
-    if ((${#daemon_opt[@]})); then
+    if ((${#daemon_opt[@]})) && [[ ${DP_V6:-0} == 1 ]]; then
+      # each rail's IPv6 address (the lab's fd98::/64 and fd98:1::/64)
+      env+=("NCCL_DUALPATH_RAILS=rail0=fd98::$((r + 1))@1Gbit,rail1=fd98:1::$((r + 1))@250Mbit" NCCL_DUALPATH_DAEMON=0)
+    elif ((${#daemon_opt[@]})); then
       env+=("NCCL_DUALPATH_RAILS=rail0@1Gbit,rail1@250Mbit" NCCL_DUALPATH_DAEMON=0)
     else
       env+=("NCCL_DUALPATH_SOCKET=/run/dualpath/dpl-$node.sock")
@@ -178,7 +182,30 @@ for fault in "blackhole rail0" "down rail0"; do
   { grep -h 'move to\|reopened\|every rail failed' "$work/$name"/r*.err || true; } |
     sed 's/.*NET\/dualpath : /  /' | head -8
 done
-# 4. with dualpathd: the class by operation, and by the communicator's traffic class first
+# 4. IPv6 (without dualpathd, the shared topology): the rails named by their
+# IPv6 addresses; every byte checked, both rails carry by the placement
+if ((${#daemon_opt[@]})) && [[ $topology == shared ]]; then
+  a0=$(tx_bytes a rail0)
+  a1=$(tx_bytes a rail1)
+  DP_V6=1 run_pair v6 8 4194304
+  b0=$(tx_bytes a rail0)
+  b1=$(tx_bytes a rail1)
+  summary=$(tail -1 "$work/v6/r0.out")
+  grep -q '"ok":true' <<<"$summary" || { echo "FAIL: IPv6 rank 0: $summary"; exit 1; }
+  grep -q 'fd98' "$work/v6/r0.err" || { echo "FAIL: IPv6: rank 0 never logged an fd98:: address"; grep -h 'rail' "$work/v6/r0.err" | head -5; exit 1; }
+  python3 - $((b0 - a0)) $((b1 - a1)) $((8 * 4194304)) <<'PY' || exit 1
+import sys
+r0, r1, sent = map(int, sys.argv[1:])
+print(f"IPv6: node a sent {r0/2**20:.1f} MiB on rail0 and {r1/2**20:.1f} MiB on rail1 "
+      f"({sent/2**20:.0f} MiB of payload), every byte checked")
+if r0 + r1 < sent:
+    sys.exit("FAIL: IPv6: the rails carried less than the payload")
+if min(r0, r1) < 0.05 * sent:
+    sys.exit("FAIL: IPv6: one rail carried (almost) nothing")
+PY
+  grep -h 'fd98' "$work/v6/r0.err" | sed 's/.*NET\/dualpath : /  /' | head -2
+fi
+# 5. with dualpathd: the class by operation, and by the communicator's traffic class first
 if ! ((${#daemon_opt[@]})); then
   run_pair op 4 4194304
   grep -q 'placed in class expert-combine (operation alltoall)' "$work/op/r0.err" ||
