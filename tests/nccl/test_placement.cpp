@@ -139,7 +139,7 @@ TEST(NcclSettings, WrongValuesAreRefusedWithTheVariable) {
   ::unsetenv("NCCL_DUALPATH_SPREAD");
   st = Settings{};
   EXPECT_TRUE(load_settings(&st, &error)) << error;
-  EXPECT_EQ(st.stall_ms, 200);
+  EXPECT_EQ(st.stall_ms, 100);
 }
 
 TEST(NcclSettings, Rates) {

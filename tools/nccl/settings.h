@@ -19,7 +19,7 @@ struct Settings {
   std::string socket = "/run/dualpath/dualpathd.sock";  // NCCL_DUALPATH_SOCKET
   std::string klass;                 // NCCL_DUALPATH_CLASS ("" = the policy decides)
   std::string rails_env;             // NCCL_DUALPATH_RAILS as given
-  int stall_ms = 200;                // NCCL_DUALPATH_STALL_MS
+  int stall_ms = 100;                // NCCL_DUALPATH_STALL_MS
   int timeout_ms = 10000;            // NCCL_DUALPATH_TIMEOUT_MS
   int reopen_ms = 1000;              // NCCL_DUALPATH_REOPEN_MS
   int rto_min_ms = 50;               // NCCL_DUALPATH_RTO_MIN_MS (0: the kernel's)

@@ -435,8 +435,13 @@ class RecvConnImpl final : public RecvConn {
     size_t hoff = 0;
     size_t poff = 0;
     std::string acks;  // not yet written
+    // written, and not yet all acknowledged by TCP: sent again by another
+    // rail's stream when this one's way back retransmits (way_back())
+    std::string recent;
+    Clock::time_point stuck_since{}, checked{};
     bool dead = false;
   };
+  void way_back(Clock::time_point now);
   void add(const ListenSet::Arrived& a) {
     RStream st;
     st.fd = a.fd;
@@ -595,7 +600,14 @@ Status RecvConnImpl::read_stream(RStream& st) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) st.dead = true;
       break;
     }
+    st.recent.append(st.acks, 0, static_cast<size_t>(n));
     st.acks.erase(0, static_cast<size_t>(n));
+  }
+  // (the newest acks, whole ones: the sender ignores what it has already)
+  constexpr size_t kRecentMax = 4096 * sizeof(Ack);
+  if (st.recent.size() > kRecentMax) {
+    size_t cut = st.recent.size() - kRecentMax;
+    st.recent.erase(0, cut + (sizeof(Ack) - cut % sizeof(Ack)) % sizeof(Ack));
   }
   return {};
 }
@@ -623,6 +635,7 @@ Status RecvConnImpl::progress() {
       return s;
     }
   }
+  way_back(Clock::now());
   for (size_t i = 0; i < streams_.size();) {
     if (streams_[i].dead) {
       ::close(streams_[i].fd);
@@ -640,6 +653,59 @@ Status RecvConnImpl::progress() {
     DPN_WARN("%s", error_.message.c_str());
   }
   return error_;
+}
+
+// The way back: this end's acknowledgements travel on the stream their
+// chunk came by, and a rail that loses what the peer sends here (a lossy
+// or failing link in this direction only) holds them in TCP's backoff,
+// while the sender's bytes were all delivered, so the sender sees no stall
+// and waits (seconds, as the RTO doubles). A stream whose acks TCP has been
+// retransmitting for half the stall time has them sent again by a stream
+// of another rail; the sender takes an acknowledgement from any stream,
+// once.
+void RecvConnImpl::way_back(Clock::time_point now) {
+  for (auto& st : streams_) {
+    if (st.dead || st.recent.empty() || now - st.checked < ms(10)) continue;
+    st.checked = now;
+    tcp_info ti{};
+    socklen_t len = sizeof(ti);
+    if (::getsockopt(st.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
+    // (`recent` starts at an ack's first byte; a partly written one stays,
+    // so that what is sent again is whole acks)
+    const size_t whole = st.recent.size() - st.recent.size() % sizeof(Ack);
+    if (ti.tcpi_unacked == 0) {  // every ack written was delivered
+      st.recent.erase(0, whole);
+      st.stuck_since = {};
+      continue;
+    }
+    if (ti.tcpi_retransmits == 0 && ti.tcpi_backoff == 0) {
+      st.stuck_since = {};
+      continue;
+    }
+    if (st.stuck_since == Clock::time_point{}) st.stuck_since = now;
+    if (now - st.stuck_since < ms(s_.stall_ms) / 2) continue;
+    RStream* other = nullptr;
+    for (auto& o : streams_)
+      if (!o.dead && o.rail != st.rail && (!other || o.recent.size() < other->recent.size()))
+        other = &o;
+    if (!other || whole == 0) continue;
+    DPN_TRACE(
+        "recv %llx: %zu acknowledgements on rail %d sent again by rail %d: its way back "
+        "retransmits (%u retransmissions, backoff %u)",
+        static_cast<unsigned long long>(id_), whole / sizeof(Ack), st.rail, other->rail,
+        static_cast<unsigned>(ti.tcpi_retransmits), static_cast<unsigned>(ti.tcpi_backoff));
+    // (a stream's unwritten acks end at an ack's last byte: these follow whole)
+    other->acks.append(st.recent, 0, whole);
+    st.recent.erase(0, whole);
+    st.stuck_since = {};
+    while (!other->acks.empty()) {  // written now; what is left, by its next progress
+      ssize_t n =
+          ::send(other->fd, other->acks.data(), other->acks.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n <= 0) break;
+      other->recent.append(other->acks, 0, static_cast<size_t>(n));
+      other->acks.erase(0, static_cast<size_t>(n));
+    }
+  }
 }
 
 Status RecvReq::test(bool* done, int* sizes) {
@@ -966,7 +1032,8 @@ void SendConnImpl::fail_stream(SStream& st, const std::string& why, bool whole_r
 
 void SendConnImpl::on_ack(const Ack& a, SStream& st) {
   if (a.offset == kProbe) {  // the way back works
-    st.probed = false;
+    // (the receiver may have sent it again by another rail: any stream's)
+    for (auto& x : streams_) x.probed = false;
     st.last_progress = Clock::now();
     return;
   }
@@ -979,13 +1046,14 @@ void SendConnImpl::on_ack(const Ack& a, SStream& st) {
   if (c.acked) return;
   c.acked = true;
   ++r->nacked;
-  // acknowledged on the stream it arrived by: its rail carried it
-  if (!r->klass.empty())
-    traffic().sent(r->klass, rails_[static_cast<size_t>(st.rail)].rail.name, c.len);
-  // drop it from the stream that holds it (the one the ack came on, unless it was moved)
+  // drop it from the stream that holds it (the one the ack came on, unless
+  // it was moved, or the receiver sent the ack again by another rail): its
+  // rail carried it
+  SStream* holder = &st;
   auto drop = [&](SStream& x) {
     for (size_t i = 0; i < x.q.size(); ++i) {
       if (x.q[i].r != r || x.q[i].idx != idx) continue;
+      holder = &x;
       if (i == x.wi && x.woff > 0) return true;  // being written: dropped when written
       x.q.erase(x.q.begin() + static_cast<ptrdiff_t>(i));
       if (i < x.wi) --x.wi;
@@ -997,7 +1065,9 @@ void SendConnImpl::on_ack(const Ack& a, SStream& st) {
   if (!drop(st))
     for (auto& x : streams_)
       if (&x != &st && drop(x)) break;
-  st.last_progress = Clock::now();
+  if (!r->klass.empty())
+    traffic().sent(r->klass, rails_[static_cast<size_t>(holder->rail)].rail.name, c.len);
+  st.last_progress = holder->last_progress = Clock::now();
   if (r->nacked == r->chunks.size()) by_seq_.erase(it);
 }
 
