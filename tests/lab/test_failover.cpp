@@ -3,11 +3,17 @@
 // rails while TCP transfers (checksummed) and a request/response stream run
 // in several classes. A lab of its own, with a short hold-down (3 s) and ramp
 // (500 ms steps); the daemons run BFD toward each other on both rails.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -148,6 +154,93 @@ TEST_F(Failover, BfdSessionsComeUpBetweenTwoDaemons) {
     EXPECT_EQ(a["detection_ms"], 1500.0);
     EXPECT_EQ(a["discarded"], 0);
   }
+}
+
+// What comes from the network (RFC 5881 5): a BFD packet that says Down for
+// a's rail0 session, with the session's discriminators as one who sniffed
+// them would send it, is discarded and changes nothing when it comes from
+// an address other than the rail's peer, or from the peer's address with a
+// TTL below 255 (sent from beyond the link). A flood of them: the daemon's
+// CPU for it is printed, and the session stays up through it.
+TEST_F(Failover, AForgedBfdDownFromOutsideThePeerChangesNothing) {
+  json s = path("a", "rail0")["health"]["bfd"];
+  ASSERT_EQ(s["state"], "up") << s.dump();
+  const uint32_t a_disc = s["local_discriminator"], b_disc = s["remote_discriminator"];
+  // a control packet (RFC 5880 4.1): version 1, diag "neighbor signaled
+  // session down", state Down, detect multiplier 3, 24 bytes, 1 s intervals
+  std::array<uint8_t, 24> pkt{};
+  pkt[0] = 1 << 5 | 3;
+  pkt[1] = 1 << 6;
+  pkt[2] = 3;
+  pkt[3] = 24;
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) pkt[at + i] = static_cast<uint8_t>(v >> (24 - 8 * i));
+  };
+  put32(4, b_disc);
+  put32(8, a_disc);
+  put32(12, 1000000);
+  put32(16, 1000000);
+  // another host on rail0's link (an address of b's, not the session's peer)
+  must(nsenter("dpl-b") + "ip addr add 10.98.0.77/24 dev rail0");
+  struct Unadd {
+    ~Unadd() { sh(nsenter("dpl-b") + "ip addr del 10.98.0.77/24 dev rail0"); }
+  } unadd;
+  auto send = [&](const char* src, int ttl, int n) {
+    return in_netns("dpl-b", [&]() -> std::string {
+      int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in from{}, to{};
+      from.sin_family = to.sin_family = AF_INET;
+      ::inet_pton(AF_INET, src, &from.sin_addr);
+      ::inet_pton(AF_INET, "10.98.0.1", &to.sin_addr);
+      to.sin_port = htons(3784);
+      std::string err;
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+          ::setsockopt(fd, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl)) != 0)
+        err = std::string("socket: ") + std::strerror(errno);
+      for (int i = 0; i < n && err.empty(); ++i)
+        if (::sendto(fd, pkt.data(), pkt.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) <
+                0 &&
+            errno != ENOBUFS)
+          err = std::string("sendto: ") + std::strerror(errno);
+      ::close(fd);
+      return err;
+    });
+  };
+  auto discarded = [] { return path("a", "rail0")["health"]["bfd"]["discarded"].get<uint64_t>(); };
+  auto until = [](auto pred, std::chrono::seconds t) {
+    auto end = std::chrono::steady_clock::now() + t;
+    while (std::chrono::steady_clock::now() < end && !pred()) std::this_thread::sleep_for(50ms);
+    return pred();
+  };
+  uint64_t d0 = discarded();
+  ASSERT_EQ(send("10.98.0.77", 255, 5), "");
+  EXPECT_TRUE(until([&] { return discarded() >= d0 + 5; }, 2s))
+      << "5 from another address: " << discarded() - d0 << " discarded";
+  uint64_t d1 = discarded();
+  ASSERT_EQ(send("10.98.0.2", 254, 5), "");
+  EXPECT_TRUE(until([&] { return discarded() >= d1 + 5; }, 2s))
+      << "5 from the peer's address with TTL 254: " << discarded() - d1 << " discarded";
+  EXPECT_EQ(path("a", "rail0")["health"]["bfd"]["state"], "up");
+  EXPECT_EQ(health("a", "rail0"), "up");
+
+  pid_t pid = daemon_pid("dpl-a");
+  double cpu0 = cpu_seconds(pid);
+  uint64_t d2 = discarded();
+  constexpr int kFlood = 20000;
+  ASSERT_EQ(send("10.98.0.77", 255, kFlood), "");
+  ASSERT_EQ(send("10.98.0.2", 254, kFlood), "");
+  std::this_thread::sleep_for(500ms);
+  double cpu = cpu_seconds(pid) - cpu0;
+  uint64_t got = discarded() - d2;
+  std::printf(
+      "    %d forged BFD packets: %llu reached the daemon and were discarded, %.0f ms of "
+      "its CPU (%.1f us each)\n",
+      2 * kFlood, static_cast<unsigned long long>(got), cpu * 1000,
+      got ? cpu * 1e6 / static_cast<double>(got) : 0.0);
+  EXPECT_GT(got, 0u);
+  EXPECT_EQ(path("a", "rail0")["health"]["bfd"]["state"], "up") << "through the flood";
+  EXPECT_EQ(health("a", "rail0"), "up");
+  EXPECT_EQ(path("b", "rail0")["health"]["bfd"]["state"], "up");
 }
 
 TEST_F(Failover, CarrierLossMovesEverythingAtOnceAndFailbackWaitsAndRamps) {
