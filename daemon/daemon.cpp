@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -130,15 +131,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   policy_ = next;
   have_policy_ = true;
   monitor_.setup(next, datapath_->rail_ifindexes());
-  state_.multipath_error.clear();
-  state_.multipath_tried = std::chrono::steady_clock::now();
-  if (auto r = multipath_.set_policy(next, *datapath_); !r && next.has_multipath()) {
-    state_.multipath_error = r.error().what();
-    spdlog::error("multipath classes: {}; their connections keep one subflow", r.error().what());
-  } else if (!r) {
-    spdlog::warn("no multipath class left, but restoring the MPTCP settings failed: {}",
-                 r.error().what());
-  }
+  apply_multipath(next, std::chrono::steady_clock::now(), false);
   settle();
   warn_ephemeral_overlap(next);
   state_.checks = check_node(next);
@@ -284,19 +277,31 @@ void Daemon::resync_routing(std::chrono::steady_clock::time_point now) {
         missing->size(), r->added);
 }
 
-// Multipath classes whose settings could not be made (an operator may set
-// the MPTCP sysctls on the node afterwards): tried again every 5 s, quietly
-// until they succeed.
-void Daemon::retry_multipath(std::chrono::steady_clock::time_point now) {
-  if (state_.multipath_error.empty() || now - state_.multipath_tried < std::chrono::seconds(5))
-    return;
+// The policy's multipath classes, and why they keep one subflow (a setting
+// that could not be made) for readiness. A retry is quiet until it succeeds.
+void Daemon::apply_multipath(const Policy& p, std::chrono::steady_clock::time_point now,
+                             bool retry) {
   state_.multipath_tried = now;
-  if (auto r = multipath_.set_policy(policy_, *datapath_); !r) {
+  auto r = multipath_.set_policy(p, *datapath_);
+  std::string was = std::exchange(state_.multipath_error, std::string());
+  if (r) {
+    if (!was.empty())
+      spdlog::info("multipath classes: their settings are made now; new connections get subflows");
+  } else if (!p.has_multipath()) {
+    spdlog::warn("no multipath class left, but restoring the MPTCP settings failed: {}",
+                 r.error().what());
+  } else {
     state_.multipath_error = r.error().what();
-    return;
+    if (!retry)
+      spdlog::error("multipath classes: {}; their connections keep one subflow", r.error().what());
   }
-  state_.multipath_error.clear();
-  spdlog::info("multipath classes: their settings are made now; new connections get subflows");
+}
+
+// An operator may set the MPTCP sysctls on the node after the daemon could
+// not: tried again every 5 s.
+void Daemon::retry_multipath(std::chrono::steady_clock::time_point now) {
+  if (!state_.multipath_error.empty() && now - state_.multipath_tried >= std::chrono::seconds(5))
+    apply_multipath(policy_, now, true);
 }
 
 void Daemon::tick() {

@@ -68,6 +68,7 @@ class Daemon : private Node {
   void tick();
   void check_interfaces();
   void resync_routing(std::chrono::steady_clock::time_point now);
+  void apply_multipath(const Policy& p, std::chrono::steady_clock::time_point now, bool retry);
   void retry_multipath(std::chrono::steady_clock::time_point now);
   void adapt_flowlet_gap();
   void place_bursts();

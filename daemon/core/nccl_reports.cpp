@@ -30,10 +30,9 @@ void NcclReports::report(pid_t pid, const std::string& name, const std::vector<C
     p.last.clear();
     p.rate.clear();
   }
-  const double since = std::chrono::duration<double>(now - p.seen).count();
+  const std::chrono::duration<double> since = now - p.seen;
   // the interval these bytes were sent in (a first report: one kPaceMax)
-  auto interval = p.last.empty() ? std::chrono::duration<double>(kPaceMax)
-                                 : std::chrono::duration<double>(now - p.seen);
+  auto interval = p.last.empty() ? std::chrono::duration<double>(kPaceMax) : since;
   interval = std::clamp(interval, std::chrono::duration<double>(kPaceMin),
                         std::chrono::duration<double>(kPaceMax));
   p.name = name;
@@ -44,7 +43,8 @@ void NcclReports::report(pid_t pid, const std::string& name, const std::vector<C
     uint64_t& last = p.last[{c.klass, c.path}];
     uint64_t added = c.bytes - last;
     totals_[{c.klass, c.path}] += added;
-    p.rate[{c.klass, c.path}] = since > 0 && !restarted ? static_cast<double>(added) / since : 0;
+    p.rate[{c.klass, c.path}] =
+        since.count() > 0 && !restarted ? static_cast<double>(added) / since.count() : 0;
     last = c.bytes;
     if (added == 0 || !scheduled) continue;
     Paced& q = paced_[{c.klass, c.path}];

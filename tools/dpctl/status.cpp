@@ -25,6 +25,12 @@ std::string placement_line(const json& d) {
   return fmt::format("flowlets (gap {:.0f} us)", gap_us);
 }
 
+// Why the policy's multipath classes keep one subflow, from a status reply
+// ("" when they do not).
+std::string multipath_error(const json& d) {
+  return d.contains("multipath") ? str(d["multipath"]["error"]) : std::string();
+}
+
 // Why this node is not ready to carry traffic, from a status reply: a
 // probe's readiness and a rollout's health gate. Empty when it is.
 std::vector<std::string> not_ready(const json& d, bool all_paths) {
@@ -40,11 +46,11 @@ std::vector<std::string> not_ready(const json& d, bool all_paths) {
     why.push_back("no path carries traffic");
   else if (all_paths && carrying < paths)
     why.push_back(fmt::format("{} of {} paths carry traffic (dpctl path list)", carrying, paths));
-  if (d.contains("multipath") && !str(d["multipath"]["error"]).empty())
+  if (std::string mp = multipath_error(d); !mp.empty())
     why.push_back(fmt::format(
         "multipath classes keep one subflow: {} (set it on the node: dualpath-policy(5), "
         "\"multipath\")",
-        str(d["multipath"]["error"])));
+        mp));
   return why;
 }
 
@@ -110,9 +116,8 @@ int cmd_status(const Globals& g, bool ready, bool all_paths) {
               << (pol["disk_hash"].is_null() ? " cannot be read"
                                              : " has changed on disk and is not loaded")
               << " (dpctl policy diff " << str(pol["file"]) << ")\n";
-  if (d->contains("multipath") && !str((*d)["multipath"]["error"]).empty())
-    std::cout << "WARNING:    multipath classes keep one subflow: "
-              << str((*d)["multipath"]["error"]) << "\n";
+  if (std::string mp = multipath_error(*d); !mp.empty())
+    std::cout << "WARNING:    multipath classes keep one subflow: " << mp << "\n";
   if ((*d)["all_paths_down"].get<bool>())
     std::cout << "WARNING:    every path is down; the last decisions and routing are kept\n";
   return 0;
