@@ -442,6 +442,8 @@ class RecvConnImpl final : public RecvConn {
     bool dead = false;
   };
   void way_back(Clock::time_point now);
+  // writes what it can of st.acks, keeping it in st.recent
+  static void flush_acks(RStream& st);
   void add(const ListenSet::Arrived& a) {
     RStream st;
     st.fd = a.fd;
@@ -594,6 +596,11 @@ Status RecvConnImpl::read_stream(RStream& st) {
     budget -= static_cast<size_t>(n);
     if (st.poff == st.h.len) finish_chunk(st);
   }
+  flush_acks(st);
+  return {};
+}
+
+void RecvConnImpl::flush_acks(RStream& st) {
   while (!st.dead && !st.acks.empty()) {
     ssize_t n = ::send(st.fd, st.acks.data(), st.acks.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
@@ -609,7 +616,6 @@ Status RecvConnImpl::read_stream(RStream& st) {
     size_t cut = st.recent.size() - kRecentMax;
     st.recent.erase(0, cut + (sizeof(Ack) - cut % sizeof(Ack)) % sizeof(Ack));
   }
-  return {};
 }
 
 Status RecvConnImpl::progress() {
@@ -698,13 +704,7 @@ void RecvConnImpl::way_back(Clock::time_point now) {
     other->acks.append(st.recent, 0, whole);
     st.recent.erase(0, whole);
     st.stuck_since = {};
-    while (!other->acks.empty()) {  // written now; what is left, by its next progress
-      ssize_t n =
-          ::send(other->fd, other->acks.data(), other->acks.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n <= 0) break;
-      other->recent.append(other->acks, 0, static_cast<size_t>(n));
-      other->acks.erase(0, static_cast<size_t>(n));
-    }
+    flush_acks(*other);  // what is left, by its next progress
   }
 }
 
@@ -924,6 +924,12 @@ class SendConnImpl final : public SendConn {
   Status write_stream(SStream& st);
   void read_acks(SStream& st);
   void check_stall(SStream& st, Clock::time_point now);
+  // another rail has a live stream: a failed rail's chunks have somewhere to go
+  bool live_elsewhere(int rail) const {
+    return std::any_of(streams_.begin(), streams_.end(), [&](const SStream& o) {
+      return o.rail != rail && o.state == SStream::Live;
+    });
+  }
   bool lossy(SStream& st, const tcp_info& ti, socklen_t len, Clock::time_point now);
   void probe(SStream& st, Clock::time_point now);
   void schedule();
@@ -1180,10 +1186,7 @@ bool SendConnImpl::lossy(SStream& st, const tcp_info& ti, socklen_t len, Clock::
   }
   if (++st.lossy_windows < kLossWindows) return false;
   st.lossy_windows = 0;
-  bool other = std::any_of(streams_.begin(), streams_.end(), [&](const SStream& o) {
-    return o.rail != st.rail && o.state == SStream::Live;
-  });
-  if (!other) return false;  // nowhere better to go: TCP carries on
+  if (!live_elsewhere(st.rail)) return false;  // nowhere better to go: TCP carries on
   fail_stream(st,
               "loss: " + std::to_string(again) + " of " + std::to_string(segs) +
                   " segments sent again in the last " + std::to_string(window_ms.count()) +
@@ -1241,10 +1244,7 @@ void SendConnImpl::check_stall(SStream& st, Clock::time_point now) {
   // own queue is not failed for that (seen: 119 ms on the 250 Mbit/s rail
   // alone, then a 1.4 s round while it reopened); ten times the stall time
   // is, so that a stream that is truly gone is still opened again.
-  const bool elsewhere = std::any_of(streams_.begin(), streams_.end(), [&](const SStream& o) {
-    return o.rail != st.rail && o.state == SStream::Live;
-  });
-  const int stall_ms = elsewhere ? s_.stall_ms : 10 * s_.stall_ms;
+  const int stall_ms = live_elsewhere(st.rail) ? s_.stall_ms : 10 * s_.stall_ms;
   auto stall = ms(stall_ms);
   // how long TCP has acknowledged nothing new: an ACK that moves nothing
   // (a peer's retransmission carries one) is no sign that the rail works
