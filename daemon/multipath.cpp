@@ -554,10 +554,14 @@ bool Multipath::is_subflow(const IpAddr& local, uint16_t lport) const {
 // (an accepted connection's joins in the shared topology; a first subflow
 // from an address of no rail, such as a service address on lo, which is
 // steered as any flow of its class).
-size_t Multipath::path_now(const multipath::Connection& c, const multipath::Subflow& s) const {
+bool Multipath::bound(const multipath::Connection& c, const multipath::Subflow& s) const {
   bool fixed =
       !c.server_side || policy_.topology == Topology::Separate || unmapped(s.ends) == c.first;
-  if (fixed && s.path < policy_.paths.size()) return s.path;
+  return fixed && s.path < policy_.paths.size();
+}
+
+size_t Multipath::path_now(const multipath::Connection& c, const multipath::Subflow& s) const {
+  if (bound(c, s)) return s.path;
   return dp_->flow_path(s.ends.local, s.ends.lport, s.ends.remote, s.ends.rport).value_or(s.path);
 }
 
@@ -596,6 +600,7 @@ json Multipath::connections_json() const {
       subs.push_back(
           {{"path", path < policy_.paths.size() ? json(policy_.paths[path].name) : json(nullptr)},
            {"role", s.backup ? "backup" : "active"},
+           {"bound", bound(c, s)},
            {"local", ends.local.str()},
            {"lport", s.ends.lport},
            {"remote", ends.remote.str()},

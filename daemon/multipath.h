@@ -76,6 +76,9 @@ class Multipath {
   // accepted subflow of the shared topology is answered on the rail it
   // arrives on, which the flow table holds (s.path is that at its start).
   size_t path_now(const multipath::Connection& c, const multipath::Subflow& s) const;
+  // Whether the subflow stays on the rail it was made on (false: the
+  // datapath places it, as any flow of its class, and it may move).
+  bool bound(const multipath::Connection& c, const multipath::Subflow& s) const;
   Result<void> apply_settings(const std::string& node);
   // The accepting side: a server bound to one rail's address has no
   // listener where the peer's joins on the other rails arrive. A listener of

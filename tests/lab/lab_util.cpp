@@ -130,7 +130,8 @@ std::set<std::string> subflow_paths(const json& c, const char* role) {
   std::set<std::string> out;
   if (!c.is_object()) return out;
   for (auto& s : c["subflows"])
-    if (s["path"].is_string() && (!role || s["role"] == role))
+    if (s["path"].is_string() && (!role || s["role"] == role) &&
+        (s.value("bound", true) || s["lport"] != c["lport"] || s["rport"] != c["rport"]))
       out.insert(s["path"].get<std::string>());
   return out;
 }

@@ -53,7 +53,9 @@ std::string cgroup2_mount();
 // one whose remote port (or, accepted, local port) is `port`, or null.
 json mptcp_conns(const std::string& node);
 json mptcp_conn(const std::string& node, uint16_t port);
-// The paths of a connection's subflows (with that role: "active", "backup").
+// The paths of a connection's subflows (with that role: "active", "backup"),
+// but the shared topology's first, which the datapath places as any flow of
+// its class and which stands by.
 std::set<std::string> subflow_paths(const json& c, const char* role = nullptr);
 // Polls until pred(connection on `node`) holds, up to `ms`; returns the last read.
 template <class P>

@@ -64,8 +64,10 @@ int cmd_flow_list(const Globals& g, const json& args) {
                     str(c["side"]), ep(c, "local", "lport"), ep(c, "remote", "rport"), "", "", ""});
     for (auto& s : c["subflows"])
       subs.push_back({"", "", "", "  " + ep(s, "local", "lport"), ep(s, "remote", "rport"),
-                      s["path"].is_string() ? str(s["path"]) : "-", str(s["role"]),
-                      dp::format_bytes(s["bytes"].get<double>())});
+                      s["path"].is_string()
+                          ? str(s["path"]) + (s.value("bound", true) ? "" : " (steered)")
+                          : "-",
+                      str(s["role"]), dp::format_bytes(s["bytes"].get<double>())});
   }
   print_table({"TOKEN", "CLASS", "SIDE", "LOCAL", "REMOTE", "PATH", "ROLE", "BYTES"}, subs);
   return 0;
