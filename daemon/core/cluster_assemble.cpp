@@ -123,7 +123,7 @@ void assemble_shared(Assembly& a, toml::table& root, const Shape& shape, const N
   for (std::string k : {"topology", "default_class"}) j.move(node_sec, k, cluster);
   node_sec.insert("cluster", shape.cluster);
   if (!n.group.empty()) node_sec.insert("group", n.group);
-  for (auto sec : kPolicySections)
+  for (auto sec : policy_sections())
     if (root.get_as<toml::table>(sec)) j.move(a.policy, std::string(sec), root);
   for (std::string key : {"path", "class"})
     if (root.get_as<toml::array>(key)) j.move(a.policy, key, root);
@@ -136,7 +136,7 @@ void apply_overrides(Assembly& a, toml::table& over) {
   auto& j = a.journal;
   auto& policy = a.policy;
   j.move(*policy.get_as<toml::table>("node"), "default_class", over);
-  for (auto sec : kPolicySections) {
+  for (auto sec : policy_sections()) {
     auto* from = over.get_as<toml::table>(sec);
     if (!from) continue;
     std::string key(sec);
@@ -199,7 +199,7 @@ std::string emit_policy(const toml::table& p, const std::string& header) {
     }
   };
   section("node");
-  for (auto s : kPolicySections) section(s);
+  for (auto s : policy_sections()) section(s);
   for (std::string_view key : {"path", "class", "peer"})
     if (auto* a = p.get_as<toml::array>(key))
       for (auto& e : *a)

@@ -8,16 +8,22 @@
 #include <set>
 
 #include "dualpath/core/cluster_stages.h"
+#include "dualpath/core/policy_schema.h"
 #include "dualpath/core/policy_toml.h"
 
 namespace dp::cluster {
 
-namespace {
+const std::vector<std::string_view>& policy_sections() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (const auto& s : schema::sections())
+      if (s.node_settings) out.push_back(s.name);
+    return out;
+  }();
+  return names;
+}
 
-// What a [[group]] or [[node]] entry may override, besides its own keys.
-constexpr std::string_view kOverrides[] = {"default_class", "routing", "scheduler", "health",
-                                           "measurement",   "metrics", "responder", "qos",
-                                           "path",          "class"};
+namespace {
 
 std::vector<std::string> names_of(std::initializer_list<std::string_view> l) {
   return {l.begin(), l.end()};
@@ -129,9 +135,12 @@ void check_override_entry(Diags& d, const toml::node& e, std::string_view key,
 void check_overrides(Diags& d, const toml::table& t, const std::string& what,
                      std::vector<std::string> allowed, const std::vector<std::string>& paths,
                      const std::string& node) {
-  for (auto& k : kOverrides) allowed.emplace_back(k);
+  // besides its own keys: default_class, the policy's sections, paths and classes
+  allowed.emplace_back("default_class");
+  allowed.insert(allowed.end(), policy_sections().begin(), policy_sections().end());
+  allowed.insert(allowed.end(), {"path", "class"});
   only_keys(d, t, allowed, what, node);
-  for (auto sec : kPolicySections)
+  for (auto sec : policy_sections())
     if (auto* n = t.get(sec); n && !n->is_table())
       d.error(*n, node, fmt::format("\"{}\" in {} must be a table", sec, what));
   for (std::string_view key : {"path", "class"}) {
@@ -275,12 +284,12 @@ std::optional<toml::table> parse_description(const std::string& text, const std:
 // the policy checks, per node.
 Shape check_shape(Diags& d, const toml::table& root) {
   Shape s;
-  only_keys(d, root,
-            names_of({"cluster", "routing", "scheduler", "health", "measurement", "metrics",
-                      "responder", "qos", "path", "class", "group", "node"}),
-            "the top level of a cluster description");
+  std::vector<std::string> top = {"cluster"};
+  top.insert(top.end(), policy_sections().begin(), policy_sections().end());
+  top.insert(top.end(), {"path", "class", "group", "node"});
+  only_keys(d, root, top, "the top level of a cluster description");
   check_cluster_table(d, root, s);
-  for (auto sec : kPolicySections)
+  for (auto sec : policy_sections())
     if (auto* n = root.get(sec); n && !n->is_table())
       d.error(*n, "", fmt::format("\"{}\" must be a [{}] section", sec, sec));
   check_paths(d, root, s);

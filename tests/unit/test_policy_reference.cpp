@@ -4,6 +4,7 @@
 // its unknown-key refusal), so that the reference cannot drift.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "dualpath/core/policy.h"
+#include "dualpath/core/policy_schema.h"
 
 namespace {
 
@@ -167,12 +169,106 @@ TEST(PolicyReference, EveryDocumentedIntegerRangeIsTheParsers) {
     SCOPED_TRACE(r.section + " " + r.key);
     EXPECT_TRUE(refused_for(with_key(r.section, r.key, r.hi + 1), r.key)) << r.hi + 1;
     EXPECT_TRUE(refused_for(with_key(r.section, r.key, r.lo - 1), r.key)) << r.lo - 1;
-    // fwmark and mark: the top end has the redirect bit, which is refused
-    // on its own (documented beside the range)
-    bool top_has_more_rules = r.key == "fwmark" || r.key == "mark";
-    EXPECT_FALSE(refused_for(with_key(r.section, r.key, r.lo), r.key)) << r.lo;
+    // fwmark, mark and redirect_mark: the top end has the redirect bit (or
+    // more than one), refused on its own; mark_mask: the bottom end leaves
+    // out the redirect bit (documented beside the range)
+    bool top_has_more_rules = r.key == "fwmark" || r.key == "mark" || r.key == "redirect_mark";
+    bool bottom_has_more_rules = r.key == "mark_mask";
+    if (!bottom_has_more_rules) {
+      EXPECT_FALSE(refused_for(with_key(r.section, r.key, r.lo), r.key)) << r.lo;
+    }
     if (!top_has_more_rules) {
       EXPECT_FALSE(refused_for(with_key(r.section, r.key, r.hi), r.key)) << r.hi;
     }
   }
+}
+
+// The schema (policy_schema.h) against the reference: each declared key has
+// its line in its section, whose parenthesis begins with the declared type,
+// says "required" exactly when the key is, gives the declared default and
+// the declared range; and each declared default is what a policy without
+// the key has.
+namespace {
+
+// "*key* (...)" (or "*key.*_N_ (...)") of each section: the parenthesis,
+// which may go on over the next lines.
+std::map<std::string, std::map<std::string, std::string>> documented_parentheses() {
+  std::ifstream in(std::string(DP_SOURCE_DIR) + "/docs/man/dualpath-policy.5.scd");
+  std::map<std::string, std::map<std::string, std::string>> out;
+  std::string line, section = "?";
+  const std::regex heading(R"(^## \[\[?([a-z]+)\]\]?$)"),
+      key(R"(\*([a-z0-9_]+)(?:\*|\.\*_[A-Z]+_) \()");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, heading)) {
+      section = m[1].str();
+      continue;
+    }
+    if (line.empty() || line[0] != '*') continue;
+    std::string text = line;
+    while (std::count(text.begin(), text.end(), '(') > std::count(text.begin(), text.end(), ')') &&
+           std::getline(in, line))
+      text += " " + line;
+    for (std::sregex_iterator it(text.begin(), text.end(), key), end; it != end; ++it) {
+      size_t open = static_cast<size_t>(it->position(0) + it->length(0)), depth = 1, at = open;
+      for (; at < text.size() && depth; ++at)
+        depth += text[at] == '(' ? 1 : text[at] == ')' ? -1 : 0;
+      out[section][(*it)[1].str()] = text.substr(open, at - open - 1);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(PolicyReference, EveryDeclaredKeyIsDocumentedWithItsTypeDefaultAndRange) {
+  auto doc = documented_parentheses();
+  size_t keys = 0;
+  for (const auto& s : dp::schema::sections()) {
+    for (const auto& k : s.keys) {
+      SCOPED_TRACE(s.title() + " " + std::string(k.name));
+      ++keys;
+      auto it = doc[std::string(s.name)].find(std::string(k.name));
+      if (it == doc[std::string(s.name)].end()) {
+        ADD_FAILURE() << "not in dualpath-policy(5)";
+        continue;
+      }
+      const std::string& paren = it->second;
+      EXPECT_EQ(paren.rfind(std::string(k.doc_type), 0), 0u) << paren;
+      EXPECT_EQ(paren.find("required") != std::string::npos, k.required) << paren;
+      if (!k.default_value.empty()) {
+        EXPECT_NE(paren.find("default " + std::string(k.default_value)), std::string::npos)
+            << paren;
+      }
+      if (std::string range = dp::schema::range_text(k); !range.empty()) {
+        EXPECT_NE(paren.find(range), std::string::npos) << "range " << range << ": " << paren;
+      }
+    }
+    // and the reference documents no key the schema does not declare
+    for (const auto& [name, paren] : doc[std::string(s.name)])
+      EXPECT_TRUE(s.key(name)) << s.title() << " " << name << " is documented, not declared";
+  }
+  EXPECT_GE(keys, 60u);
+}
+
+TEST(PolicyReference, EveryDeclaredDefaultIsWhatAPolicyWithoutTheKeyHas) {
+  size_t checked = 0;
+  for (const auto& s : dp::schema::sections()) {
+    for (const auto& k : s.keys) {
+      if (!k.set || k.default_value.empty() || k.default_value == "none") continue;
+      SCOPED_TRACE(s.title() + " " + std::string(k.name));
+      // the default, read as a value of the key by the policy's own reader
+      std::string text = kAll, line = std::string(k.name) + " = " + std::string(k.default_value);
+      auto at = text.find(s.title() + "\n");
+      ASSERT_NE(at, std::string::npos);
+      text.insert(at + s.title().size() + 1, line + "\n");
+      auto with = dp::parse_policy(text, "ref.toml");
+      auto without = dp::parse_policy(kAll, "ref.toml");
+      ASSERT_TRUE(with.policy) << line << ": " << (with.errors.empty() ? "" : with.errors[0].str());
+      ASSERT_TRUE(without.policy);
+      EXPECT_TRUE(with.policy->same_settings(*without.policy)) << line;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 30u);
 }

@@ -41,9 +41,9 @@ struct Diags {
 };
 
 // The policy's sections that a description holds for every node, and that a
-// group or a node may override.
-inline constexpr std::string_view kPolicySections[] = {
-    "routing", "scheduler", "health", "measurement", "metrics", "responder", "qos"};
+// group or a node may override: those the policy's schema declares as node
+// settings (policy_schema.h), in its order.
+const std::vector<std::string_view>& policy_sections();
 
 // Helpers the stages share.
 std::optional<std::string> name_of(const toml::table& t);
