@@ -145,6 +145,84 @@ Result<BudgetPlan> parse_budget(const std::string& text, const std::string& name
   return plan;
 }
 
+namespace {
+
+// The scheduler's order: on a rail above the threshold, elastic classes
+// yield lowest priority first; latency-sensitive ones never spill. The
+// class that spills first off the hottest rail `hot`, if any.
+json first_to_spill(const Policy& policy, const std::vector<double>& per_class,
+                    std::optional<size_t> hot, json& notes) {
+  if (!hot) return nullptr;
+  const ClassSpec* first = nullptr;
+  for (size_t k = 0; k < per_class.size(); ++k) {
+    const auto& c = policy.classes[k];
+    if (per_class[k] <= 0 || c.kind != ClassKind::Elastic || c.pinned ||
+        policy.path_index(c.prefer) != static_cast<int>(*hot))
+      continue;
+    if (!first || c.priority < first->priority) first = &c;
+  }
+  json spill = {{"path", policy.paths[*hot].name},
+                {"class", first ? json(first->name) : json(nullptr)}};
+  if (!first)
+    notes.push_back(
+        fmt::format("{} is planned above its threshold and no elastic class on it "
+                    "can spill: only latency-sensitive or pinned load is there",
+                    policy.paths[*hot].name));
+  return spill;
+}
+
+// What the policy's rails would carry under the plan: each class's demand on
+// its preferred rail, against the rail's capacity and the scheduler's
+// threshold; which class spills first; whether the plan fits at all.
+void budget_rails(const Policy& policy, const std::vector<double>& per_class, double total,
+                  json& out, json& notes) {
+  const double thr = policy.scheduler.load_threshold;
+  std::vector<double> on(policy.paths.size(), 0);
+  for (size_t k = 0; k < per_class.size(); ++k)
+    on[static_cast<size_t>(policy.path_index(policy.classes[k].prefer))] += per_class[k];
+  double cap_total = 0;
+  json rails = json::array();
+  std::optional<size_t> hot;
+  for (size_t r = 0; r < policy.paths.size(); ++r) {
+    double cap = static_cast<double>(policy.paths[r].capacity_bps);
+    cap_total += cap;
+    double util = cap > 0 ? on[r] / cap : 0;
+    if (util > thr &&
+        (!hot || util > on[*hot] / static_cast<double>(policy.paths[*hot].capacity_bps)))
+      hot = r;
+    rails.push_back({{"path", policy.paths[r].name},
+                     {"capacity_bps", cap},
+                     {"planned_bps", on[r]},
+                     {"utilisation", util},
+                     {"threshold", thr},
+                     {"over_threshold", util > thr},
+                     {"over_capacity", util > 1}});
+  }
+  out["rails"] = rails;
+  out["capacity_bps"] = cap_total;
+  out["utilisation_of_both"] = cap_total > 0 ? total / cap_total : 0.0;
+  out["first_to_spill"] = first_to_spill(policy, per_class, hot, notes);
+  if (total > cap_total * thr && cap_total > 0)
+    notes.push_back(
+        fmt::format("the plan needs {:.0f}% of both rails together: above the "
+                    "{:.0f}% threshold, so it does not fit with headroom on this "
+                    "node",
+                    100 * total / cap_total, 100 * thr));
+}
+
+// The KV cache the plan's model holds: per token, per sequence and in all.
+json kv_cache(const KvSpec& kv) {
+  double per_token =
+      2.0 * static_cast<double>(kv.layers * kv.kv_heads * kv.head_dim) * kv.bytes_per_element;
+  double per_seq = per_token * static_cast<double>(kv.tokens);
+  return {{"bytes_per_token", per_token},
+          {"bytes_per_sequence", per_seq},
+          {"sequences", kv.sequences},
+          {"bytes_total", per_seq * static_cast<double>(kv.sequences)}};
+}
+
+}  // namespace
+
 json compute_budget(const BudgetPlan& plan, const Policy* policy) {
   json loads = json::array(), notes = json::array();
   std::vector<double> per_class(policy ? policy->classes.size() : 0, 0);
@@ -167,70 +245,8 @@ json compute_budget(const BudgetPlan& plan, const Policy* policy) {
                      {"demand_bytes_per_s", demand / 8}});
   }
   json out{{"loads", loads}, {"total_bps", total}, {"headroom", plan.headroom}};
-  if (policy) {
-    const double thr = policy->scheduler.load_threshold;
-    std::vector<double> on(policy->paths.size(), 0);
-    for (size_t k = 0; k < per_class.size(); ++k)
-      on[static_cast<size_t>(policy->path_index(policy->classes[k].prefer))] += per_class[k];
-    double cap_total = 0;
-    json rails = json::array();
-    std::optional<size_t> hot;
-    for (size_t r = 0; r < policy->paths.size(); ++r) {
-      double cap = static_cast<double>(policy->paths[r].capacity_bps);
-      cap_total += cap;
-      double util = cap > 0 ? on[r] / cap : 0;
-      if (util > thr &&
-          (!hot || util > on[*hot] / static_cast<double>(policy->paths[*hot].capacity_bps)))
-        hot = r;
-      rails.push_back({{"path", policy->paths[r].name},
-                       {"capacity_bps", cap},
-                       {"planned_bps", on[r]},
-                       {"utilisation", util},
-                       {"threshold", thr},
-                       {"over_threshold", util > thr},
-                       {"over_capacity", util > 1}});
-    }
-    out["rails"] = rails;
-    out["capacity_bps"] = cap_total;
-    out["utilisation_of_both"] = cap_total > 0 ? total / cap_total : 0.0;
-    // the scheduler's order: on a rail above the threshold, elastic classes
-    // yield lowest priority first; latency-sensitive ones never spill
-    json spill = nullptr;
-    if (hot) {
-      const ClassSpec* first = nullptr;
-      for (size_t k = 0; k < per_class.size(); ++k) {
-        const auto& c = policy->classes[k];
-        if (per_class[k] <= 0 || c.kind != ClassKind::Elastic || c.pinned ||
-            policy->path_index(c.prefer) != static_cast<int>(*hot))
-          continue;
-        if (!first || c.priority < first->priority) first = &c;
-      }
-      spill = {{"path", policy->paths[*hot].name},
-               {"class", first ? json(first->name) : json(nullptr)}};
-      if (!first)
-        notes.push_back(
-            fmt::format("{} is planned above its threshold and no elastic class on it "
-                        "can spill: only latency-sensitive or pinned load is there",
-                        policy->paths[*hot].name));
-    }
-    out["first_to_spill"] = spill;
-    if (total > cap_total * thr && cap_total > 0)
-      notes.push_back(
-          fmt::format("the plan needs {:.0f}% of both rails together: above the "
-                      "{:.0f}% threshold, so it does not fit with headroom on this "
-                      "node",
-                      100 * total / cap_total, 100 * thr));
-  }
-  if (plan.kv) {
-    const KvSpec& kv = *plan.kv;
-    double per_token =
-        2.0 * static_cast<double>(kv.layers * kv.kv_heads * kv.head_dim) * kv.bytes_per_element;
-    double per_seq = per_token * static_cast<double>(kv.tokens);
-    out["kv_cache"] = {{"bytes_per_token", per_token},
-                       {"bytes_per_sequence", per_seq},
-                       {"sequences", kv.sequences},
-                       {"bytes_total", per_seq * static_cast<double>(kv.sequences)}};
-  }
+  if (policy) budget_rails(*policy, per_class, total, out, notes);
+  if (plan.kv) out["kv_cache"] = kv_cache(*plan.kv);
   out["notes"] = notes;
   return out;
 }

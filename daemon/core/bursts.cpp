@@ -28,6 +28,74 @@ BurstSizes::Key key_of(const dp_flow_key& key) {
   std::memcpy(k.data(), &key, sizeof(key));
   return k;
 }
+
+// Moves a class's streams until each path has the number it wants: the
+// slowest streams of a path with too many move (the fewest bytes
+// reordered), to the paths with too few, lowest first. `at` and `count`
+// (where each stream is, how many each path has) are updated; true if any
+// stream moved.
+bool move_streams(const std::vector<StreamFlow>& streams, const std::vector<size_t>& members,
+                  const std::vector<size_t>& want, std::vector<size_t>& at,
+                  std::vector<size_t>& count) {
+  const size_t P = count.size();
+  bool moved = false;
+  std::vector<size_t> order(members.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return streams[members[a]].bps < streams[members[b]].bps;
+  });
+  for (size_t m : order) {
+    if (at[m] != BurstPlan::kNone && count[at[m]] <= want[at[m]]) continue;
+    size_t to = BurstPlan::kNone;
+    for (size_t p = 0; p < P && to == BurstPlan::kNone; ++p)
+      if (count[p] < want[p]) to = p;
+    if (to == BurstPlan::kNone) break;
+    if (at[m] != BurstPlan::kNone) --count[at[m]];
+    at[m] = to;
+    ++count[to];
+    moved = true;
+  }
+  return moved;
+}
+
+// What a class's streams carry by path (bits a second, where the datapath
+// measured them), in all, and whether every stream is where it is planned.
+struct StreamsCarried {
+  std::vector<double> carried;
+  double total = 0;
+  bool in_place = true;
+};
+
+StreamsCarried streams_carried(const std::vector<StreamFlow>& streams,
+                               const std::vector<size_t>& members, const std::vector<size_t>& at,
+                               size_t P) {
+  StreamsCarried out{std::vector<double>(P, 0), 0, true};
+  for (size_t m = 0; m < members.size(); ++m) {
+    const StreamFlow& f = streams[members[m]];
+    out.in_place = out.in_place && f.path == at[m];
+    if (f.path < P) out.carried[f.path] += f.bps, out.total += f.bps;
+  }
+  return out;
+}
+
+// The shortfall of class c when what its streams carry is off its decision
+// `d` by more than kStreamTolerance on some path; none otherwise.
+std::optional<StreamPlan::Shortfall> stream_shortfall(size_t c, size_t streams,
+                                                      const StreamsCarried& sc,
+                                                      const std::vector<uint16_t>& d) {
+  const size_t P = d.size();
+  const double scale = DP_SHARE_SCALE;
+  const double sum = std::accumulate(d.begin(), d.end(), 0.0);
+  bool off = false;
+  StreamPlan::Shortfall s{c, streams, std::vector<uint16_t>(P, 0)};
+  for (size_t p = 0; p < P; ++p) {
+    s.carried[p] = static_cast<uint16_t>(std::lround(scale * sc.carried[p] / sc.total));
+    off = off || std::abs(sc.carried[p] / sc.total - d[p] / sum) > kStreamTolerance;
+  }
+  if (!off) return std::nullopt;
+  return s;
+}
+
 }  // namespace
 
 BurstPlan plan_bursts(const std::vector<BurstFlow>& flows,
@@ -187,48 +255,16 @@ StreamPlan StreamPlanner::plan(const std::vector<StreamFlow>& streams,
     const bool settled = now - st.moved >= kStreamSettle;
     bool moved = false;
     if (settled && count != want) {
-      // the slowest streams of a path with too many move (the fewest bytes
-      // reordered), to the paths with too few, lowest first
-      std::vector<size_t> order(members.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return streams[members[a]].bps < streams[members[b]].bps;
-      });
-      for (size_t m : order) {
-        if (at[m] != BurstPlan::kNone && count[at[m]] <= want[at[m]]) continue;
-        size_t to = BurstPlan::kNone;
-        for (size_t p = 0; p < P && to == BurstPlan::kNone; ++p)
-          if (count[p] < want[p]) to = p;
-        if (to == BurstPlan::kNone) break;
-        if (at[m] != BurstPlan::kNone) --count[at[m]];
-        at[m] = to;
-        ++count[to];
-        moved = true;
-      }
+      moved = move_streams(streams, members, want, at, count);
       if (moved) st.moved = now;
     }
     // what the streams carry, by where the datapath measured them, once they
     // have been where they are planned for a while
-    double total = 0;
-    std::vector<double> carried(P, 0);
-    bool in_place = true;
-    for (size_t m = 0; m < members.size(); ++m) {
-      const StreamFlow& f = streams[members[m]];
-      in_place = in_place && f.path == at[m];
-      if (f.path < P) carried[f.path] += f.bps, total += f.bps;
-    }
-    if (!moved && in_place && now - st.moved >= kStreamJudged && now - st.since >= kStreamJudged &&
-        total > 0 && st.noted != d) {
-      const double scale = DP_SHARE_SCALE;
-      const double sum = std::accumulate(d.begin(), d.end(), 0.0);
-      bool off = false;
-      StreamPlan::Shortfall s{c, members.size(), std::vector<uint16_t>(P, 0)};
-      for (size_t p = 0; p < P; ++p) {
-        s.carried[p] = static_cast<uint16_t>(std::lround(scale * carried[p] / total));
-        off = off || std::abs(carried[p] / total - d[p] / sum) > kStreamTolerance;
-      }
-      if (off) {
-        out.shortfalls.push_back(std::move(s));
+    const StreamsCarried sc = streams_carried(streams, members, at, P);
+    if (!moved && sc.in_place && now - st.moved >= kStreamJudged &&
+        now - st.since >= kStreamJudged && sc.total > 0 && st.noted != d) {
+      if (auto s = stream_shortfall(c, members.size(), sc, d)) {
+        out.shortfalls.push_back(std::move(*s));
         st.noted = d;
       }
     }

@@ -112,15 +112,47 @@ bool rail_usable(const json& health) {
 
 namespace {
 
+// Every rail's evidence, named by its rail.
+void add_rail_evidence(Diagnosis& d) {
+  for (const auto& r : d.rails)
+    for (const auto& e : r.evidence) d.evidence.push_back(r.name + ": " + e);
+}
+
+// Some rails are bad and others fine: the bad rails' paths are at fault.
+// With what the scheduler did about it (the newest events naming a bad
+// rail) and where to look next.
+void blame_paths(const DiagnoseInput& in, Diagnosis& d) {
+  const std::string& peer = in.peer_hint;
+  std::string names, good;
+  for (const auto& r : d.rails) {
+    std::string& list = r.bad ? names : good;
+    list += (list.empty() ? "" : ", ") + r.name;
+  }
+  add_rail_evidence(d);
+  for (auto it = in.events.rbegin(); it != in.events.rend() && d.scheduler.size() < 3; ++it) {
+    std::string path = (*it)["path"].is_string() ? (*it)["path"].get<std::string>() : "";
+    bool names_bad = std::any_of(d.rails.begin(), d.rails.end(),
+                                 [&](const RailVerdict& r) { return r.bad && path == r.name; });
+    if (names_bad)
+      d.scheduler.push_back(fmt::format("{} {} {}: {}", str((*it)["time"]), str((*it)["kind"]),
+                                        path, str((*it)["reason"])));
+  }
+  for (const auto& s : d.scheduler) d.evidence.push_back("dualpath: " + s);
+  d.kind = "path";
+  d.path = names;
+  d.summary = fmt::format(
+      "the path of {} is at fault and {} is fine: the NIC, cable, switch port or fabric of {}",
+      names, good, names);
+  d.next = {fmt::format("dpctl probe {}", peer),
+            fmt::format("dpctl path show {}", d.rails[0].bad ? d.rails[0].name : names),
+            "dpctl events", fmt::format("ethtool -S {} ; ip -s link show {}", names, names)};
+}
+
 Diagnosis diagnose_rails(const DiagnoseInput& in) {
   Diagnosis d;
   for (const auto& r : in.rails) d.rails.push_back(judge(r, in.limits));
   size_t bad = static_cast<size_t>(
       std::count_if(d.rails.begin(), d.rails.end(), [](auto& r) { return r.bad; }));
-  auto all_evidence = [&] {
-    for (const auto& r : d.rails)
-      for (const auto& e : r.evidence) d.evidence.push_back(r.name + ": " + e);
-  };
   double busiest =
       in.cpu_busy.empty() ? 0 : *std::max_element(in.cpu_busy.begin(), in.cpu_busy.end());
   double mean = 0;
@@ -132,40 +164,17 @@ Diagnosis diagnose_rails(const DiagnoseInput& in) {
     d.summary =
         "every rail is bad: look at what they share (the peer nodes, a common switch or spine, "
         "this node's NICs and driver), not at one path";
-    all_evidence();
+    add_rail_evidence(d);
     d.next = {
         fmt::format("dpctl validate --peer {} (and toward another node: one peer or all?)", peer),
         "dpctl events (when did each rail go)", "ip -s link; ethtool -S <rail> (errors, drops)"};
     return d;
   }
   if (bad > 0) {
-    std::string names, good;
-    for (const auto& r : d.rails) {
-      std::string& list = r.bad ? names : good;
-      list += (list.empty() ? "" : ", ") + r.name;
-    }
-    all_evidence();
-    // what the scheduler did about it: the newest events naming a bad rail
-    for (auto it = in.events.rbegin(); it != in.events.rend() && d.scheduler.size() < 3; ++it) {
-      std::string path = (*it)["path"].is_string() ? (*it)["path"].get<std::string>() : "";
-      bool names_bad = std::any_of(d.rails.begin(), d.rails.end(),
-                                   [&](const RailVerdict& r) { return r.bad && path == r.name; });
-      if (names_bad)
-        d.scheduler.push_back(fmt::format("{} {} {}: {}", str((*it)["time"]), str((*it)["kind"]),
-                                          path, str((*it)["reason"])));
-    }
-    for (const auto& s : d.scheduler) d.evidence.push_back("dualpath: " + s);
-    d.kind = "path";
-    d.path = names;
-    d.summary = fmt::format(
-        "the path of {} is at fault and {} is fine: the NIC, cable, switch port or fabric of {}",
-        names, good, names);
-    d.next = {fmt::format("dpctl probe {}", peer),
-              fmt::format("dpctl path show {}", d.rails[0].bad ? d.rails[0].name : names),
-              "dpctl events", fmt::format("ethtool -S {} ; ip -s link show {}", names, names)};
+    blame_paths(in, d);
     return d;
   }
-  all_evidence();
+  add_rail_evidence(d);
   std::vector<std::string> node;
   if (busiest >= in.limits.cpu_busy)
     node.push_back(fmt::format("CPU: busiest {:.0f}%, mean {:.0f}% over {:.0f} s", busiest * 100,

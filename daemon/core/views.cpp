@@ -139,32 +139,69 @@ json render_path(const PathView& v, Clock::time_point now) {
   };
 }
 
-json render_class(const ClassView& v) {
-  const ClassSpec& cs = *v.spec;
-  const dp_decision& d = v.decision;
+namespace {
+
+// A class's counters by path (its shares, bytes, TCP figures) and their
+// totals over the paths; rail: the path that holds all of its share, if one.
+struct ClassPathCounters {
   json shares = json::object(), tx = json::object(), rx = json::object(), tcp = json::object();
   uint64_t tx_total = 0, rx_total = 0, flowlets = 0, replaced = 0, placed = 0;
   std::optional<std::string> rail;
+};
+
+ClassPathCounters class_path_counters(const ClassView& v) {
+  const dp_decision& d = v.decision;
+  ClassPathCounters out;
   for (const auto& p : v.paths) {
     const auto& c = p.counters;
     const TcpCounters& t = p.tcp;
-    shares[p.name] = 100.0 * d.share[p.rail_slot] / DP_SHARE_SCALE;
-    tx[p.name] = c.tx_bytes;
-    tcp[p.name] = {{"srtt_mean_us", t.rtt_samples ? static_cast<double>(t.srtt_us_sum) /
-                                                        static_cast<double>(t.rtt_samples)
-                                                  : 0.0},
-                   {"rtt_samples", t.rtt_samples},
-                   {"segs_out", t.segs_out},
-                   {"retrans_segs", t.retrans_segs},
-                   {"rto_events", t.rto_events}};
-    rx[p.name] = c.rx_bytes;
-    tx_total += c.tx_bytes;
-    rx_total += c.rx_bytes;
-    flowlets += c.flowlets;
-    replaced += c.flows_replaced;
-    placed += c.flows_placed;
-    if (d.share[p.rail_slot] == DP_SHARE_SCALE) rail = p.name;
+    out.shares[p.name] = 100.0 * d.share[p.rail_slot] / DP_SHARE_SCALE;
+    out.tx[p.name] = c.tx_bytes;
+    out.tcp[p.name] = {{"srtt_mean_us", t.rtt_samples ? static_cast<double>(t.srtt_us_sum) /
+                                                            static_cast<double>(t.rtt_samples)
+                                                      : 0.0},
+                       {"rtt_samples", t.rtt_samples},
+                       {"segs_out", t.segs_out},
+                       {"retrans_segs", t.retrans_segs},
+                       {"rto_events", t.rto_events}};
+    out.rx[p.name] = c.rx_bytes;
+    out.tx_total += c.tx_bytes;
+    out.rx_total += c.rx_bytes;
+    out.flowlets += c.flowlets;
+    out.replaced += c.flows_replaced;
+    out.placed += c.flows_placed;
+    if (d.share[p.rail_slot] == DP_SHARE_SCALE) out.rail = p.name;
   }
+  return out;
+}
+
+// Beside the decided shares: what the paths carried under the decision
+// (null before anything was carried).
+json class_carried_shares(const ClassView& v) {
+  if (!v.carried) return nullptr;
+  json carried = json::object();
+  for (size_t i = 0; i < v.paths.size() && i < v.carried->share.size(); ++i)
+    carried[v.paths[i].name] = 100.0 * v.carried->share[i] / DP_SHARE_SCALE;
+  return carried;
+}
+
+json class_cgroups(const ClassView& v) {
+  json cgroups = json::array();
+  for (const auto& g : v.cgroups)
+    cgroups.push_back({{"rule", g.rule},
+                       {"cgroup", g.dir.empty() ? json(nullptr) : json(g.dir)},
+                       {"id", g.id ? json(g.id) : json(nullptr)},
+                       {"present", g.id != 0}});
+  return cgroups;
+}
+
+}  // namespace
+
+json render_class(const ClassView& v) {
+  const ClassSpec& cs = *v.spec;
+  const dp_decision& d = v.decision;
+  const auto [shares, tx, rx, tcp, tx_total, rx_total, flowlets, replaced, placed, rail] =
+      class_path_counters(v);
   json ports = json::array();
   for (auto& r : cs.ports) ports.push_back(r.str());
   json connections = json::object();
@@ -175,26 +212,15 @@ json render_class(const ClassView& v) {
     reserve = json::object();
     for (const auto& p : v.paths) reserve[p.name] = cs.reserve_on(p.capacity_bps);
   }
-  // beside the decided shares: what the paths carried under the decision
   json decided = json::object();
   for (size_t i = 0; i < v.paths.size() && i < v.decided.size(); ++i)
     decided[v.paths[i].name] = 100.0 * v.decided[i] / DP_SHARE_SCALE;
-  json carried = nullptr;
-  if (v.carried) {
-    carried = json::object();
-    for (size_t i = 0; i < v.paths.size() && i < v.carried->share.size(); ++i)
-      carried[v.paths[i].name] = 100.0 * v.carried->share[i] / DP_SHARE_SCALE;
-  }
+  json carried = class_carried_shares(v);
   // what NCCL plugins sent in the class (their count: the kernel counts
   // their streams in the class their ports or cgroup match)
   json nccl = json::object();
   for (const auto& p : v.paths) nccl[p.name] = p.nccl_tx_bytes;
-  json cgroups = json::array();
-  for (const auto& g : v.cgroups)
-    cgroups.push_back({{"rule", g.rule},
-                       {"cgroup", g.dir.empty() ? json(nullptr) : json(g.dir)},
-                       {"id", g.id ? json(g.id) : json(nullptr)},
-                       {"present", g.id != 0}});
+  json cgroups = class_cgroups(v);
   return {
       {"name", cs.name},
       {"slot", v.slot},
