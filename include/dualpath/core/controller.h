@@ -186,6 +186,9 @@ class Controller {
     Discounted discounted{};
   };
 
+  // One tick's data-path evidence and the steps that judge it
+  // (controller_evidence.cpp).
+  struct Evidence;
   void check_evidence(const TickInput& in);
   void plan_cells(const TickInput& in, Plan& plan);
   void run_scheduler(const TickInput& in, Plan& plan);
