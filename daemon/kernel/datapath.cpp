@@ -308,11 +308,11 @@ Result<void> Datapath::write_peers(const Policy& next, const std::vector<int>& r
   return {};
 }
 
-Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {
-  auto decisions = skel_->dp_decisions();
-  auto class_names = skel_->dp_class_names(), rail_names = skel_->dp_rail_names();
+// The policy's rails into their slots: the rail, its networks and local
+// addresses, its name, and its interface's slot.
+Result<void> Datapath::commit_rails(const Policy& next, const Staged& s) {
   auto rails = skel_->dp_rails();
-  auto qos = skel_->dp_class_qos();
+  auto rail_names = skel_->dp_rail_names();
   auto nets = skel_->dp_rail_nets();
   for (size_t i = 0; i < next.paths.size(); ++i) {
     auto slot = static_cast<uint32_t>(s.rail_slot[i]);
@@ -326,8 +326,15 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     DP_TRY(rail_names.update(slot, n));
     DP_TRY(skel_->set_rail_ifindex(s.ifindex[i], slot));
   }
-  DP_TRY(write_peers(next, s.rail_slot));
-  udp_binds_.reset();  // the rails' addresses may have changed: look for servers again
+  return {};
+}
+
+// The policy's classes into their slots: a decision for a class new to its
+// slot, and every class's name, QoS and TCP settings.
+Result<void> Datapath::commit_classes(const Policy& next, const Staged& s) {
+  auto decisions = skel_->dp_decisions();
+  auto class_names = skel_->dp_class_names();
+  auto qos = skel_->dp_class_qos();
   const int tcp_retries2 = dp::tcp_retries2();
   for (size_t i = 0; i < next.classes.size(); ++i) {
     const auto& cs = next.classes[i];
@@ -352,6 +359,12 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     dp_class_tcp ct = encode_class_tcp(cs, tcp_retries2);
     DP_TRY(skel_->dp_class_tcp().update(slot, ct));
   }
+  return {};
+}
+
+// The flip: dp_config names the staged generation live, with the policy's
+// default class, flowlet gap and mark bits.
+Result<void> Datapath::commit_config(const Policy& next, const Staged& s) {
   uint32_t zero = 0;
   dp_config cfg{};
   cfg.active_gen = s.gen;
@@ -371,8 +384,18 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
   DP_TRY(skel_->dp_config().update(zero, cfg));
   flowlet_gap_ns_ = cfg.flowlet_gap_ns;
   gen_ = s.gen;
+  return {};
+}
 
-  // What the new policy no longer names.
+// What the new policy no longer names: its class and rail slots emptied, and
+// the tc programs of interfaces that are no longer rails detached. Best
+// effort: the new policy is live already.
+void Datapath::clear_unnamed(const Staged& s) {
+  auto decisions = skel_->dp_decisions();
+  auto class_names = skel_->dp_class_names(), rail_names = skel_->dp_rail_names();
+  auto rails = skel_->dp_rails();
+  auto qos = skel_->dp_class_qos();
+  auto nets = skel_->dp_rail_nets();
   for (uint32_t slot = 0; slot < DP_MAX_CLASSES; ++slot) {
     if (contains(s.class_slot, slot)) continue;
     dp_slot_name empty{};
@@ -404,7 +427,11 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     if (!r) spdlog::warn("{}", r.error().str());
     (void)skel_->set_rail_ifindex(idx, std::nullopt);
   }
+}
 
+// This object's view of the datapath follows the committed policy: slots,
+// interfaces, topology and cgroups.
+void Datapath::adopt_committed(const Policy& next, const Staged& s) {
   class_slot_ = s.class_slot;
   sweep_ = {};  // what a sweep found was of the last generation's class slots
   swept_.clear();
@@ -422,7 +449,18 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     for (auto& c : next.classes) keep.push_back(c.name);
     remove_run_slices(cgroup_root_, next.node, keep);  // classes the policy dropped
   }
+}
 
+Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {
+  DP_TRY(commit_rails(next, s));
+  DP_TRY(write_peers(next, s.rail_slot));
+  udp_binds_.reset();  // the rails' addresses may have changed: look for servers again
+  DP_TRY(commit_classes(next, s));
+  DP_TRY(commit_config(next, s));
+  clear_unnamed(s);
+  adopt_committed(next, s);
+
+  // the classes an operator pinned, for the controller to keep pinned
   std::vector<OperatorPin> pins;
   for (size_t i = 0; i < next.classes.size(); ++i) {
     auto d = decision(i);
@@ -434,323 +472,6 @@ Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, 
     pins.push_back(pin);
   }
   return pins;
-}
-
-namespace {
-
-RailState state_of(uint32_t v) {
-  switch (v) {
-    case DP_HEALTH_SUSPECT:
-      return RailState::Suspect;
-    case DP_HEALTH_DOWN:
-      return RailState::Down;
-    case DP_HEALTH_HOLDDOWN:
-      return RailState::Holddown;
-    case DP_HEALTH_RAMPING:
-      return RailState::Ramping;
-    case DP_HEALTH_DRAINED:
-      return RailState::Drained;
-    default:
-      return RailState::Up;
-  }
-}
-
-uint32_t encode_state(RailState s) {
-  switch (s) {
-    case RailState::Up:
-      return DP_HEALTH_UP;
-    case RailState::Suspect:
-      return DP_HEALTH_SUSPECT;
-    case RailState::Down:
-      return DP_HEALTH_DOWN;
-    case RailState::Holddown:
-      return DP_HEALTH_HOLDDOWN;
-    case RailState::Ramping:
-      return DP_HEALTH_RAMPING;
-    case RailState::Drained:
-      return DP_HEALTH_DRAINED;
-  }
-  return DP_HEALTH_NONE;
-}
-
-}  // namespace
-
-std::vector<std::optional<RailRecord>> Datapath::health_records(size_t classes) const {
-  std::vector<std::optional<RailRecord>> out(rail_slot_.size());
-  auto map = skel_->dp_health();
-  for (size_t i = 0; i < rail_slot_.size(); ++i) {
-    dp_rail_health h{};
-    if (!map.lookup(static_cast<uint32_t>(rail_slot_[i]), &h) || h.state == DP_HEALTH_NONE)
-      continue;
-    RailRecord r{h.key, state_of(h.state), (h.flags & DP_HEALTH_F_BFD_SEEN) != 0, {}};
-    r.former.assign(classes, 0);
-    for (size_t c = 0; c < classes && c < class_slot_.size(); ++c)
-      r.former[c] = h.former[class_slot_[c]] / double(DP_SHARE_SCALE);
-    out[i] = std::move(r);
-  }
-  return out;
-}
-
-Result<void> Datapath::write_health(const std::vector<RailRecord>& records) {
-  auto map = skel_->dp_health();
-  for (size_t i = 0; i < records.size() && i < rail_slot_.size(); ++i) {
-    dp_rail_health h{};
-    h.state = encode_state(records[i].state);
-    h.flags = records[i].bfd_seen ? DP_HEALTH_F_BFD_SEEN : 0;
-    h.key = records[i].key;
-    for (size_t c = 0; c < records[i].former.size() && c < class_slot_.size(); ++c)
-      h.former[class_slot_[c]] = static_cast<__u16>(
-          std::lround(std::clamp(records[i].former[c], 0.0, 1.0) * DP_SHARE_SCALE));
-    DP_TRY(map.update(static_cast<uint32_t>(rail_slot_[i]), h));
-  }
-  return {};
-}
-
-Result<void> Datapath::write_decision(size_t klass, const Shares& shares, uint32_t flags) {
-  auto slot = static_cast<uint32_t>(class_slot_.at(klass));
-  dp_decision d{};
-  for (size_t i = 0; i < shares.size() && i < rail_slot_.size(); ++i)
-    d.share[static_cast<size_t>(rail_slot_[i])] = shares[i];
-  d.flags = flags;
-  d.version = ++decision_version_;
-  return skel_->dp_decisions().update(slot, d);
-}
-
-Result<dp_decision> Datapath::decision(size_t klass) const {
-  auto slot = static_cast<uint32_t>(class_slot_.at(klass));
-  dp_decision d{};
-  DP_TRY(skel_->dp_decisions().lookup(slot, &d));
-  return d;
-}
-
-Result<void> Datapath::clear_operator_pin(size_t klass) {
-  auto slot = static_cast<uint32_t>(class_slot_.at(klass));
-  auto decisions = skel_->dp_decisions();
-  dp_decision d{};
-  DP_TRY(decisions.lookup(slot, &d));
-  d.flags &= ~kOperatorPinned;
-  d.version = ++decision_version_;
-  return decisions.update(slot, d);
-}
-
-Result<void> Datapath::set_flowlet_gap(uint64_t ns) {
-  uint32_t zero = 0;
-  dp_config cfg{};
-  auto m = skel_->dp_config();
-  DP_TRY(m.lookup(zero, &cfg));
-  cfg.flowlet_gap_ns = ns;
-  DP_TRY(m.update(zero, cfg));
-  flowlet_gap_ns_ = ns;
-  return {};
-}
-
-Result<void> Datapath::write_cells(uint32_t shift, const std::vector<bool>& classes,
-                                   const std::vector<uint32_t>& ns_per_kib, bool any_order,
-                                   bool bursts) {
-  dp_cell_cfg cc{};
-  cc.cell_shift = bursts ? 0 : shift;
-  cc.flags = (any_order ? DP_CELL_F_ANY_ORDER : 0) | (bursts ? DP_CELL_F_BURSTS : 0);
-  for (size_t c = 0; c < classes.size() && c < class_slot_.size(); ++c)
-    if (classes[c]) cc.class_mask |= 1u << class_slot_[c];
-  for (size_t i = 0; i < ns_per_kib.size() && i < rail_slot_.size(); ++i)
-    cc.ns_per_kib[static_cast<size_t>(rail_slot_[i])] = ns_per_kib[i];
-  uint32_t zero = 0;
-  return skel_->dp_cells().update(zero, cc);
-}
-
-Result<dp_cell_cfg> Datapath::cells() const {
-  dp_cell_cfg cc{};
-  uint32_t zero = 0;
-  DP_TRY(skel_->dp_cells().lookup(zero, &cc));
-  return cc;
-}
-
-namespace {
-
-Datapath::FlowKeyBytes key_bytes(const dp_flow_key& k) {
-  Datapath::FlowKeyBytes b;
-  std::memcpy(b.data(), &k, sizeof(k));
-  return b;
-}
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// An ACK-only flow (the reverse of a bulk flow) has no bursts worth a plan:
-// its packets average far below a data segment.
-constexpr uint64_t kMinMeanPacket = 256;
-// Nor has a flow whose bursts are smaller than this.
-constexpr uint64_t kMinBurst = 16 << 10;
-
-}  // namespace
-
-std::optional<std::vector<PlannedFlow>> Datapath::burst_flows(const std::vector<bool>& classes,
-                                                              std::chrono::nanoseconds active,
-                                                              size_t budget) {
-  std::array<size_t, DP_MAX_CLASSES> klass;
-  klass.fill(BurstPlan::kNone);
-  bool any = false;
-  for (size_t c = 0; c < classes.size() && c < class_slot_.size(); ++c)
-    if (classes[c] && class_slot_[c] >= 0 && class_slot_[c] < DP_MAX_CLASSES) {
-      klass[static_cast<size_t>(class_slot_[c])] = c;
-      any = true;
-    }
-  if (!any) {  // nothing to plan: a later sweep starts afresh
-    sweep_ = {};
-    swept_.clear();
-    return std::vector<PlannedFlow>{};
-  }
-  const uint64_t now = monotonic_ns();
-  const auto since = static_cast<uint64_t>(active.count());
-  bool done = skel_->dp_flows().sweep(sweep_, budget, [&](const dp_flow_key& k, const dp_flow& f) {
-    if (f.cls >= DP_MAX_CLASSES || klass[f.cls] == BurstPlan::kNone) return;
-    if (f.last_seen_ns + since < now || !f.packets || f.bytes / f.packets < kMinMeanPacket) return;
-    uint64_t burst = std::max(f.last_burst, f.burst_bytes);
-    if (burst < kMinBurst) return;
-    swept_.push_back({k, f.cls, f.rail, burst, f.flowlet, f.bytes, f.flags});
-  });
-  if (!done) return std::nullopt;
-
-  std::array<size_t, DP_MAX_RAILS> path;
-  path.fill(BurstPlan::kNone);
-  for (size_t i = 0; i < rail_slot_.size(); ++i)
-    if (rail_slot_[i] >= 0 && rail_slot_[i] < DP_MAX_RAILS)
-      path[static_cast<size_t>(rail_slot_[i])] = i;
-  // the table holds the largest bursts when there are more flows than it
-  if (swept_.size() > DP_PLAN_TABLE_SIZE) {
-    std::nth_element(swept_.begin(), swept_.begin() + DP_PLAN_TABLE_SIZE, swept_.end(),
-                     [](const SweptFlow& a, const SweptFlow& b) { return a.burst > b.burst; });
-    swept_.resize(DP_PLAN_TABLE_SIZE);
-  }
-  std::vector<PlannedFlow> out;
-  out.reserve(swept_.size());
-  for (const auto& f : swept_)
-    if (klass[f.cls] != BurstPlan::kNone)  // a class may have stopped being split mid-sweep
-      out.push_back(
-          {f.key,
-           {klass[f.cls], f.rail < DP_MAX_RAILS ? path[f.rail] : BurstPlan::kNone, f.burst},
-           f.bursts,
-           f.bytes,
-           f.flags});
-  swept_.clear();
-  return out;
-}
-
-Result<void> Datapath::write_plans(const std::vector<PlannedFlow>& flows, const BurstPlan& plan) {
-  auto m = skel_->dp_plans();
-  if (!plans_read_) {  // what a previous process planned is ours to keep or delete
-    for (auto& [k, v] : m.entries()) plans_[key_bytes(k)] = {v.rail, v.flags};
-    plans_read_ = true;
-  }
-  std::map<FlowKeyBytes, std::pair<uint32_t, uint32_t>> want;
-  for (size_t i = 0; i < flows.size() && i < plan.path.size(); ++i) {
-    size_t p = plan.path[i];
-    if (p == BurstPlan::kNone || p >= rail_slot_.size() || rail_slot_[p] < 0) continue;
-    const uint32_t flags = i < plan.stream.size() && plan.stream[i] ? DP_PLAN_F_STREAM : 0;
-    want[key_bytes(flows[i].key)] = {static_cast<uint32_t>(rail_slot_[p]), flags};
-  }
-  for (auto it = plans_.begin(); it != plans_.end();) {
-    if (want.count(it->first)) {
-      ++it;
-      continue;
-    }
-    dp_flow_key k;
-    std::memcpy(&k, it->first.data(), sizeof(k));
-    DP_TRY(m.remove(k));
-    it = plans_.erase(it);
-  }
-  for (auto& [kb, plan_of] : want) {
-    auto it = plans_.find(kb);
-    if (it != plans_.end() && it->second == plan_of) continue;
-    dp_flow_key k;
-    std::memcpy(&k, kb.data(), sizeof(k));
-    dp_plan v{plan_of.first, ++plan_version_, plan_of.second};
-    DP_TRY(m.update(k, v));
-    plans_[kb] = plan_of;
-  }
-  return {};
-}
-
-Result<void> Datapath::set_rails_up(const std::vector<bool>& up) {
-  if (rails_up_.empty() || up == rails_up_) return {};
-  auto rails = skel_->dp_rails();
-  for (size_t i = 0; i < up.size() && i < rail_slot_.size(); ++i) {
-    auto slot = static_cast<uint32_t>(rail_slot_[i]);
-    dp_rail r{};
-    DP_TRY(rails.lookup(slot, &r));
-    uint32_t flags = up[i] && (r.flags & DP_RAIL_F_ENABLED) ? r.flags | DP_RAIL_F_MP_UP
-                                                            : r.flags & ~uint32_t{DP_RAIL_F_MP_UP};
-    if (flags == r.flags) continue;
-    r.flags = flags;
-    DP_TRY(rails.update(slot, r));
-  }
-  rails_up_ = up;
-  return {};
-}
-
-Result<void> Datapath::write_police(const std::vector<RailPolice>& rails) {
-  std::vector<dp_police> want(DP_MAX_RAILS);
-  for (size_t i = 0; i < rails.size() && i < rail_slot_.size(); ++i) {
-    auto& w = want[static_cast<size_t>(rail_slot_[i])];
-    if (!rails[i].rate_bps) continue;
-    w.rate = rails[i].rate_bps / 8;
-    w.burst = police_burst_bytes(rails[i].rate_bps);
-    for (size_t c = 0; c < rails[i].policed.size() && c < class_slot_.size(); ++c)
-      if (rails[i].policed[c]) w.classes |= 1u << class_slot_[c];
-  }
-  // the first write covers every slot: pins adopted from an earlier run may hold a policer
-  bool first = police_.size() != want.size();
-  if (first) police_.assign(want.size(), dp_police{});
-  auto police = skel_->dp_police();
-  for (uint32_t slot = 0; slot < want.size(); ++slot) {
-    const auto& w = want[slot];
-    auto& had = police_[slot];
-    if (!first && w.rate == had.rate && w.burst == had.burst && w.classes == had.classes) continue;
-    dp_police v = w;
-    v.tokens = static_cast<__s64>(v.burst) * 1000000000;  // a new rate starts with a full bucket
-    DP_TRY(police.update(slot, v));
-    had = w;
-  }
-  return {};
-}
-
-Result<void> Datapath::note_join_listener(const IpAddr& addr, uint16_t port,
-                                          std::optional<size_t> klass) {
-  dp_listen_key k{};
-  std::memcpy(k.addr, addr.bytes.data(), addr.family == AF_INET6 ? 16 : 4);
-  k.port = port;
-  k.proto = IPPROTO_TCP;
-  k.family = static_cast<__u8>(addr.family);
-  auto joins = skel_->dp_joins();
-  if (!klass) {
-    (void)joins.remove(k);  // none there already is fine
-    return {};
-  }
-  if (*klass >= class_slot_.size() || class_slot_[*klass] < 0)
-    return DP_SYS_ERROR(EINVAL, "a join listener for class {}, which the policy lacks", *klass);
-  return joins.update(k, static_cast<uint32_t>(class_slot_[*klass]));
-}
-
-void Datapath::forget_join_listeners() {
-  auto joins = skel_->dp_joins();
-  for (const auto& k : joins.keys()) (void)joins.remove(k);
-}
-
-std::vector<dp_police_drops> Datapath::police_drops() const {
-  std::vector<dp_police_drops> out(rail_slot_.size());
-  auto drops = skel_->dp_police_drops();
-  for (size_t i = 0; i < rail_slot_.size(); ++i) {
-    auto v = drops.lookup(static_cast<uint32_t>(rail_slot_[i]));
-    if (!v) continue;
-    for (const auto& cpu : *v) {
-      out[i].packets += cpu.packets;
-      out[i].bytes += cpu.bytes;
-    }
-  }
-  return out;
 }
 
 bool Datapath::check_present(size_t path, const PathSpec& ps) {
@@ -766,55 +487,6 @@ bool Datapath::check_present(size_t path, const PathSpec& ps) {
   return vanished_[path];
 }
 
-void Datapath::read(CounterTable& counters, ExceptionTable& exceptions, TcpTable& tcp) const {
-  auto cm = skel_->dp_counters();
-  auto em = skel_->dp_exceptions();
-  auto tm = skel_->dp_tcp();
-  for (uint32_t r = 0; r < DP_MAX_RAILS; ++r) {
-    for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
-      uint32_t key = r * DP_MAX_CLASSES + c;
-      if (auto v = cm.lookup(key)) counters[r][c] = sum_counters(*v);
-    }
-    for (uint32_t e = 0; e < DP_EXC_MAX; ++e) {
-      uint32_t key = r * DP_EXC_MAX + e;
-      auto v = em.lookup(key);
-      if (!v) continue;
-      uint64_t sum = 0;
-      for (auto x : *v) sum += x;
-      exceptions[r][e] = sum;
-    }
-  }
-  for (uint32_t r = 0; r < DP_MAX_RAILS; ++r)
-    for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
-      uint32_t key = r * DP_MAX_CLASSES + c;
-      if (auto v = tm.lookup(key)) tcp[r][c] = sum_tcp(*v);
-    }
-}
-
-ConnectTable Datapath::connects() const {
-  ConnectTable out{};
-  auto m = skel_->dp_connects();
-  for (uint32_t r = 0; r <= DP_MAX_RAILS; ++r)
-    for (uint32_t c = 0; c < DP_MAX_CLASSES; ++c) {
-      uint32_t key = r * DP_MAX_CLASSES + c;
-      auto v = m.lookup(key);
-      if (!v) continue;
-      for (auto x : *v) out[r][c] += x;
-    }
-  return out;
-}
-
-std::array<uint64_t, DP_MAX_RAILS> Datapath::handovers() const {
-  std::array<uint64_t, DP_MAX_RAILS> out{};
-  auto m = skel_->dp_handovers();
-  for (uint32_t r = 0; r < DP_MAX_RAILS; ++r) {
-    auto v = m.lookup(r);
-    if (v)
-      for (auto x : *v) out[r] += x;
-  }
-  return out;
-}
-
 void Datapath::note_udp_servers() {
   auto binds = skel_->dp_udp_binds().get(0);
   if (!binds || (udp_binds_ && *udp_binds_ == *binds)) return;
@@ -826,67 +498,8 @@ void Datapath::note_udp_servers() {
   udp_binds_ = *binds;
 }
 
-std::vector<FlowRow> Datapath::flows(size_t* total) const {
-  auto flows = skel_->dp_flows();
-  std::vector<FlowRow> rows;
-  for (auto& [k, f] : flows.entries()) rows.push_back({k, f});
-  *total = rows.size();
-  return rows;
-}
-
 const std::string& Datapath::mptcp_conversion_error() const {
   return skel_->refused("dp_update_socket_protocol");
-}
-
-std::optional<size_t> Datapath::flow_class(const IpAddr& local, uint16_t lport,
-                                           const IpAddr& remote, uint16_t rport) const {
-  auto f = find_flow(local, lport, remote, rport);
-  if (!f) return std::nullopt;
-  for (size_t c = 0; c < class_slot_.size(); ++c)
-    if (class_slot_[c] == f->cls) return c;
-  return std::nullopt;
-}
-
-std::optional<size_t> Datapath::flow_path(const IpAddr& local, uint16_t lport, const IpAddr& remote,
-                                          uint16_t rport) const {
-  auto f = find_flow(local, lport, remote, rport);
-  if (!f) return std::nullopt;
-  for (size_t p = 0; p < rail_slot_.size(); ++p)
-    if (rail_slot_[p] >= 0 && static_cast<uint32_t>(rail_slot_[p]) == f->rail) return p;
-  return std::nullopt;
-}
-
-uint64_t Datapath::flow_bytes(const IpAddr& local, uint16_t lport, const IpAddr& remote,
-                              uint16_t rport) const {
-  auto f = find_flow(local, lport, remote, rport);
-  return f ? f->bytes : 0;
-}
-
-std::optional<dp_flow> Datapath::find_flow(const IpAddr& local, uint16_t lport,
-                                           const IpAddr& remote, uint16_t rport) const {
-  auto flows = skel_->dp_flows();
-  auto key_of = [](const IpAddr& s, uint16_t sp, const IpAddr& d, uint16_t dp) {
-    dp_flow_key k{};  // IPv4 as v4-mapped IPv6, as the datapath keys it
-    auto put = [](__u32* w, const IpAddr& a) {
-      if (a.family == AF_INET6) {
-        std::memcpy(w, a.bytes.data(), 16);
-        return;
-      }
-      w[2] = htonl(0xffff);
-      std::memcpy(&w[3], a.bytes.data(), 4);
-    };
-    put(k.saddr, s);
-    put(k.daddr, d);
-    k.sport = htons(sp);
-    k.dport = htons(dp);
-    k.proto = IPPROTO_TCP;
-    return k;
-  };
-  for (const auto& k : {key_of(local, lport, remote, rport), key_of(remote, rport, local, lport)}) {
-    dp_flow f{};
-    if (flows.lookup(k, &f)) return f;
-  }
-  return std::nullopt;
 }
 
 std::optional<TcView> Datapath::tc(int ifindex) const {

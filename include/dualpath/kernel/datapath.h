@@ -241,6 +241,12 @@ class Datapath {
                                const std::vector<int>& class_slot);
   void clear_cgroup_cache(uint32_t gen);
   Result<void> set_cgroup_gens(uint32_t gens);
+  // The steps of commit(), in its order.
+  Result<void> commit_rails(const Policy& next, const Staged& s);
+  Result<void> commit_classes(const Policy& next, const Staged& s);
+  Result<void> commit_config(const Policy& next, const Staged& s);
+  void clear_unnamed(const Staged& s);
+  void adopt_committed(const Policy& next, const Staged& s);
 };
 
 }  // namespace dp
