@@ -223,17 +223,11 @@ std::vector<WantedRule> wanted_rules(const Policy& p, const std::vector<bool>& f
   return out;
 }
 
-}  // namespace
-
-Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& failed) {
-  auto sock = NlSocket::connect(NETLINK_ROUTE);
-  if (!sock) return sock.error();
-  nl_sock* sk = sock->get();
-  RoutingChange ch;
-
-  // ---- rules
+// Makes dualpath's ip rules those `rules` says: stale ones removed, missing
+// ones added, the rest left as they are (counted in `ch`).
+Result<void> apply_rules(nl_sock* sk, const Policy& p, const std::vector<WantedRule>& rules,
+                         RoutingChange& ch) {
   std::set<std::string> want;
-  auto rules = wanted_rules(p, failed);
   for (auto& w : rules) want.insert(rule_key(w));
   nl_cache* raw = nullptr;
   DP_TRY(nl_result(rtnl_rule_alloc_cache(sk, AF_UNSPEC, &raw), "listing ip rules failed"));
@@ -274,13 +268,49 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
                      "adding \"" + k + "\" failed"));
     ++ch.added;
   }
+  return {};
+}
 
-  // ---- routes
-  auto routes = wanted_routes(p, failed);
-  if (!routes) return routes.error();
+// Adds one wanted route to its path's table; a route to the same place that
+// is not dualpath's is an error that says so.
+Result<void> add_route(nl_sock* sk, const Policy& p, const WantedRoute& w) {
+  RoutePtr r(rtnl_route_alloc());
+  rtnl_route_set_family(r.get(), static_cast<uint8_t>(w.dst.addr.family));
+  rtnl_route_set_table(r.get(), w.path->table);
+  rtnl_route_set_protocol(r.get(), p.routing.route_protocol);
+  AddrPtr dst = make_addr(w.dst.addr, w.dst.len);
+  rtnl_route_set_dst(r.get(), dst.get());
+  AddrPtr src;
+  if (w.src) {
+    src = make_addr(*w.src, w.src->family == AF_INET ? 32 : 128);
+    rtnl_route_set_pref_src(r.get(), src.get());
+  }
+  rtnl_route_set_scope(r.get(), w.gw ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
+  rtnl_nexthop* nh = rtnl_route_nh_alloc();
+  rtnl_route_nh_set_ifindex(nh, w.ifindex);
+  AddrPtr gw;
+  if (w.gw) {
+    gw = make_addr(*w.gw, w.gw->family == AF_INET ? 32 : 128);
+    rtnl_route_nh_set_gateway(nh, gw.get());
+  }
+  rtnl_route_add_nexthop(r.get(), nh);  // the route owns nh now
+  int err = rtnl_route_add(sk, r.get(), NLM_F_CREATE | NLM_F_EXCL);
+  if (err == -NLE_EXIST)
+    return DP_ERROR(
+        "adding \"{}\" failed: a route to {} that is not dualpath's already exists "
+        "in table {}; remove it or choose another table",
+        w.key, w.dst.str(), w.path->table);
+  DP_TRY(nl_result(err, "adding \"" + w.key + "\" failed"));
+  return {};
+}
+
+// Makes dualpath's routes those `routes` says: stale ones removed, missing
+// ones added (skipped while their link is down), the rest left as they are.
+Result<void> apply_routes(nl_sock* sk, const Policy& p, const std::vector<WantedRoute>& routes,
+                          RoutingChange& ch) {
   std::set<std::string> want_routes;
-  for (auto& w : *routes) want_routes.insert(w.key);
-  raw = nullptr;
+  for (auto& w : routes) want_routes.insert(w.key);
+  nl_cache* raw = nullptr;
   DP_TRY(nl_result(rtnl_route_alloc_cache(sk, AF_UNSPEC, 0, &raw), "listing routes failed"));
   CachePtr cache(raw);
   std::set<std::string> have_routes;
@@ -296,41 +326,29 @@ Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& f
     DP_TRY(nl_result(rtnl_route_delete(sk, r, 0), "removing stale \"" + k + "\" failed"));
     ++ch.removed;
   }
-  for (auto& w : *routes) {
+  for (auto& w : routes) {
     if (have_routes.count(w.key)) continue;
     if (!link_is_up(w.ifindex)) {
       ++ch.skipped;
       continue;
     }
-    RoutePtr r(rtnl_route_alloc());
-    rtnl_route_set_family(r.get(), static_cast<uint8_t>(w.dst.addr.family));
-    rtnl_route_set_table(r.get(), w.path->table);
-    rtnl_route_set_protocol(r.get(), p.routing.route_protocol);
-    AddrPtr dst = make_addr(w.dst.addr, w.dst.len);
-    rtnl_route_set_dst(r.get(), dst.get());
-    AddrPtr src;
-    if (w.src) {
-      src = make_addr(*w.src, w.src->family == AF_INET ? 32 : 128);
-      rtnl_route_set_pref_src(r.get(), src.get());
-    }
-    rtnl_route_set_scope(r.get(), w.gw ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
-    rtnl_nexthop* nh = rtnl_route_nh_alloc();
-    rtnl_route_nh_set_ifindex(nh, w.ifindex);
-    AddrPtr gw;
-    if (w.gw) {
-      gw = make_addr(*w.gw, w.gw->family == AF_INET ? 32 : 128);
-      rtnl_route_nh_set_gateway(nh, gw.get());
-    }
-    rtnl_route_add_nexthop(r.get(), nh);  // the route owns nh now
-    int err = rtnl_route_add(sk, r.get(), NLM_F_CREATE | NLM_F_EXCL);
-    if (err == -NLE_EXIST)
-      return DP_ERROR(
-          "adding \"{}\" failed: a route to {} that is not dualpath's already exists "
-          "in table {}; remove it or choose another table",
-          w.key, w.dst.str(), w.path->table);
-    DP_TRY(nl_result(err, "adding \"" + w.key + "\" failed"));
+    DP_TRY(add_route(sk, p, w));
     ++ch.added;
   }
+  return {};
+}
+
+}  // namespace
+
+Result<RoutingChange> Routing::apply(const Policy& p, const std::vector<bool>& failed) {
+  auto sock = NlSocket::connect(NETLINK_ROUTE);
+  if (!sock) return sock.error();
+  nl_sock* sk = sock->get();
+  RoutingChange ch;
+  DP_TRY(apply_rules(sk, p, wanted_rules(p, failed), ch));
+  auto routes = wanted_routes(p, failed);
+  if (!routes) return routes.error();
+  DP_TRY(apply_routes(sk, p, *routes, ch));
   return ch;
 }
 
