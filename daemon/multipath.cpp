@@ -268,46 +268,13 @@ void Multipath::on_events() {
 
 void Multipath::on_event(const mptcp::Event& e) {
   auto now = Clock::now();
-  const auto& ifx = dp_->rail_ifindexes();
   switch (e.type) {
-    case mptcp::EventType::Established: {
-      if (conns_.count(e.token)) return;
-      auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
-      if (!k || *k >= policy_.classes.size() || !policy_.classes[*k].multipath)
-        return;  // not ours: an MPTCP socket of no multipath class
-      multipath::Connection c;
-      c.token = e.token;
-      c.klass = *k;
-      c.server_side = e.server_side;
-      c.first = unmapped(e.flow);
-      multipath::Subflow s;
-      s.ends = e.flow;
-      s.path = multipath::path_of(policy_, ifx, c.first.local, e.ifindex);
-      s.backup = e.backup;
-      s.up = now;
-      c.subflows.push_back(s);
-      c.since = now;
-      c.retry_after.assign(policy_.paths.size(),
-                           e.server_side ? Clock::time_point{} : now + multipath::kFirstJoinAfter);
-      c.failures.assign(policy_.paths.size(), 0);
-      spdlog::debug("MPTCP connection {:#x} of class {}: {}:{} -> {}:{}{}", e.token,
-                    policy_.classes[*k].name, c.first.local.str(), e.flow.lport,
-                    c.first.remote.str(), e.flow.rport, e.server_side ? " (accepted)" : "");
-      if (e.server_side) ensure_join_listeners(c.first, *k);
-      auto& ref = conns_.emplace(e.token, std::move(c)).first->second;
-      if (!last_want_.usable.empty())
-        carry_out(ref, multipath::reconcile(policy_, ref, last_want_, now));
+    case mptcp::EventType::Established:
+      on_established(e, now);
       return;
-    }
-    case mptcp::EventType::Created: {
-      // accepted here: the peer's joins on the other rails need a listener
-      // before they arrive, which is as soon as the peer sees the connection
-      if (!e.server_side) return;
-      auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
-      if (k && *k < policy_.classes.size() && policy_.classes[*k].multipath)
-        ensure_join_listeners(unmapped(e.flow), *k);
+    case mptcp::EventType::Created:
+      on_created(e);
       return;
-    }
     case mptcp::EventType::Closed:
       conns_.erase(e.token);
       for (auto it = requested_.begin(); it != requested_.end();)
@@ -319,60 +286,114 @@ void Multipath::on_event(const mptcp::Event& e) {
   auto it = conns_.find(e.token);
   if (it == conns_.end()) return;
   auto& c = it->second;
-  auto same = [&](const multipath::Subflow& s) { return s.ends == e.flow; };
   switch (e.type) {
-    case mptcp::EventType::SubEstablished: {
-      if (std::any_of(c.subflows.begin(), c.subflows.end(), same)) return;
-      multipath::Subflow s;
-      s.ends = e.flow;
-      s.path = multipath::path_of(policy_, ifx, e.flow.local.unmapped(), e.ifindex);
-      // the shared topology: a join accepted here is on the rail the peer
-      // bound it to, which it arrives and is answered on (bpf/lib/tc.h)
-      if (s.path == multipath::kNoPath && c.server_side)
-        s.path = dp_->flow_path(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport)
-                     .value_or(multipath::kNoPath);
-      s.backup = e.backup;
-      if (auto r = requested_.find({c.token, s.path}); r != requested_.end() && !c.server_side) {
-        s.backup = r->second;
-        requested_.erase(r);
-      }
-      s.up = now;
-      c.subflows.push_back(s);
+    case mptcp::EventType::SubEstablished:
+      on_subflow_established(c, e, now);
       return;
-    }
-    case mptcp::EventType::SubClosed: {
-      auto s = std::find_if(c.subflows.begin(), c.subflows.end(), same);
-      const bool listed = s != c.subflows.end();
-      size_t path =
-          listed ? s->path : multipath::path_of(policy_, ifx, e.flow.local.unmapped(), e.ifindex);
-      const std::string rail = path < policy_.paths.size() ? policy_.paths[path].name : "-";
-      const std::string why = e.error ? fmt::format(" ({})", std::strerror(e.error)) : "";
-      // the connecting side: a subflow still listed was not removed by us,
-      // so the kernel or the peer ended it (a join refused, a reset, a
-      // timeout); it is made again after a backoff
-      if (listed && !c.server_side)
-        spdlog::info("class {} connection {:#x}: its subflow on {} closed{}",
-                     policy_.classes[c.klass].name, c.token, rail, why);
-      const Clock::time_point up = listed ? s->up : Clock::time_point{};
-      if (listed) c.subflows.erase(s);
-      if (auto r = requested_.find({c.token, path}); !listed && r != requested_.end()) {
-        spdlog::info("class {} connection {:#x}: its subflow on {} could not be made{}",
-                     policy_.classes[c.klass].name, c.token, rail, why);
-        requested_.erase(r);
-      }
-      multipath::note_closed(c, path, up, now);
+    case mptcp::EventType::SubClosed:
+      on_subflow_closed(c, e, now);
       return;
-    }
     case mptcp::EventType::SubPriority:
       // the peer set a role: on the accepting side that is the connecting
       // side's choice, shown as it is; the connecting side keeps its own
       if (!c.server_side) return;
       for (auto& s : c.subflows)
-        if (same(s)) s.backup = e.backup;
+        if (s.ends == e.flow) s.backup = e.backup;
       return;
     default:
       return;
   }
+}
+
+// A connection of a multipath class: taken on, with its first subflow, and
+// given its subflows on the other rails when the rails are known.
+void Multipath::on_established(const mptcp::Event& e, Clock::time_point now) {
+  if (conns_.count(e.token)) return;
+  auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
+  if (!k || *k >= policy_.classes.size() || !policy_.classes[*k].multipath)
+    return;  // not ours: an MPTCP socket of no multipath class
+  multipath::Connection c;
+  c.token = e.token;
+  c.klass = *k;
+  c.server_side = e.server_side;
+  c.first = unmapped(e.flow);
+  multipath::Subflow s;
+  s.ends = e.flow;
+  s.path = multipath::path_of(policy_, dp_->rail_ifindexes(), c.first.local, e.ifindex);
+  s.backup = e.backup;
+  s.up = now;
+  c.subflows.push_back(s);
+  c.since = now;
+  c.retry_after.assign(policy_.paths.size(),
+                       e.server_side ? Clock::time_point{} : now + multipath::kFirstJoinAfter);
+  c.failures.assign(policy_.paths.size(), 0);
+  spdlog::debug("MPTCP connection {:#x} of class {}: {}:{} -> {}:{}{}", e.token,
+                policy_.classes[*k].name, c.first.local.str(), e.flow.lport, c.first.remote.str(),
+                e.flow.rport, e.server_side ? " (accepted)" : "");
+  if (e.server_side) ensure_join_listeners(c.first, *k);
+  auto& ref = conns_.emplace(e.token, std::move(c)).first->second;
+  if (!last_want_.usable.empty())
+    carry_out(ref, multipath::reconcile(policy_, ref, last_want_, now));
+}
+
+// Accepted here: the peer's joins on the other rails need a listener before
+// they arrive, which is as soon as the peer sees the connection.
+void Multipath::on_created(const mptcp::Event& e) {
+  if (!e.server_side) return;
+  auto k = dp_->flow_class(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport);
+  if (k && *k < policy_.classes.size() && policy_.classes[*k].multipath)
+    ensure_join_listeners(unmapped(e.flow), *k);
+}
+
+// A subflow of a connection of ours is up: listed on its rail, with the role
+// this end asked for when it made it.
+void Multipath::on_subflow_established(multipath::Connection& c, const mptcp::Event& e,
+                                       Clock::time_point now) {
+  auto same = [&](const multipath::Subflow& s) { return s.ends == e.flow; };
+  if (std::any_of(c.subflows.begin(), c.subflows.end(), same)) return;
+  multipath::Subflow s;
+  s.ends = e.flow;
+  s.path = multipath::path_of(policy_, dp_->rail_ifindexes(), e.flow.local.unmapped(), e.ifindex);
+  // the shared topology: a join accepted here is on the rail the peer
+  // bound it to, which it arrives and is answered on (bpf/lib/tc.h)
+  if (s.path == multipath::kNoPath && c.server_side)
+    s.path = dp_->flow_path(e.flow.local, e.flow.lport, e.flow.remote, e.flow.rport)
+                 .value_or(multipath::kNoPath);
+  s.backup = e.backup;
+  if (auto r = requested_.find({c.token, s.path}); r != requested_.end() && !c.server_side) {
+    s.backup = r->second;
+    requested_.erase(r);
+  }
+  s.up = now;
+  c.subflows.push_back(s);
+}
+
+// A subflow of a connection of ours closed, or one asked for could not be
+// made: noted, so that it is made again after a backoff.
+void Multipath::on_subflow_closed(multipath::Connection& c, const mptcp::Event& e,
+                                  Clock::time_point now) {
+  auto s = std::find_if(c.subflows.begin(), c.subflows.end(),
+                        [&](const multipath::Subflow& x) { return x.ends == e.flow; });
+  const bool listed = s != c.subflows.end();
+  size_t path = listed ? s->path
+                       : multipath::path_of(policy_, dp_->rail_ifindexes(), e.flow.local.unmapped(),
+                                            e.ifindex);
+  const std::string rail = path < policy_.paths.size() ? policy_.paths[path].name : "-";
+  const std::string why = e.error ? fmt::format(" ({})", std::strerror(e.error)) : "";
+  // the connecting side: a subflow still listed was not removed by us,
+  // so the kernel or the peer ended it (a join refused, a reset, a
+  // timeout); it is made again after a backoff
+  if (listed && !c.server_side)
+    spdlog::info("class {} connection {:#x}: its subflow on {} closed{}",
+                 policy_.classes[c.klass].name, c.token, rail, why);
+  const Clock::time_point up = listed ? s->up : Clock::time_point{};
+  if (listed) c.subflows.erase(s);
+  if (auto r = requested_.find({c.token, path}); !listed && r != requested_.end()) {
+    spdlog::info("class {} connection {:#x}: its subflow on {} could not be made{}",
+                 policy_.classes[c.klass].name, c.token, rail, why);
+    requested_.erase(r);
+  }
+  multipath::note_closed(c, path, up, now);
 }
 
 void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath::Action>& actions) {

@@ -12,6 +12,7 @@
 // left or at dualpathd --cleanup.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -71,6 +72,13 @@ class Multipath {
  private:
   void on_events();
   void on_event(const mptcp::Event& e);
+  // The kernel's path manager events, one kind each (on_event() dispatches).
+  void on_established(const mptcp::Event& e, std::chrono::steady_clock::time_point now);
+  void on_created(const mptcp::Event& e);
+  void on_subflow_established(multipath::Connection& c, const mptcp::Event& e,
+                              std::chrono::steady_clock::time_point now);
+  void on_subflow_closed(multipath::Connection& c, const mptcp::Event& e,
+                         std::chrono::steady_clock::time_point now);
   void carry_out(multipath::Connection& c, const std::vector<multipath::Action>& actions);
   // The path a subflow's packets leave on now, for what is shown: an
   // accepted subflow of the shared topology is answered on the rail it
