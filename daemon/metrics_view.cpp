@@ -5,21 +5,14 @@
 
 namespace dp {
 
-MetricsView metrics_view(const Node& n) {
+namespace {
+
+// Per path: its health, BFD, policing and measurements; and per path, per
+// class (the unclassified included): its counters and shares.
+void metrics_paths(const Node& n, MetricsView& v) {
   const Policy& pol = n.policy();
   const NodeState& st = n.state();
   const Datapath& dpath = n.datapath();
-  MetricsView v;
-  v.version = kVersion;
-  v.node = pol.node;
-  v.policy_file = pol.file;
-  v.policy_hash = pol.hash;
-  v.cluster = pol.cluster;
-  v.group = pol.group;
-  v.group_hash = pol.group_hash;
-  v.reloads_applied = st.reloads_applied;
-  v.reloads_refused = st.reloads_refused;
-  v.last_reload_ok = st.last_reload_ok;
   const auto& counters = n.measurements().counters();
   const auto& tcp = n.measurements().tcp();
   const auto drops = dpath.police_drops();
@@ -55,35 +48,65 @@ MetricsView metrics_view(const Node& n) {
         v.classes.back().carried = static_cast<double>(k->share[i]) / DP_SHARE_SCALE;
     }
   }
+}
+
+// The separate topology's connections placed per path and class, and the
+// ones handed over to another path.
+void metrics_connections(const Node& n, MetricsView& v) {
+  const Policy& pol = n.policy();
+  const Datapath& dpath = n.datapath();
+  auto conns = dpath.connects();
+  for (size_t c = 0; c < pol.classes.size(); ++c) {
+    auto cslot = dpath.class_slot(c);
+    for (size_t i = 0; i < pol.paths.size(); ++i)
+      v.connections.push_back(
+          {pol.paths[i].name, pol.classes[c].name, conns[dpath.rail_slot(i)][cslot]});
+    v.connections.push_back({"", pol.classes[c].name, conns[DP_CONNECT_UNMAPPED][cslot]});
+  }
+  auto handed = dpath.handovers();
+  for (size_t i = 0; i < pol.paths.size(); ++i)
+    v.handovers.push_back({pol.paths[i].name, "", handed[dpath.rail_slot(i)]});
+}
+
+// MPTCP: the subflows of each multipath class per path, and the path
+// manager's counters.
+void metrics_multipath(const Node& n, MetricsView& v) {
+  const Policy& pol = n.policy();
+  auto per = n.multipath().subflows_per_path();
+  for (size_t c = 0; c < pol.classes.size() && c < per.size(); ++c) {
+    if (!pol.classes[c].multipath) continue;
+    for (size_t i = 0; i < pol.paths.size(); ++i)
+      v.subflows.push_back({pol.paths[i].name, pol.classes[c].name, per[c][i]});
+  }
+  const auto& k = n.multipath().counters();
+  v.multipath = MetricsView::Multipath{k.created, k.removed, k.role_changes, k.failed,
+                                       Multipath::kernel_fallbacks()};
+}
+
+}  // namespace
+
+MetricsView metrics_view(const Node& n) {
+  const Policy& pol = n.policy();
+  const NodeState& st = n.state();
+  MetricsView v;
+  v.version = kVersion;
+  v.node = pol.node;
+  v.policy_file = pol.file;
+  v.policy_hash = pol.hash;
+  v.cluster = pol.cluster;
+  v.group = pol.group;
+  v.group_hash = pol.group_hash;
+  v.reloads_applied = st.reloads_applied;
+  v.reloads_refused = st.reloads_refused;
+  v.last_reload_ok = st.last_reload_ok;
+  metrics_paths(n, v);
   for (auto& [key, count] : n.events().switches())
     v.switches.push_back({key.first, key.second, count});
   for (auto& [key, bytes] : st.nccl.totals()) v.nccl.push_back({key.first, key.second, bytes});
   v.nccl_processes = st.nccl.reporting(std::chrono::steady_clock::now());
-  if (pol.topology == Topology::Separate) {
-    auto conns = dpath.connects();
-    for (size_t c = 0; c < pol.classes.size(); ++c) {
-      auto cslot = dpath.class_slot(c);
-      for (size_t i = 0; i < pol.paths.size(); ++i)
-        v.connections.push_back(
-            {pol.paths[i].name, pol.classes[c].name, conns[dpath.rail_slot(i)][cslot]});
-      v.connections.push_back({"", pol.classes[c].name, conns[DP_CONNECT_UNMAPPED][cslot]});
-    }
-    auto handed = dpath.handovers();
-    for (size_t i = 0; i < pol.paths.size(); ++i)
-      v.handovers.push_back({pol.paths[i].name, "", handed[dpath.rail_slot(i)]});
-  }
+  if (pol.topology == Topology::Separate) metrics_connections(n, v);
   v.connections_reset = st.connections_reset;
-  if (n.multipath().running()) {
-    auto per = n.multipath().subflows_per_path();
-    for (size_t c = 0; c < pol.classes.size() && c < per.size(); ++c) {
-      if (!pol.classes[c].multipath) continue;
-      for (size_t i = 0; i < pol.paths.size(); ++i)
-        v.subflows.push_back({pol.paths[i].name, pol.classes[c].name, per[c][i]});
-    }
-    const auto& k = n.multipath().counters();
-    v.multipath = MetricsView::Multipath{k.created, k.removed, k.role_changes, k.failed,
-                                         Multipath::kernel_fallbacks()};
-  }
+  if (n.multipath().running()) metrics_multipath(n, v);
   v.all_paths_down = n.controller().all_down();
   v.ticks = st.tick_times;
   v.tick_interval = std::chrono::duration<double>(pol.scheduler.tick).count();
