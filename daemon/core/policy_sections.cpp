@@ -155,6 +155,11 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
   auto& k = p.scheduler;
   scheduler_flowcell(c, *t, k);
   scheduler_placement(c, *t, k);
+  if (t->get("return_margin") && k.return_margin >= k.load_threshold)
+    c.error(where(*t, "return_margin"),
+            fmt::format("return_margin {} is not below load_threshold {}: a spilled class could "
+                        "never return to its preferred rail",
+                        k.return_margin, k.load_threshold));
   if (k.dead_zone > k.latency_tolerance)
     c.error(where(*t, "dead_zone"),
             fmt::format("dead_zone {} is larger than latency_tolerance {}: no move could ever "

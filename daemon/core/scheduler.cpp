@@ -14,9 +14,6 @@ namespace dp {
 namespace {
 
 constexpr int kScale = DP_SHARE_SCALE;
-// An elastic class comes back to its preferred rail only when the rail would
-// stay this far below the threshold with the class's whole demand on it.
-constexpr double kReturnMargin = 0.10;
 // Share changes smaller than this are not worth a move.
 constexpr int kMinChange = kScale / 50;
 
@@ -308,7 +305,8 @@ void decide_return(SchedTick& t, const ClassSpec& cls, const Shares& before, siz
   double on_pref = before[pref] / double(kScale);
   double back = demand_hold * (1 - on_pref);
   double would_be = t.util_hold[pref] + back / t.cap[pref];
-  if (!cooled || would_be >= t.thr - kReturnMargin) return;
+  const double margin = k.return_margin;
+  if (!(cooled && would_be < t.thr - margin)) return;  // a NaN stays where it is
   d.after = whole_on(t.R, pref);
   t.account_move(demand, before, d.after);
   d.kind = "return";
@@ -318,7 +316,7 @@ void decide_return(SchedTick& t, const ClassSpec& cls, const Shares& before, siz
       p.paths[pref].name, would_be, cls.name,
       k.hold.count() > 0 ? fmt::format(" at the peaks of the last {}", format_duration(k.hold))
                          : "",
-      t.thr - kReturnMargin, kReturnMargin, cls.name, p.paths[pref].name);
+      t.thr - margin, margin, cls.name, p.paths[pref].name);
 }
 
 // An elastic class spills off its preferred rail when that runs hot and

@@ -436,6 +436,16 @@ TEST(Policy, DefaultClassMustExist) {
                    "default_class \"bulk\"");
 }
 
+TEST(Policy, ReturnMarginIsBelowTheThreshold) {
+  auto r = dp::parse_policy(std::string(kBase) + "\n[scheduler]\nreturn_margin = 0.25\n", "t.toml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r.policy->scheduler.return_margin, 0.25);
+  expect_one_error(std::string(kBase) + "\n[scheduler]\nreturn_margin = 0.6\n", 35,
+                   "return_margin 0.6 is not below load_threshold 0.6");
+  expect_one_error(std::string(kBase) + "\n[scheduler]\nreturn_margin = 0\n", 35,
+                   "\"return_margin\" = 0 in [scheduler] must be above 0 and at most 1");
+}
+
 TEST(Policy, DeadZoneAboveToleranceRefused) {
   expect_one_error(std::string(kBase) + "\n[scheduler]\ndead_zone = \"1ms\"\n", 35,
                    "larger than latency_tolerance");

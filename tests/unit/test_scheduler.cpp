@@ -131,11 +131,13 @@ TEST_P(SchedulerReplay, Trace) {
   // The traces replay the scheduler's rules, not the policy's defaults:
   // "flowcell": 0 places classes without cells; "placement": "bursts" (else
   // flowlets); "peak_window_ms" and "hold_ms": decisions on peaks (else 0:
-  // on the smoothed rates the trace gives).
+  // on the smoothed rates the trace gives); "return_margin" as the policy's.
   if (trace.contains("flowcell")) r.policy.scheduler.flowcell = trace["flowcell"].get<uint64_t>();
   r.policy.scheduler.burst_placement = trace.value("placement", "flowlets") == "bursts";
   r.policy.scheduler.peak_window = std::chrono::milliseconds(trace.value("peak_window_ms", 0));
   r.policy.scheduler.hold = std::chrono::milliseconds(trace.value("hold_ms", 0));
+  if (trace.contains("return_margin"))
+    r.policy.scheduler.return_margin = trace["return_margin"].get<double>();
   for (auto& name : trace.value("pin", std::vector<std::string>{}))
     for (auto& c : r.policy.classes)
       if (c.name == name) c.pinned = true;

@@ -178,6 +178,9 @@ struct SchedulerSettings {
   // 0: the smoothed rates (ewma_weight) now.
   std::chrono::nanoseconds peak_window = std::chrono::milliseconds(100);
   std::chrono::nanoseconds hold = std::chrono::seconds(1);
+  // A spilled elastic class returns to its preferred rail only when the rail
+  // would stay this far below load_threshold with the class's demand back.
+  double return_margin = 0.10;
   bool operator==(const SchedulerSettings&) const = default;
 };
 
