@@ -107,6 +107,7 @@ MetricsView metrics_view(const Node& n) {
   if (pol.topology == Topology::Separate) metrics_connections(n, v);
   v.connections_reset = st.connections_reset;
   if (n.multipath().running()) metrics_multipath(n, v);
+  if (pol.has_multipath()) v.multipath_ready = st.multipath_error.empty();
   v.all_paths_down = n.controller().all_down();
   v.ticks = st.tick_times;
   v.tick_interval = std::chrono::duration<double>(pol.scheduler.tick).count();

@@ -350,6 +350,15 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
     Builder::add(fb, {}, static_cast<double>(v.multipath->fallbacks));
   }
 
+  if (v.multipath_ready) {
+    auto& ready = b.family("dualpath_multipath_ready",
+                           "1 while the policy's multipath classes run; 0 while an MPTCP setting "
+                           "they need could not be made (dpctl status names it), and their "
+                           "connections keep one subflow",
+                           MetricType::Gauge);
+    Builder::add(ready, {}, *v.multipath_ready ? 1 : 0);
+  }
+
   // Families without a series are left out (an empty family is not valid exposition).
   std::vector<MetricFamily> out;
   for (auto& f : b.out)

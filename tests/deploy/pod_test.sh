@@ -482,6 +482,10 @@ else
   bad "the pod's readiness without the node's MPTCP settings: $why"
 fi
 p=$(on_rail 50000 1 1); ((p >= 90)) && ok "... and the node steers the rest: expert-dispatch still pinned on rail1 ($p%)" || bad "expert-dispatch: $p% on rail1"
+# what a fleet alerts on (DualpathMultipathNotReady): the gauge, scraped by the peer
+mp_ready() { nsenter --net=/run/netns/dpl-b -- curl -sf --max-time 5 "http://$addr_a:9464/metrics" | sed -n 's/^dualpath_multipath_ready //p'; }
+r=$(mp_ready)
+[[ $r == 0 ]] && ok "... and its metrics say so: dualpath_multipath_ready 0" || bad "dualpath_multipath_ready '$r' while not ready"
 for n in a b; do
   nsenter --net="/run/netns/dpl-$n" -- sysctl -qw net.mptcp.enabled=1 net.mptcp.blackhole_timeout=0 net.mptcp.stale_loss_cnt=2
   nsenter --net="/run/netns/dpl-$n" -- sysctl -qw net.mptcp.path_manager=userspace 2>/dev/null ||
@@ -494,6 +498,8 @@ until podman exec "$(daemon_of a)" "${ready_cmd[@]}" >/dev/null 2>&1; do
 done
 if podman exec "$(daemon_of a)" "${ready_cmd[@]}" >/dev/null 2>&1; then
   ok "the settings made on the node (sysctl -w net.mptcp.*): the same pod ready $((($(date +%s%N) - s0) / 1000000)) ms later"
+  r=$(mp_ready)
+  [[ $r == 1 ]] && ok "... dualpath_multipath_ready 1" || bad "dualpath_multipath_ready '$r' once ready"
   # the node's settings are the operator's: none kept for restoring
   kept=$work/a/run/dpl-a.mptcp-sysctls
   [[ ! -e $kept ]] && ok "... and it keeps none of them to restore (no /run/dualpath/dpl-a.mptcp-sysctls)" ||

@@ -216,3 +216,17 @@ TEST(Metrics, TickTimesAreAHistogramBesideTheInterval) {
   ASSERT_NE(i, nullptr);
   EXPECT_DOUBLE_EQ(i->metric.at(0).gauge.value, 0.05);
 }
+
+// Readiness of the multipath classes: a gauge, only with a multipath class.
+TEST(Metrics, MultipathReadinessIsAGaugeOnlyWithAMultipathClass) {
+  dp::MetricsView v;
+  EXPECT_EQ(find(dp::build_metrics(v), "dualpath_multipath_ready"), nullptr);
+  for (bool ready : {true, false}) {
+    v.multipath_ready = ready;
+    auto fs = dp::build_metrics(v);
+    const auto* f = find(fs, "dualpath_multipath_ready");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->type, prometheus::MetricType::Gauge);
+    EXPECT_DOUBLE_EQ(f->metric.at(0).gauge.value, ready ? 1 : 0);
+  }
+}

@@ -98,6 +98,9 @@ struct MetricsView {
     uint64_t fallbacks = 0;  // the namespace's MPTCP connections that fell back to TCP
   };
   std::optional<Multipath> multipath;  // nullopt: no multipath class
+  // Whether the multipath classes run: false while an MPTCP setting could not
+  // be made (NodeState::multipath_error); nullopt: no multipath class.
+  std::optional<bool> multipath_ready;
   TickTimes ticks;
   double tick_interval = 0;  // seconds: the policy's [scheduler] tick
 };
