@@ -131,6 +131,9 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   policy_ = next;
   have_policy_ = true;
   monitor_.setup(next, datapath_->rail_ifindexes());
+  // the servers no hook saw bind or listen (before the datapath was there,
+  // or on an address that has just become a rail's), before the first tick
+  datapath_->note_servers();
   apply_multipath(next, std::chrono::steady_clock::now(), false);
   settle();
   warn_ephemeral_overlap(next);

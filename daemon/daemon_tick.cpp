@@ -168,7 +168,7 @@ void Daemon::retry_multipath(std::chrono::steady_clock::time_point now) {
 void Daemon::tick() {
   const auto began = std::chrono::steady_clock::now();
   check_interfaces();
-  datapath_->note_udp_servers();
+  datapath_->note_servers();
   // the policy's cgroups once a second: a unit restarted has a new cgroup
   if (auto now = began; now - cgroups_checked_ >= std::chrono::seconds(1)) {
     datapath_->refresh_cgroups(policy_);

@@ -416,38 +416,89 @@ struct bpf_iter__udp {
 #define DP_TCP_CLOSE 7 /* an unconnected UDP socket's state */
 #define DP_TCP_LISTEN 10
 
-/* iter/udp, one socket: an unconnected UDP socket bound to one of this
- * node's rail addresses goes into dp_listeners (again: an update of the
- * same socket is harmless, and a closed one has left it by itself). */
+#define DP_ITER_RAIL 1 /* bound to one of this node's rail addresses */
+#define DP_ITER_ANY 2  /* bound to the unspecified address */
+
+/* key = the socket's own address and port (a dual-stack socket's
+ * ::ffff:a.b.c.d read as IPv4); returns DP_ITER_RAIL, DP_ITER_ANY, or 0 for
+ * any other address. */
+static __always_inline int dp_iter_key(struct sock_common___dp *c, struct dp_listen_key *key)
+{
+	__u16 family = c->skc_family;
+	__u32 *a = key->addr;
+
+	if (family == DP_AF_INET) {
+		a[0] = c->skc_rcv_saddr;
+	} else if (family == DP_AF_INET6) {
+		a[0] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[0];
+		a[1] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[1];
+		a[2] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[2];
+		a[3] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[3];
+	} else {
+		return 0;
+	}
+	family = dp_unmapped(family, a);
+	key->family = (__u8)family;
+	key->port = c->skc_num;
+	if (!(a[0] | a[1] | a[2] | a[3]))
+		return DP_ITER_ANY;
+	return dp_local_rail(a, family) == DP_RAIL_NONE ? 0 : DP_ITER_RAIL;
+}
+
+/* What an iterator found, as the hooks that see a bind or a listen() note
+ * it: a socket on a rail's address into dp_listeners, one on the unspecified
+ * address into dp_bound (post_bind's dp_bind_note; sock_release forgets it
+ * by its cookie). An update of a socket already there is harmless, and a
+ * closed one has left the SOCKHASH by itself. */
+static __always_inline void dp_iter_note(struct sock_common___dp *c, struct dp_listen_key *key)
+{
+	switch (dp_iter_key(c, key)) {
+	case DP_ITER_RAIL:
+		bpf_map_update_elem(&dp_listeners, key, c, BPF_ANY);
+		break;
+	case DP_ITER_ANY:
+		dp_bound_note((struct bpf_sock *)c, key);
+		break;
+	}
+}
+
+/* iter/udp, one socket: an unconnected UDP socket (connected, sk_lookup may
+ * not hand it anything). */
 static __always_inline int dp_udp_note(struct bpf_iter__udp *ctx)
 {
 	struct udp_sock___dp *u = ctx->udp_sk;
 	struct dp_listen_key key = {.proto = IPPROTO_UDP};
 	struct sock_common___dp *c;
-	__u16 family;
 
 	if (!u)
 		return 0;
 	c = &u->inet.sk.__sk_common;
-	if (c->skc_state != DP_TCP_CLOSE)
-		return 0; /* connected: sk_lookup may not hand it anything */
-	family = c->skc_family;
-	if (family == DP_AF_INET) {
-		key.addr[0] = c->skc_rcv_saddr;
-	} else if (family == DP_AF_INET6) {
-		key.addr[0] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[0];
-		key.addr[1] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[1];
-		key.addr[2] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[2];
-		key.addr[3] = c->skc_v6_rcv_saddr.in6_u.u6_addr32[3];
-	} else {
-		return 0;
-	}
-	family = dp_unmapped(family, key.addr);
-	if (dp_local_rail(key.addr, family) == DP_RAIL_NONE)
-		return 0;
-	key.family = (__u8)family;
-	key.port = c->skc_num;
-	bpf_map_update_elem(&dp_listeners, &key, u, BPF_ANY);
+	if (c->skc_state == DP_TCP_CLOSE)
+		dp_iter_note(c, &key);
+	return 0;
+}
+
+struct bpf_iter__tcp {
+	struct bpf_iter_meta___dp *meta;
+	struct sock_common___dp *sk_common;
+} __attribute__((preserve_access_index));
+
+/* iter/tcp, one socket: a TCP listener. The daemon runs it after each
+ * commit, for the listeners that sockops and post_bind could not see: those
+ * that began listening before the datapath was attached, or on an address
+ * that has only now become a rail's. Without it, such a listener on the
+ * address a SYN asked for would not stop sk_lookup from handing the SYN to
+ * a listener on another rail's address. The SOCKHASH update takes the
+ * socket's spinlock: the kernel's TCP iterator holds only the socket's owner
+ * lock since Linux 6.5 (before, the spinlock itself), so the daemon runs it
+ * on 6.5 and later only. */
+static __always_inline int dp_tcp_listener_note(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common___dp *c = ctx->sk_common;
+	struct dp_listen_key key = {.proto = IPPROTO_TCP};
+
+	if (c && c->skc_state == DP_TCP_LISTEN)
+		dp_iter_note(c, &key);
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dualpath/kernel/node_checks.h"
 #include "dualpath/kernel/procfs.h"
 #include "dualpath/kernel/routing.h"
 
@@ -454,7 +455,9 @@ void Datapath::adopt_committed(const Policy& next, const Staged& s) {
 Result<std::vector<Datapath::OperatorPin>> Datapath::commit(const Policy& next, const Staged& s) {
   DP_TRY(commit_rails(next, s));
   DP_TRY(write_peers(next, s.rail_slot));
-  udp_binds_.reset();  // the rails' addresses may have changed: look for servers again
+  // the rails' addresses may have changed: look for servers again
+  udp_binds_.reset();
+  tcp_listeners_due_ = true;
   DP_TRY(commit_classes(next, s));
   DP_TRY(commit_config(next, s));
   clear_unnamed(s);
@@ -487,7 +490,11 @@ bool Datapath::check_present(size_t path, const PathSpec& ps) {
   return vanished_[path];
 }
 
-void Datapath::note_udp_servers() {
+void Datapath::note_servers() {
+  if (tcp_listeners_due_) {
+    tcp_listeners_due_ = false;
+    note_tcp_listeners();
+  }
   auto binds = skel_->dp_udp_binds().get(0);
   if (!binds || (udp_binds_ && *udp_binds_ == *binds)) return;
   if (!skel_->program("dp_udp_servers")) return;
@@ -496,6 +503,23 @@ void Datapath::note_udp_servers() {
     return;  // tried again next tick
   }
   udp_binds_ = *binds;
+}
+
+void Datapath::note_tcp_listeners() {
+  if (!skel_->program("dp_tcp_listeners")) return;
+  // Before Linux 6.5 the TCP iterator holds the socket's spinlock while the
+  // program runs, and the SOCKHASH update takes it again: a listener from
+  // before the start is then handed over only once it listens again.
+  if (!running_kernel_at_least(6, 5)) {
+    spdlog::info(
+        "TCP listeners that were bound to a rail's address before dualpathd attached are not "
+        "handed connections placed on another rail until they listen again (Linux 6.5 finds "
+        "them)");
+    return;
+  }
+  if (auto r = run_iter(pin_dir_, "tcp_listeners"); !r)
+    spdlog::warn("finding the TCP listeners bound to a rail's address failed: {}",
+                 r.error().what());
 }
 
 const std::string& Datapath::mptcp_conversion_error() const {

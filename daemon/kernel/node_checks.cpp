@@ -93,6 +93,13 @@ std::string running_kernel_problem() {
   return kernel_problem(u.release, ::access("/sys/kernel/btf/vmlinux", R_OK) == 0);
 }
 
+bool running_kernel_at_least(int major, int minor) {
+  utsname u{};
+  int ma = 0, mi = 0;
+  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
 std::vector<NodeCheck> check_node(const Policy& p) {
   std::vector<NodeCheck> out;
   auto locals = local_addresses();

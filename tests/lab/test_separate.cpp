@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <regex>
 #include <set>
@@ -1184,6 +1185,45 @@ TEST_F(Separate, AListenerOnTheAddressAskedForIsNeverOverridden) {
   // with no listener on either address, the connection is refused as before
   Sent refused = tcp_send(kB4[0], 52042, 1);
   EXPECT_NE(refused.error.find("refused"), std::string::npos) << refused.error;
+}
+
+// Listeners that began before b's dualpathd attached its datapath (a first
+// install, a restart after dualpathd --cleanup): no hook saw their listen(),
+// so the daemon's TCP iterator finds them. b listens on both rails'
+// addresses; the connection placed on rail1 reaches the rail1 listener, as
+// it would have without dualpath, and is not handed to the rail0 one.
+TEST_F(Separate, ListenersFromBeforeTheDaemonStartedAreNeverOverridden) {
+  constexpr uint16_t kPort = 52043;
+  must(dp_lab() + " stop b");
+  int l[2] = {-1, -1};
+  std::string err = in_netns("dpl-b", [&]() -> std::string {
+    for (int r = 0; r < 2; ++r) {
+      std::string bound, e;
+      l[r] = bind_on(r ? "rail1" : "rail0", AF_INET, kPort, SOCK_STREAM, &bound, &e);
+      if (l[r] < 0) return e;
+      if (::listen(l[r], 8) != 0) return "listen on " + bound + ": " + std::strerror(errno);
+    }
+    return "";
+  });
+  // started again whatever happened, so that the suite goes on
+  must(dp_lab() + " start b");
+  ASSERT_EQ(err, "");
+  uint64_t handed = handovers_on_b("rail1");
+  auto sending = std::async(std::launch::async, [] { return tcp_send(kB4[0], kPort, 4096); });
+  pollfd p[2] = {{l[0], POLLIN, 0}, {l[1], POLLIN, 0}};
+  int ready = ::poll(p, 2, 3000);
+  // the client waits for its peer to close: every connection accepted is
+  // closed, and the listeners with it
+  for (int r = 0; r < 2; ++r)
+    if (p[r].revents & POLLIN) ::close(::accept(l[r], nullptr, nullptr));
+  for (int fd : l) ::close(fd);
+  Sent s = sending.get();
+  ASSERT_EQ(s.error, "");
+  EXPECT_EQ(s.local, "10.20.1.1") << "placed on rail1";
+  ASSERT_GT(ready, 0) << "neither listener got the connection";
+  EXPECT_TRUE(p[1].revents & POLLIN) << "the listener bound to the address the SYN was for";
+  EXPECT_FALSE(p[0].revents & POLLIN) << "handed to the rail0 listener instead";
+  EXPECT_EQ(handovers_on_b("rail1"), handed);
 }
 
 TEST_F(Separate, AListenerGroupOnOneRailsAddressStillAcceptsWhenOneOfItsListenersCloses) {

@@ -159,11 +159,14 @@ class Datapath {
   // Per rail slot: connections addressed to this node on that rail, where
   // nothing listened, handed to the listener on another rail (sk_lookup).
   std::array<uint64_t, DP_MAX_RAILS> handovers() const;
-  // UDP servers bound to one of this node's rail addresses since the last
-  // call (cgroup post_bind counts them) go into dp_listeners, for sk_lookup:
-  // the iterator dp_udp_servers runs over this namespace's UDP sockets. Every
-  // tick; costs one map read when nothing was bound.
-  void note_udp_servers();
+  // Servers bound to one of this node's rail addresses go into dp_listeners,
+  // for sk_lookup. UDP servers bound since the last call (cgroup post_bind
+  // counts them): the iterator dp_udp_servers runs over this namespace's UDP
+  // sockets. TCP listeners sockops did not see (listening before the
+  // datapath was attached, or on an address that has just become a rail's):
+  // dp_tcp_listeners, once after each commit. Every tick; costs one map read
+  // when nothing was bound.
+  void note_servers();
   std::optional<TcView> tc(int ifindex) const;
 
   // if_nametoindex() without its socket per call: a socket made and closed
@@ -189,11 +192,13 @@ class Datapath {
 
  private:
   Datapath() = default;
+  void note_tcp_listeners();
 
   std::unique_ptr<DpSkeleton> skel_;
   std::string pin_dir_;
   bool adopted_ = false;
   std::optional<uint64_t> udp_binds_;  // dp_udp_binds when the iterator last ran
+  bool tcp_listeners_due_ = true;      // a commit since dp_tcp_listeners last ran
   uint32_t found_layout_ = DP_LAYOUT_VERSION;
   std::unique_ptr<LayoutUpgrade> upgrade_;  // until the programs are swapped (attach)
   std::vector<std::string> upgrade_report_;

@@ -30,6 +30,8 @@ std::vector<NodeCheck> check_node(const Policy& p);
 std::string kernel_problem(const std::string& release, bool has_btf);
 // The same for the running kernel.
 std::string running_kernel_problem();
+// Whether the running kernel is Linux major.minor or later.
+bool running_kernel_at_least(int major, int minor);
 // An interface's MTU in this network namespace; 0 if it does not exist.
 int interface_mtu(const std::string& ifname);
 json to_json(const std::vector<NodeCheck>& checks);

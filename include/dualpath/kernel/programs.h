@@ -21,7 +21,7 @@ enum class Hook {
   Cgroup,     // the policy's cgroup (sockops, sock_addr, sock_release): a pinned link
   Netns,      // the daemon's network namespace (sk_lookup): a pinned link
   Trace,      // a kernel function (fmod_ret): a pinned link
-  Iter,       // an iterator the daemon runs (iter/udp): a pinned link
+  Iter,       // an iterator the daemon runs (iter/udp, iter/tcp): a pinned link
 };
 
 enum class When {
@@ -58,6 +58,7 @@ inline constexpr ProgramSpec kPrograms[] = {
     {"dp_post_bind6", Hook::Cgroup, "post_bind6"},
     {"dp_sk_lookup", Hook::Netns, "sk_lookup"},
     {"dp_udp_servers", Hook::Iter, "udp_servers"},
+    {"dp_tcp_listeners", Hook::Iter, "tcp_listeners"},
     {"dp_update_socket_protocol", Hook::Trace, "update_socket_protocol", When::Multipath, true},
 };
 
