@@ -130,6 +130,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   subflow_shares_.clear();  // classes may have moved: steer_multipath says them again
   policy_ = next;
   have_policy_ = true;
+  events_.set_keep(static_cast<size_t>(next.events.keep));
   monitor_.setup(next, datapath_->rail_ifindexes());
   // the servers no hook saw bind or listen (before the datapath was there,
   // or on an address that has just become a rail's), before the first tick

@@ -3,12 +3,19 @@
 
 #include <fmt/chrono.h>
 
+#include <algorithm>
+
 namespace dp {
+
+void EventLog::set_keep(size_t keep) {
+  keep_ = std::max<size_t>(keep, 1);
+  while (events_.size() > keep_) events_.pop_front();
+}
 
 void EventLog::record(SchedulerEvent e) {
   if (!e.klass.empty()) ++switches_[{e.klass, e.kind}];
   events_.push_back({++seq_, std::chrono::system_clock::now(), std::move(e)});
-  if (events_.size() > kMaxEvents) events_.pop_front();
+  if (events_.size() > keep_) events_.pop_front();
 }
 
 json EventLog::render(const Policy& p, uint64_t since) const {

@@ -210,8 +210,8 @@ bool Policy::same_settings(const Policy& o) const {
   return node == o.node && cluster == o.cluster && group == o.group && group_hash == o.group_hash &&
          default_class == o.default_class && routing == o.routing && scheduler == o.scheduler &&
          topology == o.topology && health == o.health && measurement == o.measurement &&
-         metrics == o.metrics && responder == o.responder && qos == o.qos && nccl == o.nccl &&
-         paths == o.paths && classes == o.classes && peers == o.peers;
+         metrics == o.metrics && events == o.events && responder == o.responder && qos == o.qos &&
+         nccl == o.nccl && paths == o.paths && classes == o.classes && peers == o.peers;
 }
 
 const PeerSpec* Policy::peer_of(const IpAddr& a, size_t* path) const {

@@ -392,6 +392,23 @@ Section metrics_section() {
           }};
 }
 
+Section events_section() {
+  return {
+      .name = "events",
+      .node_settings = true,
+      .about = "what dpctl events keeps",
+      .keys = {
+          {.name = "keep",
+           .type = Integer{16, 65536},
+           .doc_type = "integer",
+           .default_value = "1024",
+           .about = "the newest events dpctl events shows; older ones are dropped",
+           .hint = "a few hundred bytes each: 1024 covers minutes of a busy node's moves",
+           .set = [](Target& t,
+                     const Value& v) { t.policy.events.keep = static_cast<int>(integer_of(v)); }},
+      }};
+}
+
 Section responder_section() {
   return {.name = "responder",
           .node_settings = true,
@@ -483,8 +500,9 @@ Section peer_section();
 const std::vector<Section>& sections() {
   static const std::vector<Section> all = {
       node_section(),        routing_section(), scheduler_section(), health_section(),
-      measurement_section(), metrics_section(), responder_section(), qos_section(),
-      nccl_section(),        path_section(),    class_section(),     peer_section()};
+      measurement_section(), metrics_section(), events_section(),    responder_section(),
+      qos_section(),         nccl_section(),    path_section(),      class_section(),
+      peer_section()};
   return all;
 }
 

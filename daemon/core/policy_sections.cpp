@@ -174,6 +174,7 @@ void parse_health(Checker& c, const toml::table& root, Policy& p) {
 void parse_measurement(Checker& c, const toml::table& root, Policy& p) {
   read_section(c, root, "measurement", p);
   read_section(c, root, "metrics", p);
+  read_section(c, root, "events", p);
 }
 
 void parse_responder(Checker& c, const toml::table& root, Policy& p) {

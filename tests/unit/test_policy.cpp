@@ -431,6 +431,18 @@ TEST(Policy, MetricsListenAddressesChecked) {
   }
 }
 
+TEST(Policy, EventsKeepIsReadAndItsRangeRefusedWithTheLine) {
+  auto r = dp::parse_policy(std::string(kBase), "t.toml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.policy->events.keep, 1024);
+  r = dp::parse_policy(std::string(kBase) + "\n[events]\nkeep = 20000\n", "t.toml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].str();
+  EXPECT_EQ(r.policy->events.keep, 20000);
+  expect_one_error(std::string(kBase) + "\n[events]\nkeep = 8\n", 35,
+                   "\"keep\" = 8 in [events] is out of range (16 to 65536)");
+  expect_one_error(std::string(kBase) + "\n[events]\nkept = 100\n", 35, "kept");
+}
+
 TEST(Policy, DefaultClassMustExist) {
   expect_one_error(replace(kBase, "name = \"n1\"", "name = \"n1\"\ndefault_class = \"bulk\""), 3,
                    "default_class \"bulk\"");

@@ -23,6 +23,7 @@ name = "n1"
 [health]
 [measurement]
 [metrics]
+[events]
 [responder]
 [qos]
 [[path]]
@@ -102,7 +103,7 @@ TEST(PolicyReference, EverySectionDocumentsExactlyTheKeysTheParserTakes) {
   auto doc = documented();
   for (const std::string section :
        {"", "[node]", "[routing]", "[scheduler]", "[health]", "[measurement]", "[metrics]",
-        "[responder]", "[qos]", "[[path]]", "[[class]]"}) {
+        "[events]", "[responder]", "[qos]", "[[path]]", "[[class]]"}) {
     SCOPED_TRACE(section.empty() ? "the top level" : section);
     auto parser = allowed(section);
     ASSERT_FALSE(parser.empty());

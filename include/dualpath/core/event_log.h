@@ -19,8 +19,10 @@ namespace dp {
 
 class EventLog {
  public:
-  static constexpr size_t kMaxEvents = 1024;
-
+  // How many of the newest events are kept (the policy's [events] keep); a
+  // smaller number drops the oldest at once.
+  void set_keep(size_t keep);
+  size_t keep() const { return keep_; }
   // An event with a class is a move of that class and is counted.
   void record(SchedulerEvent e);
   // The events after `since` (an event number), shares named by `p`'s paths.
@@ -37,7 +39,8 @@ class EventLog {
     std::chrono::system_clock::time_point wall;
     SchedulerEvent e;
   };
-  std::deque<Logged> events_;  // the newest kMaxEvents
+  size_t keep_ = EventSettings{}.keep;
+  std::deque<Logged> events_;  // the newest keep_
   uint64_t seq_ = 0;
   std::map<std::pair<std::string, std::string>, uint64_t> switches_;
 };

@@ -205,6 +205,13 @@ struct MeasurementSettings {
   bool operator==(const MeasurementSettings&) const = default;
 };
 
+// What dpctl events keeps: the newest `keep` events (decisions, health
+// transitions, reloads). Each costs a few hundred bytes of the daemon's memory.
+struct EventSettings {
+  int keep = 1024;
+  bool operator==(const EventSettings&) const = default;
+};
+
 struct MetricsSettings {
   std::string listen = "127.0.0.1:9464";  // Prometheus endpoint; "" disables it
   bool operator==(const MetricsSettings&) const = default;
@@ -283,6 +290,7 @@ struct Policy {
   HealthSettings health;
   MeasurementSettings measurement;
   MetricsSettings metrics;
+  EventSettings events;
   ResponderSettings responder;
   QosSettings qos;
   NcclSettings nccl;
