@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The traffic classes: list, pin to a path (set) and give back (unpin), and
+// The traffic classes: list, show one, pin to a path (set) and give back
+// (unpin), and
 // what dpctl run and dpctl env need to launch a command in a class.
 #include <algorithm>
 
@@ -15,31 +16,60 @@ namespace dp {
 
 namespace {
 
-json classes_json(const Node& n) {
+// One class as dpctl class list shows it; conns: the datapath's connects().
+json class_json(const Node& n, size_t i, const ConnectTable& conns) {
   const Policy& pol = n.policy();
+  ClassView v;
+  v.spec = &pol.classes[i];
+  v.slot = static_cast<uint32_t>(n.datapath().class_slot(i));
+  v.topology = pol.topology;
+  v.connections_unmapped = conns[DP_CONNECT_UNMAPPED][v.slot];
+  if (auto d = n.datapath().decision(i)) v.decision = *d;
+  v.decided = n.decided_shares(i);
+  v.carried = n.state().carried.carried(i);
+  for (auto& g : n.datapath().cgroups())
+    if (g.klass == i) v.cgroups.push_back({g.rule, g.dir, g.id});
+  for (size_t p = 0; p < pol.paths.size(); ++p) {
+    size_t rs = n.datapath().rail_slot(p);
+    v.paths.push_back({pol.paths[p].name, rs, n.measurements().counters()[rs][v.slot],
+                       n.measurements().tcp()[rs][v.slot], conns[rs][v.slot],
+                       pol.paths[p].capacity_bps,
+                       n.state().nccl.bytes(pol.classes[i].name, pol.paths[p].name)});
+  }
+  return render_class(v);
+}
+
+json classes_json(const Node& n) {
   json out = json::array();
   auto conns = n.datapath().connects();
-  for (size_t i = 0; i < pol.classes.size(); ++i) {
-    ClassView v;
-    v.spec = &pol.classes[i];
-    v.slot = static_cast<uint32_t>(n.datapath().class_slot(i));
-    v.topology = pol.topology;
-    v.connections_unmapped = conns[DP_CONNECT_UNMAPPED][v.slot];
-    if (auto d = n.datapath().decision(i)) v.decision = *d;
-    v.decided = n.decided_shares(i);
-    v.carried = n.state().carried.carried(i);
-    for (auto& g : n.datapath().cgroups())
-      if (g.klass == i) v.cgroups.push_back({g.rule, g.dir, g.id});
-    for (size_t p = 0; p < pol.paths.size(); ++p) {
-      size_t rs = n.datapath().rail_slot(p);
-      v.paths.push_back({pol.paths[p].name, rs, n.measurements().counters()[rs][v.slot],
-                         n.measurements().tcp()[rs][v.slot], conns[rs][v.slot],
-                         pol.paths[p].capacity_bps,
-                         n.state().nccl.bytes(pol.classes[i].name, pol.paths[p].name)});
-    }
-    out.push_back(render_class(v));
-  }
+  for (size_t i = 0; i < n.policy().classes.size(); ++i) out.push_back(class_json(n, i, conns));
   return out;
+}
+
+// dpctl class show: the class as class list has it, and why it is where it
+// is: its newest events (decisions, pins, streams it could not move).
+constexpr size_t kShownEvents = 10;
+
+json class_show(const Node& n, const json& args) {
+  const Policy& pol = n.policy();
+  const std::string name = arg(args, "class");
+  int k = pol.class_index(name);
+  if (k < 0) return reply_error(ErrorCode::NotFound, fmt::format("no class named \"{}\"", name));
+  json c = class_json(n, static_cast<size_t>(k), n.datapath().connects());
+  c["events"] = n.events().newest_of(pol, name, kShownEvents);
+  return reply_ok(c);
+}
+
+// An operator's pin or unpin in dpctl events, beside the scheduler's moves.
+void record_pin(Node& n, const std::string& cls, Shares before, Shares after, std::string reason) {
+  SchedulerEvent e;
+  e.t = SchedClock::now();
+  e.klass = cls;
+  e.kind = "pin";
+  e.before = std::move(before);
+  e.after = std::move(after);
+  e.reason = std::move(reason);
+  n.record(std::move(e));
 }
 
 json class_set(Node& n, const json& args) {
@@ -49,9 +79,12 @@ json class_set(Node& n, const json& args) {
   if (ci < 0) return reply_error(ErrorCode::NotFound, fmt::format("no class named \"{}\"", cls));
   int pi = pol.path_index(path);
   if (pi < 0) return reply_error(ErrorCode::NotFound, fmt::format("no path named \"{}\"", path));
+  Shares before = n.decided_shares(static_cast<size_t>(ci));
   auto r = place(n, static_cast<size_t>(ci), static_cast<size_t>(pi), true);
   if (!r) return reply_error(ErrorCode::Failed, r.error().what());
   spdlog::info("class {} pinned to path {} by operator", cls, path);
+  record_pin(n, cls, std::move(before), n.decided_shares(static_cast<size_t>(ci)),
+             fmt::format("{} pinned to {} by the operator (dpctl class set)", cls, path));
   return reply_ok({{"class", cls}, {"path", path}, {"pinned", true}});
 }
 
@@ -61,6 +94,7 @@ json class_unpin(Node& n, const json& args) {
   int i = pol.class_index(cls);
   if (i < 0) return reply_error(ErrorCode::NotFound, fmt::format("no class named \"{}\"", cls));
   auto ci = static_cast<size_t>(i);
+  Shares before = n.decided_shares(ci);
   if (pol.classes[ci].pinned)
     return reply_error(
         ErrorCode::Invalid,
@@ -74,9 +108,11 @@ json class_unpin(Node& n, const json& args) {
     if (auto r = place(n, ci, prefer, false); !r)
       return reply_error(ErrorCode::Failed, r.error().what());
   }
-  spdlog::info(
-      "class {} unpinned by operator: {}", cls,
-      pol.scheduler.adaptive ? "the scheduler decides again" : "back on its preferred rail");
+  const char* next =
+      pol.scheduler.adaptive ? "the scheduler decides again" : "back on its preferred rail";
+  spdlog::info("class {} unpinned by operator: {}", cls, next);
+  record_pin(n, cls, std::move(before), n.decided_shares(ci),
+             fmt::format("{} unpinned by the operator (dpctl class unpin): {}", cls, next));
   return reply_ok({{"class", cls}, {"pinned", false}});
 }
 
@@ -141,6 +177,11 @@ std::vector<Command> class_commands(Node& n) {
        "classes with ports, mark, rail now and bytes",
        {},
        [&n](const json&) { return reply_ok(classes_json(n)); }},
+      {"class.show",
+       false,
+       "one class in detail, with its newest events",
+       {kClassArg},
+       [&n](const json& args) { return class_show(n, args); }},
       {"class.env",
        false,
        "launch settings that put a framework's RDMA traffic on the class's rails",

@@ -297,8 +297,10 @@ std::vector<MetricFamily> build_metrics(const MetricsView& v) {
                         "processes whose NCCL plugin reported in the last 30 s", MetricType::Gauge),
                {}, static_cast<double>(v.nccl_processes));
   auto& sw = b.family("dualpath_scheduler_switches_total",
-                      "share changes the scheduler made, by class and reason "
-                      "(latency, spill, return, rebalance, down, health)",
+                      "a class's events in dpctl events, by class and kind: the scheduler's "
+                      "share changes (latency, spill, return, rebalance, down), an operator's "
+                      "pin, an NCCL plugin's moves (nccl), streams or multipath subflows that "
+                      "could not carry a decision (streams, multipath)",
                       MetricType::Counter);
   for (const auto& s : v.switches)
     Builder::add(sw, {L("class", s.klass), L("kind", s.kind)}, static_cast<double>(s.count));

@@ -158,6 +158,21 @@ TEST_F(Lab, ClassSetMovesTrafficAndBack) {
   });
   ASSERT_TRUE(r.ok()) << r.error;
   expect_on(0, d, kBytes, "expert-dispatch after class set rail0");
+  // class show: the class and why it is where it is, the pins the newest
+  json shown = lab::dpctl("a", "class show expert-dispatch");
+  EXPECT_EQ(shown["name"], "expert-dispatch");
+  EXPECT_EQ(shown["rail"], "rail0");
+  ASSERT_GE(shown["events"].size(), 2u) << shown.dump();
+  const json& last = shown["events"].back();
+  EXPECT_EQ(last["kind"], "pin");
+  EXPECT_EQ(last["class"], "expert-dispatch");
+  EXPECT_EQ(last["after"]["rail0"], 100);
+  EXPECT_EQ(last["before"]["rail1"], 100);
+  for (const auto& e : shown["events"]) EXPECT_EQ(e["class"], "expert-dispatch") << e.dump();
+  std::string text = must(lab::dp_lab() + " dpctl a class show expert-dispatch");
+  EXPECT_NE(text.find("pinned to rail0 by the operator"), std::string::npos) << text;
+  EXPECT_NE(text.find("rail0 (pinned) by operator"), std::string::npos) << text;
+  EXPECT_NE(sh(lab::dp_lab() + " dpctl a class show nosuch").rc, 0);
   // unknown names are errors, in JSON too, with a non-zero exit code
   auto bad = sh(lab::dp_lab() + " dpctl a -j class set nosuch rail0");
   EXPECT_NE(bad.rc, 0);
@@ -233,6 +248,7 @@ TEST_F(Lab, ControlRepliesMatchTheGoldenFiles) {
       {"policy.show", R"({"cmd":"policy.show"})"},
       {"class.set", R"({"cmd":"class.set","args":{"class":"control","path":"rail0"}})"},
       {"class.unpin", R"({"cmd":"class.unpin","args":{"class":"control"}})"},
+      {"class.show", R"({"cmd":"class.show","args":{"class":"control"}})"},
       {"policy.reload", R"({"cmd":"policy.reload"})"},
       {"events", R"({"cmd":"events","args":{"since":0}})"},
       {"nccl.report",
@@ -252,6 +268,7 @@ TEST_F(Lab, ControlRepliesMatchTheGoldenFiles) {
       {"err.class.set.path", R"({"cmd":"class.set","args":{"class":"logs","path":"rail9"}})"},
       {"err.class.unpin.missing", R"({"cmd":"class.unpin"})"},
       {"err.class.unpin.class", R"({"cmd":"class.unpin","args":{"class":"nosuch"}})"},
+      {"err.class.show.class", R"({"cmd":"class.show","args":{"class":"nosuch"}})"},
       {"err.nccl.report.class", R"({"cmd":"nccl.report","args":{"bytes":[["nosuch","rail0",1]]}})"},
       {"err.nccl.report.bytes", R"({"cmd":"nccl.report","args":{"bytes":[["logs","rail0",-1]]}})"},
       {"err.path.drain.missing", R"({"cmd":"path.drain"})"},

@@ -45,4 +45,22 @@ TEST(EventLog, ASmallerKeepDropsTheOldestAtOnceAndALargerOneKeepsWhatIsThere) {
   EXPECT_EQ(seqs(log).size(), 120u);
 }
 
+TEST(EventLog, OneClasssNewestEventsOldestFirst) {
+  dp::EventLog log;
+  for (int i = 1; i <= 30; ++i) {
+    dp::SchedulerEvent e = event(i);
+    e.klass = i % 3 ? "other" : "mine";
+    e.kind = "spill";
+    log.record(e);
+  }
+  dp::Policy p;
+  auto mine = log.newest_of(p, "mine", 4);
+  ASSERT_EQ(mine.size(), 4u);
+  EXPECT_EQ(mine.front()["seq"], 21u);
+  EXPECT_EQ(mine.back()["seq"], 30u);
+  for (const auto& e : mine) EXPECT_EQ(e["class"], "mine");
+  EXPECT_EQ(log.newest_of(p, "mine", 100).size(), 10u);
+  EXPECT_TRUE(log.newest_of(p, "none", 10).empty());
+}
+
 }  // namespace

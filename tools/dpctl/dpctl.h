@@ -33,6 +33,8 @@ void print_json(const Globals& g, const json& j);
 // Errors: {"error": ...} on stdout under -j, a sentence on stderr otherwise. Returns 1.
 int fail(const Globals& g, const std::string& message, const json& extra = nullptr);
 std::string str(const json& j);
+// One event of dpctl events (a decision, a health transition), two lines.
+void print_event(const json& e);
 // Columns aligned under their heads.
 void print_table(const std::vector<std::string>& head,
                  const std::vector<std::vector<std::string>>&

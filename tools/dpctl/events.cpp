@@ -7,8 +7,6 @@
 
 namespace dpctl {
 
-namespace {
-
 void print_event(const json& e) {
   auto shares = [](const json& s) {
     std::string out;
@@ -26,6 +24,8 @@ void print_event(const json& e) {
             << shares(e["before"]) << " -> " << shares(e["after"]) << "\n    " << str(e["reason"])
             << "\n";
 }
+
+namespace {
 
 int cmd_events(const Globals& g, bool follow, uint64_t since) {
   for (;;) {

@@ -27,6 +27,8 @@ class EventLog {
   void record(SchedulerEvent e);
   // The events after `since` (an event number), shares named by `p`'s paths.
   json render(const Policy& p, uint64_t since) const;
+  // The newest `count` events of class `klass`, oldest first, as render has them.
+  json newest_of(const Policy& p, std::string_view klass, size_t count) const;
   uint64_t last() const { return seq_; }
   // (class, kind) -> moves
   const std::map<std::pair<std::string, std::string>, uint64_t>& switches() const {
@@ -39,6 +41,7 @@ class EventLog {
     std::chrono::system_clock::time_point wall;
     SchedulerEvent e;
   };
+  static json to_json(const Policy& p, const Logged& le);
   size_t keep_ = EventSettings{}.keep;
   std::deque<Logged> events_;  // the newest keep_
   uint64_t seq_ = 0;
