@@ -11,9 +11,9 @@
 // parser) it fills a MetricsView as a running node has it: every path
 // measured (link, TCP, RDMA counters), healthy with BFD up, and every
 // class on every path with counters, shares, NCCL bytes, connections and
-// every kind of scheduler move, so that every family the policy can have
-// has its series. The figures are measured: the series are counted in the
-// text a real exporter (prometheus-cpp's, on 127.0.0.1, as dualpathd
+// every kind of event counted by class, so that every family the policy
+// can have has all its series (the most a node with it exports). The figures are measured: the
+// series are counted in the text a real exporter (prometheus-cpp's, on 127.0.0.1, as dualpathd
 // serves it) answers a scrape with, render times are timed builds and
 // serializations of the families, and a node's growth per path and per
 // class is counted by rendering the policy with one more of each.
@@ -65,8 +65,12 @@ struct Node {
   dp::MetricsView view;
 };
 
-// The moves the scheduler counts by class (dualpath_scheduler_switches_total).
-const char* const kSwitchKinds[] = {"latency", "spill", "return", "rebalance", "down", "health"};
+// The kinds of event dualpathd records with a class, each a series of
+// dualpath_scheduler_switches_total for the class once it happened: the
+// scheduler's five, path health, streams short of the decision and the NCCL
+// plugins' moves; and "multipath" for a multipath class.
+const char* const kSwitchKinds[] = {"latency", "spill",  "return",  "rebalance",
+                                    "down",    "health", "streams", "nccl"};
 
 // A path's measurements after a minute of traffic at 40% of its capacity:
 // one snapshot per tick over the measurement window, so that rates, RTT
@@ -168,6 +172,7 @@ Node fill_view(const dp::Policy& pol, bool rdma) {
   for (const auto& c : pol.classes) {
     uint64_t count = 1;
     for (const char* kind : kSwitchKinds) v.switches.push_back({c.name, kind, count++ * 17});
+    if (c.multipath) v.switches.push_back({c.name, "multipath", 9});
     for (const auto& p : pol.paths) v.nccl.push_back({c.name, p.name, 64ull << 30});
   }
   v.nccl_processes = 8;
