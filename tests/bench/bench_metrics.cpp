@@ -12,11 +12,12 @@
 // measured (link, TCP, RDMA counters), healthy with BFD up, and every
 // class on every path with counters, shares, NCCL bytes, connections and
 // every kind of event counted by class, so that every family the policy
-// can have has all its series (the most a node with it exports). The figures are measured: the
-// series are counted in the text a real exporter (prometheus-cpp's, on 127.0.0.1, as dualpathd
-// serves it) answers a scrape with, render times are timed builds and
-// serializations of the families, and a node's growth per path and per
-// class is counted by rendering the policy with one more of each.
+// can have has all its series (the most a node with it exports). The
+// figures are measured: the series are counted in the text a real
+// exporter (prometheus-cpp's, on 127.0.0.1, as dualpathd serves it)
+// answers a scrape with, render times are timed builds and serializations
+// of the families, and a node's growth per path and per class is counted
+// by rendering the policy with one more of each.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
