@@ -68,10 +68,11 @@ struct Node {
 
 // The kinds of event dualpathd records with a class, each a series of
 // dualpath_scheduler_switches_total for the class once it happened: the
-// scheduler's five, path health, streams short of the decision and the NCCL
-// plugins' moves; and "multipath" for a multipath class.
-const char* const kSwitchKinds[] = {"latency", "spill",  "return",  "rebalance",
-                                    "down",    "health", "streams", "nccl"};
+// scheduler's five, an operator's pin, streams short of the decision and the
+// NCCL plugins' moves; and "multipath" for a multipath class. (A path's
+// health events have no class.)
+const char* const kSwitchKinds[] = {"latency", "spill", "return",  "rebalance",
+                                    "down",    "pin",   "streams", "nccl"};
 
 // A path's measurements after a minute of traffic at 40% of its capacity:
 // one snapshot per tick over the measurement window, so that rates, RTT
