@@ -60,9 +60,8 @@ void check_cluster_table(Diags& d, const toml::table& root, Shape& s) {
   only_keys(d, *cluster, names_of({"name", "topology", "default_class"}), "[cluster]");
   if (auto n = name_of(*cluster); !n)
     d.error(*cluster, "", "[cluster] is missing the required key \"name\"");
-  else if (!valid_name(*n))
-    d.error(*cluster->get("name"), "",
-            fmt::format("cluster name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *n));
+  else if (auto bad = name_problem("cluster", *n); !bad.empty())
+    d.error(*cluster->get("name"), "", bad);
   else
     s.cluster = *n;
   if (auto* t = cluster->get_as<std::string>("topology"); t && t->get() == "separate")
@@ -165,10 +164,9 @@ std::optional<std::string> node_name(Diags& d, const toml::table& t) {
   }
   if (valid_name(s->get())) return s->get();
   bool dotted = s->get().find('.') != std::string::npos && valid_hostname(s->get());
-  d.error(
-      *n, "",
-      fmt::format("node name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'{}", s->get(),
-                  dotted ? ": give the node a short name, and this one as its \"hostname\"" : ""));
+  d.error(*n, "",
+          name_problem("node", s->get()) +
+              (dotted ? ": give the node a short name, and this one as its \"hostname\"" : ""));
   return std::nullopt;
 }
 

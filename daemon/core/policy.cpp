@@ -297,6 +297,11 @@ bool valid_name(const std::string& s) {
   return std::regex_match(s, re);
 }
 
+std::string name_problem(std::string_view what, const std::string& s) {
+  if (valid_name(s)) return "";
+  return fmt::format("{} name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", what, s);
+}
+
 PolicyLoad parse_policy(const std::string& text, const std::string& name) {
   toml::table root;
   try {

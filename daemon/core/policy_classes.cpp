@@ -396,9 +396,8 @@ ClassSpec parse_class(Checker& c, const toml::table& t, Policy& p, ClassesSeen& 
   if (auto v = c.string(t, "name", section, true)) {
     cs.name = *v;
     section = fmt::format("class \"{}\"", *v);
-    if (!valid_name(*v))
-      c.error(where(t, "name"),
-              fmt::format("class name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *v));
+    if (auto bad = name_problem("class", *v); !bad.empty())
+      c.error(where(t, "name"), bad);
     else if (!seen.names.insert(*v).second)
       c.error(where(t, "name"), fmt::format("duplicate class name \"{}\"", *v));
   }

@@ -111,10 +111,8 @@ void parse_paths(Checker& c, const toml::table& root, Policy& p) {
     if (auto v = c.string(t, "name", section, true)) {
       ps.name = *v;
       section = fmt::format("path \"{}\"", *v);
-      if (!valid_name(*v))
-        c.error(
-            where(t, "name"),
-            fmt::format("path name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", *v));
+      if (auto bad = name_problem("path", *v); !bad.empty())
+        c.error(where(t, "name"), bad);
       else if (!names.insert(*v).second)
         c.error(where(t, "name"), fmt::format("duplicate path name \"{}\"", *v));
     }

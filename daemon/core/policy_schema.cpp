@@ -23,12 +23,6 @@ using namespace std::chrono_literals;
 using policy_parts::printable;
 using std::chrono::nanoseconds;
 
-// "NAME name "x" must be ...": a node, cluster, group, path or class name.
-std::string name_problem(std::string_view what, const std::string& v) {
-  if (valid_name(v)) return "";
-  return fmt::format("{} name \"{}\" must be 1-31 characters of a-z, 0-9, '-' or '_'", what, v);
-}
-
 // ADDRESS:PORT with an IPv4 address, [IPv6] or localhost, and a port 1-65535.
 bool valid_listen(const std::string& v) {
   size_t colon = v.rfind(':');

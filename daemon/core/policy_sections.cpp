@@ -5,6 +5,7 @@
 // section's rules over several keys, and the values of a form of their own.
 #include <algorithm>
 #include <charconv>
+#include <optional>
 
 #include <arpa/inet.h>
 #include "dualpath/core/units.h"
@@ -56,7 +57,9 @@ void scheduler_placement(Checker& c, const toml::table& t, SchedulerSettings& k)
     return;
   }
   auto word = n->value<std::string>();
-  if (!word || (*word != "flowlets" && *word != "cells" && *word != "bursts"))
+  const auto& words =
+      std::get<schema::Word>(schema::section("scheduler").key("placement")->type).words;
+  if (!word || std::find(words.begin(), words.end(), *word) == words.end())
     return;  // refused as declared
   if (!gap_given) k.flowlet_gap = k.burst_placement ? kDefaultBurstGap : kDefaultFlowletGap;
   if (*word == "bursts") {
@@ -315,8 +318,9 @@ size_t peer_addresses(Checker& c, const std::string& section, std::string_view p
 }
 
 // One [[peer]] entry.
-PeerSpec parse_peer(Checker& c, const toml::table& t, const Policy& p,
-                    std::map<std::string, std::string>& seen) {
+// A [[peer]] entry; none when it has no addresses table (refused).
+std::optional<PeerSpec> parse_peer(Checker& c, const toml::table& t, const Policy& p,
+                                   std::map<std::string, std::string>& seen) {
   PeerSpec pe;
   pe.line = static_cast<int>(t.source().begin.line);
   pe.addr4.resize(p.paths.size());
@@ -331,7 +335,7 @@ PeerSpec parse_peer(Checker& c, const toml::table& t, const Policy& p,
             fmt::format("{} needs addresses = {{ PATH = \"ADDRESS\", ... }}, its address on "
                         "each path (a list for IPv4 and IPv6)",
                         section));
-    return pe;
+    return std::nullopt;
   }
   std::vector<std::string> paths;
   for (auto& ps : p.paths) paths.push_back(ps.name);
@@ -368,9 +372,7 @@ void parse_peers(Checker& c, const toml::table& root, Policy& p) {
   }
   std::map<std::string, std::string> seen;  // address -> the peer that has it
   for (auto& e : *arr) {
-    PeerSpec pe = parse_peer(c, *e.as_table(), p, seen);
-    if (e.as_table()->get("addresses") && e.as_table()->get("addresses")->is_table())
-      p.peers.push_back(std::move(pe));
+    if (auto pe = parse_peer(c, *e.as_table(), p, seen)) p.peers.push_back(std::move(*pe));
   }
 }
 

@@ -345,6 +345,8 @@ std::string content_hash(const std::string& bytes);
 // A node, path, class, cluster or group name: 1-31 characters of a-z, 0-9,
 // '-' or '_', starting with a letter or digit.
 bool valid_name(const std::string& s);
+// "" for a valid name, else the refusal: `what` name "s" must be ...
+std::string name_problem(std::string_view what, const std::string& s);
 
 // Levenshtein distance, and the name in `names` nearest to `word` (case
 // ignored) when it is near enough to be what was meant (at most 2 edits, 1
