@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The alerting rules and the Grafana dashboard (tools/monitoring): the rules
-# are valid and behave as tests/monitoring/alerts_test.yml says, the
+# are valid and behave as tests/monitoring/alerts_test.yml says, their
+# queries return what they must over 2,000 nodes (fleet_alerts.py), the
 # dashboard is valid JSON with a query in every panel, and both name only
 # metrics that dualpathd exports (every dualpath_* name in them is a metric
 # family that daemon/core/metrics.cpp builds). The scrape configurations are
@@ -15,6 +16,8 @@ rules=$src/tools/monitoring/dualpath-alerts.yml
 command -v promtool >/dev/null || { echo "promtool is not installed (tools/quickstart installs it)"; exit 1; }
 promtool check rules "$rules"
 (cd "$here" && promtool test rules alerts_test.yml)
+# every alert's query over a fleet of 2,000 nodes, in the real Prometheus
+"$here/fleet_alerts.py" --nodes 2000
 for f in "$src"/tools/monitoring/prometheus-scrape*.yml; do
   if grep -q kubernetes_sd_configs "$f"; then
     tmp=$(mktemp --suffix=.yml)
