@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "dualpath/core/cluster_stages.h"
@@ -107,7 +108,11 @@ bool is_cluster_description(const std::string& text) {
     toml::table root = toml::parse(text, std::string_view{"<text>"});
     return root.get_as<toml::table>("cluster") != nullptr;
   } catch (const toml::parse_error&) {
-    return false;
+    // one with a mistake in its TOML (a section written twice): its
+    // [cluster] header says what it is, and its reader reports the mistake
+    static const std::regex header(
+        R"((^|\n)[ \t]*\[[ \t]*cluster[ \t]*\][ \t]*(#[^\n]*)?(\r?\n|$))");
+    return std::regex_search(text, header);
   }
 }
 

@@ -260,6 +260,15 @@ TEST(Cluster, APolicyIsNotADescription) {
   EXPECT_TRUE(dp::is_cluster_description(slurp(kExample)));
   EXPECT_FALSE(dp::is_cluster_description(slurp(std::string(DP_POLICY_DIR) + "/lab-a.toml")));
   EXPECT_FALSE(dp::is_cluster_description("this is = not [toml"));
+  // a description whose TOML has a mistake is still one: its reader names the mistake
+  const std::string twice = "[cluster]\nname = \"c1\"\n[scheduler]\n[scheduler]\n";
+  EXPECT_TRUE(dp::is_cluster_description(twice));
+  auto broken = dp::render_cluster(twice, "c.toml", std::nullopt);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.errors.front().line, 4) << broken.errors.front().str();
+  EXPECT_NE(broken.errors.front().str().find("scheduler"), std::string::npos)
+      << broken.errors.front().str();
+  EXPECT_FALSE(dp::is_cluster_description("[clusters]\nx = [\n"));
   auto r = dp::render_cluster(small(""), "c.toml");
   EXPECT_NE(only_error(r).find("the description has no [[node]] entries"), std::string::npos);
 }

@@ -41,7 +41,8 @@ struct ClusterRender {
 };
 
 // A cluster description rather than a policy: a TOML document with a
-// [cluster] table. False for text that is not TOML.
+// [cluster] table, or text that is not valid TOML but has a [cluster]
+// header line (its reader then reports the mistake with its line).
 bool is_cluster_description(const std::string& text);
 
 // Every node's policy, or only the node named `only` (its name or its
