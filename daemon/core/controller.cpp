@@ -318,9 +318,11 @@ void Controller::health_events(Plan& plan) {
   }
 }
 
+// A pin by the policy or by dpctl class set is DP_DECISION_F_PINNED; the
+// latter is also kOperatorPinned, which a reload and a restart read back.
 uint32_t Controller::flags(size_t klass) const {
   uint32_t f = policy_.classes[klass].pinned ? DP_DECISION_F_PINNED : 0;
-  if (klass < op_pinned_.size() && op_pinned_[klass]) f |= kOperatorPinned;
+  if (klass < op_pinned_.size() && op_pinned_[klass]) f |= DP_DECISION_F_PINNED | kOperatorPinned;
   return f;
 }
 

@@ -651,6 +651,7 @@ TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
   EXPECT_EQ(ours, 1u) << "no duplicated filters:\n" << filters;
   json c = klass("a", "expert-combine");
   EXPECT_EQ(c["rail"], "rail1") << "the operator's pin survived the restart";
+  EXPECT_EQ(c["pinned"], true) << c.dump();
   EXPECT_EQ(c["pinned_by"], "operator");
   EXPECT_GE(c["tx_bytes"].get<uint64_t>(), counted_before + bytes) << "counters were not reset";
   json unpinned = lab::dpctl("a", "class unpin expert-combine");

@@ -807,7 +807,8 @@ TEST(Controller, AnOperatorPinIsWrittenWithItsFlagAndSurvivesAReload) {
   auto* again = f.write_of(plan, "logs");
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->shares, (Shares{kAll, 0}));
-  EXPECT_EQ(again->flags & kOperatorPinned, kOperatorPinned);
+  EXPECT_EQ(again->flags, DP_DECISION_F_PINNED | kOperatorPinned)
+      << "rewritten, still pinned (dpctl class list: pinned, by the operator)";
 }
 
 TEST(Controller, AReloadKeepsAFailedRailRoutedAroundAndItsHealth) {
