@@ -68,7 +68,7 @@ json flows_json(const Node& n, const json& args) {
         sent.push_back({{"class", s.klass},
                         {"path", s.path},
                         {"bytes", s.bytes},
-                        {"bytes_per_s", s.bytes_per_s}});
+                        {"bytes_per_s", s.bytes_per_s ? json(*s.bytes_per_s) : json(nullptr)}});
     if (sent.empty()) continue;
     nccl.push_back({{"pid", p.pid},
                     {"process", p.name},

@@ -43,8 +43,8 @@ void NcclReports::report(pid_t pid, const std::string& name, const std::vector<C
     uint64_t& last = p.last[{c.klass, c.path}];
     uint64_t added = c.bytes - last;
     totals_[{c.klass, c.path}] += added;
-    p.rate[{c.klass, c.path}] =
-        since.count() > 0 && !restarted ? static_cast<double>(added) / since.count() : 0;
+    if (since.count() > 0 && !restarted)
+      p.rate[{c.klass, c.path}] = static_cast<double>(added) / since.count();
     last = c.bytes;
     if (added == 0 || !scheduled) continue;
     Paced& q = paced_[{c.klass, c.path}];
@@ -109,7 +109,8 @@ std::vector<NcclReports::ProcessView> NcclReports::processes(Clock::time_point n
     v.since = now - p.seen;
     for (const auto& [key, bytes] : p.last) {
       auto r = p.rate.find(key);
-      v.sent.push_back({key.first, key.second, bytes, r == p.rate.end() ? 0 : r->second});
+      v.sent.push_back({key.first, key.second, bytes,
+                        r == p.rate.end() ? std::nullopt : std::optional<double>(r->second)});
     }
     out.push_back(std::move(v));
   }

@@ -43,7 +43,9 @@ int cmd_flow_list(const Globals& g, const json& args) {
       for (auto& s : p["sent"])
         procs.push_back({std::to_string(p["pid"].get<int>()), str(p["process"]), str(s["class"]),
                          str(s["path"]), dp::format_bytes(s["bytes"].get<double>()),
-                         dp::format_bandwidth(s["bytes_per_s"].get<double>() * 8),
+                         s["bytes_per_s"].is_number()
+                             ? dp::format_bandwidth(s["bytes_per_s"].get<double>() * 8)
+                             : "-",
                          fmt::format("{:.1f}s ago{}", p["reported_s_ago"].get<double>(),
                                      p["scheduled"].get<bool>() ? "" : ", unmarked")});
     print_table({"PID", "PROCESS", "CLASS", "PATH", "BYTES", "RATE", "REPORTED"}, procs);

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,7 +81,9 @@ class NcclReports {
     struct Sent {
       std::string klass, path;
       uint64_t bytes = 0;
-      double bytes_per_s = 0;
+      // over the interval between its last two reports; none after one
+      // report (or a restart's first): no interval yet
+      std::optional<double> bytes_per_s;
     };
     std::vector<Sent> sent;
   };
