@@ -393,7 +393,17 @@ void Multipath::on_subflow_closed(multipath::Connection& c, const mptcp::Event& 
                  policy_.classes[c.klass].name, c.token, rail, why);
     requested_.erase(r);
   }
-  multipath::note_closed(c, path, up, now);
+  if (multipath::note_closed(c, path, up, now)) gave_up(c, path);
+}
+
+void Multipath::gave_up(const multipath::Connection& c, size_t path) {
+  spdlog::warn(
+      "class {} connection {:#x}: {} joins in a row on {} never came up (a firewall or middlebox "
+      "that drops or refuses MPTCP's MP_JOIN?): asked again only every {} min; the connection "
+      "goes on with its other subflows",
+      policy_.classes[c.klass].name, c.token, multipath::kGiveUpAfter,
+      path < policy_.paths.size() ? policy_.paths[path].name : "-",
+      std::chrono::duration_cast<std::chrono::minutes>(multipath::kGiveUpFor).count());
 }
 
 void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath::Action>& actions) {
@@ -439,7 +449,7 @@ void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath:
     if (!r) {
       ++counters_.failed;
       spdlog::warn("class {} path {}: {}", policy_.classes[c.klass].name, path, r.error().what());
-      if (a.kind == Kind::Create) multipath::note_failure(c, a.path, now);
+      if (a.kind == Kind::Create && multipath::note_failure(c, a.path, now)) gave_up(c, a.path);
     } else {
       spdlog::debug("class {} connection {:#x}: {} subflow on {}{}", policy_.classes[c.klass].name,
                     c.token,

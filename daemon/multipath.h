@@ -80,6 +80,8 @@ class Multipath {
   void on_subflow_closed(multipath::Connection& c, const mptcp::Event& e,
                          std::chrono::steady_clock::time_point now);
   void carry_out(multipath::Connection& c, const std::vector<multipath::Action>& actions);
+  // Says that joins on `path` stopped being asked for (multipath::note_failure).
+  void gave_up(const multipath::Connection& c, size_t path);
   // The path a subflow's packets leave on now, for what is shown: an
   // accepted subflow of the shared topology is answered on the rail it
   // arrives on, which the flow table holds (s.path is that at its start).

@@ -175,8 +175,10 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
   return out;
 }
 
-void note_failure(Connection& c, size_t path, Time now) {
-  if (path == kNoPath) return;
+namespace {
+
+// The next try on `path` after a failure: 1 s, doubling up to 8 s.
+void back_off(Connection& c, size_t path, Time now) {
   if (c.failures.size() <= path) c.failures.resize(path + 1, 0);
   if (c.retry_after.size() <= path) c.retry_after.resize(path + 1, Time{});
   int f = std::min(++c.failures[path], 6);
@@ -188,15 +190,29 @@ void note_failure(Connection& c, size_t path, Time now) {
   c.retry_after[path] = now + wait;
 }
 
-void note_removed(Connection& c, size_t path, Time up, Time now) {
-  if (path != kNoPath && up != Time{} && now - up >= kLived && path < c.failures.size())
-    c.failures[path] = 0;
+}  // namespace
+
+bool note_failure(Connection& c, size_t path, Time now) {
+  if (path == kNoPath) return false;
+  back_off(c, path, now);
+  if (c.refused.size() <= path) c.refused.resize(path + 1, 0);
+  if (++c.refused[path] < kGiveUpAfter) return false;
+  c.retry_after[path] = now + kGiveUpFor;
+  return c.refused[path] == kGiveUpAfter;
 }
 
-void note_closed(Connection& c, size_t path, Time up, Time now) {
-  if (path == kNoPath) return;
+void note_removed(Connection& c, size_t path, Time up, Time now) {
+  if (path == kNoPath || up == Time{}) return;
+  if (path < c.refused.size()) c.refused[path] = 0;  // it was made: joins get through
+  if (now - up >= kLived && path < c.failures.size()) c.failures[path] = 0;
+}
+
+bool note_closed(Connection& c, size_t path, Time up, Time now) {
+  if (path == kNoPath) return false;
+  if (up == Time{}) return note_failure(c, path, now);  // never made
   note_removed(c, path, up, now);
-  note_failure(c, path, now);
+  back_off(c, path, now);
+  return false;
 }
 
 }  // namespace dp::multipath

@@ -306,8 +306,45 @@ TEST(Multipath, ARailWhoseSubflowFailedIsTriedAgainAfterABackoffThatDoubles) {
   EXPECT_TRUE(reconcile(p, c, want(true, true, true, false), t0 + std::chrono::seconds(1)).empty());
   EXPECT_EQ(reconcile(p, c, want(true, true, true, false), t0 + std::chrono::seconds(2)).size(),
             1u);
-  for (int i = 0; i < 10; ++i) note_failure(c, 1, t0);
+  note_failure(c, 1, t0);
+  note_failure(c, 1, t0);
   EXPECT_EQ(c.retry_after[1] - t0, std::chrono::seconds(8)) << "capped";
+}
+
+TEST(Multipath, JoinsThatNeverComeUpAreAskedForOnlyEveryTenMinutesAfterSixAndSaidOnce) {
+  auto p = policy();
+  auto c = connected();
+  Time t = Time{} + std::chrono::hours(1);
+  // a middlebox drops every MP_JOIN on rail1: each join is never made
+  for (int i = 1; i < kGiveUpAfter; ++i) {
+    EXPECT_FALSE(note_failure(c, 1, t)) << i;
+    EXPECT_LE(c.retry_after[1] - t, std::chrono::seconds(8)) << i;
+    t = c.retry_after[1];
+  }
+  EXPECT_TRUE(note_failure(c, 1, t)) << "the sixth: the daemon says so";
+  EXPECT_EQ(c.retry_after[1] - t, kGiveUpFor);
+  EXPECT_TRUE(reconcile(p, c, want(true, true, true, false), t + std::chrono::minutes(9)).empty());
+  EXPECT_EQ(reconcile(p, c, want(true, true, true, false), t + kGiveUpFor).size(), 1u)
+      << "asked again once the pause is over";
+  t += kGiveUpFor;
+  EXPECT_FALSE(note_failure(c, 1, t)) << "said once";
+  EXPECT_EQ(c.retry_after[1] - t, kGiveUpFor);
+  // a join that comes up: joins get through again, the usual backoff
+  note_closed(c, 1, t + std::chrono::seconds(1), t + std::chrono::seconds(1) + kLived);
+  for (int i = 1; i < kGiveUpAfter; ++i) EXPECT_FALSE(note_failure(c, 1, t)) << i;
+  EXPECT_LE(c.retry_after[1] - t, std::chrono::seconds(8));
+}
+
+TEST(Multipath, JoinsThePeerAcceptsAndClosesAtOnceAreNeverGivenUp) {
+  auto c = connected();
+  Time t = Time{} + std::chrono::hours(1);
+  // the peer holds rail1 down for its hold-down: it accepts each join and
+  // closes it within a tick; the rail must come back when the peer does
+  for (int i = 0; i < 3 * kGiveUpAfter; ++i) {
+    EXPECT_FALSE(note_closed(c, 1, t, t + std::chrono::milliseconds(50)));
+    EXPECT_LE(c.retry_after[1] - t, std::chrono::milliseconds(50) + std::chrono::seconds(8));
+    t = c.retry_after[1];
+  }
 }
 
 TEST(Multipath, AJoinRefusedInTheConnectionsFirstSecondIsTriedAgainSoonOnce) {

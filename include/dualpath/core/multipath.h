@@ -59,6 +59,7 @@ struct Connection {
   std::vector<Subflow> subflows;
   std::vector<Time> retry_after;  // per path: no new subflow before this
   std::vector<int> failures;      // per path: subflows that ended since the last that worked
+  std::vector<int> refused;       // per path: joins in a row that never came up
   Time since{};                   // when the connection was established here
   uint8_t last_join_id = 0;       // shared topology: the address id of the last join made
 };
@@ -119,18 +120,26 @@ std::vector<uint16_t> subflow_shares(const Policy& p, const std::vector<bool>& a
 // share; when no usable rail is, every usable one is.
 std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& w, Time now);
 
-// A subflow of `c` on `path` ended (or could not be made): the next try
-// waits 1 s, doubling per failure up to 8 s.
-void note_failure(Connection& c, size_t path, Time now);
+// A subflow of `c` on `path` could not be made: the next try waits 1 s,
+// doubling per failure up to 8 s. After kGiveUpAfter joins in a row that
+// never came up (a firewall or middlebox that drops or refuses MP_JOIN,
+// which would otherwise be asked every 8 s for the connection's life) the
+// rail is asked again only every kGiveUpFor; the connection goes on with
+// its other subflows. Returns true for the failure that began that: the
+// caller says so.
+constexpr int kGiveUpAfter = 6;
+constexpr auto kGiveUpFor = std::chrono::minutes(10);
+bool note_failure(Connection& c, size_t path, Time now);
 
-// A subflow of `c` that was established at `up` ended at `now`. One that
+// A subflow of `c` that was established at `up` (Time{}: never, a join
+// that could not be made: note_failure) ended at `now`. One that
 // carried the connection for kLived or longer worked: its rail's backoff
 // starts again at 1 s. One that ended sooner counts as a failure of its
 // rail, as a refused join does: a peer that holds the rail down (its own
 // hold-down after a failure this end did not see) closes each join it
 // accepts, and a join made again each second would churn until it is back.
 constexpr auto kLived = std::chrono::seconds(2);
-void note_closed(Connection& c, size_t path, Time up, Time now);
+bool note_closed(Connection& c, size_t path, Time up, Time now);  // note_failure's
 
 // This end removed a subflow of `c` on `path` (its rail failed or lost its
 // role) that was established at `up`: one that carried the connection for
