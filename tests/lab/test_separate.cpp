@@ -696,6 +696,49 @@ TEST_F(Separate, AMultipathConnectionToAPeerWithoutMptcpFallsBackToTcpAndIsCount
   EXPECT_GE(metric_on("dpl-a", "dualpath_mptcp_fallbacks_total"), before + 1);
 }
 
+// A firewall on b's rail1 that does not know MPTCP refuses every join (an
+// RST to each MP_JOIN SYN): the connection goes on over its first subflow
+// with every byte delivered, and a's daemon stops asking for the rail1 join
+// after 6 joins that never came up (about 22 s: 0.1 + 2 + 4 + 8 + 8) and
+// says so once.
+TEST_F(Separate, JoinsAFirewallRefusesAreGivenUpAndTheConnectionGoesOn) {
+  const std::string b = nsenter("dpl-b");
+  must(b + "nft add table inet dptest");
+  struct Unfirewall {
+    ~Unfirewall() { sh(nsenter("dpl-b") + "nft delete table inet dptest"); }
+  } unfirewall;
+  must(b + "nft 'add chain inet dptest in { type filter hook input priority 0; }'");
+  must(b + "nft add rule inet dptest in iifname rail1 tcp option mptcp subtype 1 " +
+       "reject with tcp reset");
+  const std::string log_file = "/run/dualpath-lab/dpl-a.log";
+  const auto from = static_cast<std::streamoff>(std::filesystem::file_size(log_file));
+  auto said = [&] {
+    std::ifstream in(log_file);
+    in.seekg(from);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t n = 0;
+    for (size_t at = 0;
+         (at = text.find("joins in a row on rail1 never came up", at)) != std::string::npos; ++at)
+      ++n;
+    return n;
+  };
+  Transfer t(collective_transfer(45106, 60'000'000, 20e6));  // 24 s
+  std::set<std::string> paths;
+  auto end = Clock::now() + std::chrono::seconds(35);
+  while (Clock::now() < end && !said()) {
+    json c = wait_conn("a", 45106, 500, [](const json&) { return true; });
+    if (c.is_object())
+      for (const auto& p : subflow_paths(c)) paths.insert(p);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(said(), 1u) << "a's daemon says once that it stopped asking";
+  EXPECT_EQ(paths, std::set<std::string>{"rail0"}) << "no rail1 subflow ever came up";
+  auto r = t.wait();
+  ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "MPTCP over its first subflow";
+  EXPECT_EQ(r.received, 60'000'000u);
+}
+
 // The case: a collective job whose rail fails mid-transfer. b's rail0
 // loses its carrier; the connection carries on over rail1 with no reset and
 // every byte delivered, and gets its rail0 subflow back after the hold-down
