@@ -169,22 +169,32 @@ Result<void> Multipath::apply_settings(const std::string& node) {
     std::ifstream in(file);
     kept.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  auto keep = [&file](const std::string& text) {
+  // the file as `text` says, or why not (a full or read-only /run)
+  auto keep = [&file](const std::string& text) -> Result<void> {
     std::error_code ec;
-    if (text.empty()) return (void)std::filesystem::remove(file, ec);
+    if (text.empty()) {
+      std::filesystem::remove(file, ec);
+      return {};
+    }
     std::filesystem::create_directories("/run/dualpath", ec);
     std::ofstream f(file, std::ios::trunc);
     f << text;
-    if (!f)
-      spdlog::warn("{}: cannot keep the earlier MPTCP settings; --cleanup cannot restore them",
-                   file);
+    f.close();  // a full file system refuses the bytes at the flush
+    if (!f) return DP_SYS_ERROR(errno, "writing {} failed", file);
+    return {};
   };
   for (const auto& c : changes) {
     bool first = kept.find(c.key + "=") == std::string::npos;
     std::string with = first ? kept + c.key + "=" + c.from + "\n" : kept;
-    if (first) keep(with);
+    // a value that cannot be kept is not changed: dualpathd --cleanup (and
+    // the package's removal) could not give it back
+    if (auto k = first ? keep(with) : Result<void>{}; !k)
+      return DP_ERROR(
+          "net.mptcp.{} is left at {}: the value to restore could not be kept ({}; tried again "
+          "every 5 s)",
+          c.key, c.from, k.error().what());
     if (auto w = write_sysctl(c.key, c.to); !w) {
-      if (first) keep(kept);  // unchanged: nothing of it to restore
+      if (first) (void)keep(kept);  // unchanged: nothing of it to restore
       return w.error();
     }
     kept = with;
