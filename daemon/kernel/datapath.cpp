@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -511,6 +512,8 @@ void Datapath::note_tcp_listeners() {
   // program runs, and the SOCKHASH update takes it again: a listener from
   // before the start is then handed over only once it listens again.
   if (!running_kernel_at_least(6, 5)) {
+    static bool said = false;  // once per process, not at every reload
+    if (std::exchange(said, true)) return;
     spdlog::info(
         "TCP listeners that were bound to a rail's address before dualpathd attached are not "
         "handed connections placed on another rail until they listen again (Linux 6.5 finds "

@@ -70,10 +70,16 @@ std::string arp_state(const IpAddr& addr, const std::string& dev) {
 
 }  // namespace
 
-std::string kernel_problem(const std::string& release, bool has_btf) {
+std::optional<std::pair<int, int>> kernel_version(const std::string& release) {
   int major = 0, minor = 0;
-  if (std::sscanf(release.c_str(), "%d.%d", &major, &minor) != 2)
-    return fmt::format("cannot read the kernel's version from \"{}\"", release);
+  if (std::sscanf(release.c_str(), "%d.%d", &major, &minor) != 2) return std::nullopt;
+  return std::pair{major, minor};
+}
+
+std::string kernel_problem(const std::string& release, bool has_btf) {
+  auto version = kernel_version(release);
+  if (!version) return fmt::format("cannot read the kernel's version from \"{}\"", release);
+  auto [major, minor] = *version;
   if (major < 5 || (major == 5 && minor < 18))
     return fmt::format(
         "this kernel is {}; dualpathd needs Linux 5.18 or later (Debian 12's 6.1, "
@@ -95,9 +101,9 @@ std::string running_kernel_problem() {
 
 bool running_kernel_at_least(int major, int minor) {
   utsname u{};
-  int ma = 0, mi = 0;
-  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
-  return ma > major || (ma == major && mi >= minor);
+  if (::uname(&u) != 0) return false;
+  auto version = kernel_version(u.release);
+  return version && *version >= std::pair{major, minor};
 }
 
 std::vector<NodeCheck> check_node(const Policy& p) {

@@ -135,3 +135,13 @@ TEST(Kernel, TooOldOrWithoutBtfIsRefusedWithWhatItNeeds) {
   EXPECT_NE(dp::kernel_problem("6.8.0", false).find("CONFIG_DEBUG_INFO_BTF"), std::string::npos);
   EXPECT_NE(dp::kernel_problem("weird", true).find("cannot read"), std::string::npos);
 }
+
+// One reading of uname's release serves the start check and the iterator's
+// kernel check (Linux 6.5, datapath.cpp).
+TEST(Kernel, VersionIsReadFromTheRelease) {
+  EXPECT_EQ(dp::kernel_version("6.1.0-13-amd64"), std::pair(6, 1));
+  EXPECT_EQ(dp::kernel_version("6.18.2+deb13-amd64"), std::pair(6, 18));
+  EXPECT_EQ(dp::kernel_version("5.4"), std::pair(5, 4));
+  EXPECT_EQ(dp::kernel_version("6"), std::nullopt);
+  EXPECT_EQ(dp::kernel_version("weird"), std::nullopt);
+}

@@ -6,7 +6,9 @@
 // being set up), but it says what will not work.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dualpath/core/policy.h"
@@ -22,6 +24,9 @@ struct NodeCheck {
 
 std::vector<NodeCheck> check_node(const Policy& p);
 
+// The major and minor version of a kernel release as uname gives it
+// ("6.1.0-13-amd64": 6, 1); nullopt if it starts otherwise.
+std::optional<std::pair<int, int>> kernel_version(const std::string& release);
 // The kernel dualpathd needs, checked before it loads anything: Linux 5.18
 // or later (the datapath reads skb->tstamp_type; sk_lookup is 5.9, cgroup
 // getpeername 5.8) with BTF (/sys/kernel/btf/vmlinux: CO-RE relocations of
