@@ -21,22 +21,14 @@ std::string ports_text(const json& c) {
 // The rail, or each rail's share; "(pinned)" after a pin.
 std::string rail_text(const json& c) {
   std::string rail = str(c["rail"]);
-  if (c["rail"].is_null()) {
-    rail.clear();
-    for (auto& [k, v] : c["shares"].items())
-      if (v.get<double>() > 0)
-        rail += fmt::format("{}{}:{:.0f}%", rail.empty() ? "" : ",", k, v.get<double>());
-  }
+  if (c["rail"].is_null()) rail = shares_text(c["shares"], true);
   return rail + (c["pinned"].get<bool>() ? " (pinned)" : "");
 }
 
 // What the rails carried under the decision (decided_shares), "-" until
 // there is enough.
 std::string carried_text(const json& c) {
-  std::string carried;
-  if (const json cs = c.value("carried_shares", json(nullptr)); cs.is_object())
-    for (auto& [k, v] : cs.items())
-      carried += fmt::format("{}{}:{:.0f}%", carried.empty() ? "" : ",", k, v.get<double>());
+  std::string carried = shares_text(c.value("carried_shares", json(nullptr)), false);
   return carried.empty() ? "-" : carried;
 }
 

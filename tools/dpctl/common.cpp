@@ -29,6 +29,17 @@ std::string str(const json& j) {
   return j.dump();
 }
 
+std::string shares_text(const json& shares, bool skip_zero, std::string_view sep,
+                        std::string_view between) {
+  std::string out;
+  if (!shares.is_object()) return out;
+  for (auto& [rail, share] : shares.items())
+    if (!skip_zero || share.get<double>() > 0)
+      out +=
+          fmt::format("{}{}{}{:.0f}%", out.empty() ? "" : sep, rail, between, share.get<double>());
+  return out;
+}
+
 // Sends a request; prints the error reply and returns nullopt on failure.
 std::optional<json> request(const Globals& g, const std::string& cmd, json args, int* rc) {
   auto r = dp::call(g.socket, json{{"cmd", cmd}, {"args", std::move(args)}});

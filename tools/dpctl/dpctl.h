@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -33,6 +34,11 @@ void print_json(const Globals& g, const json& j);
 // Errors: {"error": ...} on stdout under -j, a sentence on stderr otherwise. Returns 1.
 int fail(const Globals& g, const std::string& message, const json& extra = nullptr);
 std::string str(const json& j);
+// Shares of rails ({"rail0": 80, "rail1": 20}) as text: "rail0:80%,rail1:20%"
+// in tables (sep ",", between ":"), "rail0 80%, rail1 20%" in events; rails
+// at 0% left out where skip_zero. Empty when nothing is left.
+std::string shares_text(const json& shares, bool skip_zero, std::string_view sep = ",",
+                        std::string_view between = ":");
 // One event of dpctl events (a decision, a health transition), two lines.
 void print_event(const json& e);
 // Columns aligned under their heads.

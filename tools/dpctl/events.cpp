@@ -9,10 +9,7 @@ namespace dpctl {
 
 void print_event(const json& e) {
   auto shares = [](const json& s) {
-    std::string out;
-    for (auto& [k, v] : s.items())
-      if (v.get<double>() > 0)
-        out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", k, v.get<double>());
+    std::string out = shares_text(s, true, ", ", " ");
     return out.empty() ? std::string("none") : out;
   };
   if (e["class"].is_null()) {  // a path's health
