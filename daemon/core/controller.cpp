@@ -301,12 +301,20 @@ void Controller::health_events(Plan& plan) {
           // their established connections with them
           plan.resets.push_back({i, !policy_.health.suspect_moves_elastic, true});
       }
-      if (was_carrying && now_zero) {
-        auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(
-                                 policy_.health.interval * policy_.health.multiplier);
+      auto settle = ev.t + std::chrono::duration_cast<SchedClock::duration>(
+                               policy_.health.interval * policy_.health.multiplier);
+      if (was_carrying && now_zero)
         for (size_t j = 0; j < R; ++j)
           if (j != i) paths_[j].settle_until = std::max(paths_[j].settle_until, settle);
-      }
+      // A rail back from a failure: connections that backed off while it was
+      // out retransmit onto it in its first moments, and one more RTO among
+      // them is the outage's echo, not a new failure (after both rails were
+      // down: 1 RTO, 1 of 9 segments retransmitted, nothing acknowledged in
+      // 50 ms made the rail suspect again). Its own evidence waits as long as
+      // BFD takes to tell, as a rail's that took over a failed one does.
+      if ((ev.from == RailState::Down || ev.from == RailState::Holddown) &&
+          (ev.to == RailState::Ramping || ev.to == RailState::Up))
+        paths_[i].settle_until = std::max(paths_[i].settle_until, settle);
       SchedulerEvent e;
       e.t = ev.t;
       e.path = name;

@@ -613,6 +613,43 @@ TEST(Controller, BothRailsDownKeepsTheLastDecisionsAndSaysSoOnce) {
         << name << " is back on its rail";
 }
 
+// After both rails were down, the connections that backed off retransmit
+// onto a rail as it comes back: one more RTO among them, in its first tick,
+// is the outage's echo. The same evidence once BFD's detection time has
+// passed (1.5 s in the lab policy) ends the ramp, as it would have at once.
+TEST(Controller, ALoneRtoAsARailComesBackIsNotEvidenceUntilBfdCouldTell) {
+  Fixture f;
+  f.c.carrier(0, false, f.t);
+  f.c.carrier(1, false, f.t);
+  f.carry_out(f.c.settle(f.t));
+  f.c.carrier(1, true, f.t + 1s);  // the first back: up at once
+  f.carry_out(f.c.settle(f.t + 1s));
+  f.c.carrier(0, true, f.t + 2s);  // the second: hold-down, then the ramp
+  f.carry_out(f.c.settle(f.t + 2s));
+  T now = f.t + 2s;
+  while (f.c.health(0).state() != RailState::Ramping && now < f.t + 30s) {
+    now += 50ms;
+    f.carry_out(f.c.tick(f.quiet(now)));
+  }
+  ASSERT_EQ(f.c.health(0).state(), RailState::Ramping) << f.c.health(0).reason();
+  auto echo = [&](T at, uint64_t n) {
+    TickInput in = f.quiet(at);
+    in.rails[0].tcp.segs_out = 9 * n;
+    in.rails[0].tcp.retrans_segs = n;
+    in.rails[0].tcp.rto_events = n;
+    in.rails[1].tcp.segs_out = 1000 * n;
+    f.carry_out(f.c.tick(in));
+  };
+  echo(now + 50ms, 1);
+  EXPECT_EQ(f.c.health(0).state(), RailState::Ramping)
+      << "suspected on the outage's echo: " << f.c.health(0).reason();
+  echo(now + 1600ms, 1);  // nothing new
+  echo(now + 1650ms, 2);  // a ramp with evidence against it ends: back to the hold-down
+  EXPECT_EQ(f.c.health(0).state(), RailState::Holddown) << f.c.health(0).reason();
+  EXPECT_NE(f.c.health(0).reason().find("ramp aborted: data-path evidence"), std::string::npos)
+      << f.c.health(0).reason();
+}
+
 TEST(Controller, TheFirstRailBackWithItsCarrierCarriesBeforeItsBfdSession) {
   Fixture f;
   for (size_t i : {0u, 1u}) f.c.bfd(i, bfd::State::Up, bfd::Diag::None, false, f.t);
