@@ -121,6 +121,7 @@ class Daemon : private Node {
   // each rail's carrier then
   std::chrono::steady_clock::time_point routing_checked_{};
   std::vector<bool> routing_carrier_;
+  uint64_t routing_overflows_ = 0;  // monitor_.overflows() at the last check
   std::chrono::steady_clock::time_point cgroups_checked_{};
 
   EventLoop loop_;

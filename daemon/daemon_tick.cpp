@@ -113,16 +113,22 @@ void Daemon::check_interfaces() {
 }
 
 // The kernel flushes a link's routes when it is set down, and someone may
-// delete ours: once a second, and at once when a rail's carrier came back,
-// what policy routing should hold is compared with what the kernel has and
-// the missing rules and routes are added again. Without it, a rail that
-// comes back after its link was down carries nothing until the next reload
-// (the decisions move to it, the packets find no route).
+// delete ours: once a second, and at once when a rail's carrier came back or
+// link events were lost (ENOBUFS: a churn's events), what policy routing
+// should hold is compared with what the kernel has and the missing rules and
+// routes are added again. Without it, a rail that comes back after its link
+// was down carries nothing until the next reload (the decisions move to it,
+// the packets find no route).
 void Daemon::resync_routing(std::chrono::steady_clock::time_point now) {
   std::vector<bool> carrier;
   for (size_t i = 0; i < policy_.paths.size(); ++i)
     carrier.push_back(controller_.health(i).carrier_up());
-  if (carrier == routing_carrier_ && now - routing_checked_ < std::chrono::seconds(1)) return;
+  // link events lost: a rule or route may have gone with them, checked now
+  bool overflowed = monitor_.overflows() != routing_overflows_;
+  if (carrier == routing_carrier_ && !overflowed &&
+      now - routing_checked_ < std::chrono::seconds(1))
+    return;
+  routing_overflows_ = monitor_.overflows();
   routing_carrier_ = carrier;
   routing_checked_ = now;
   auto around = controller_.routed_around_for(policy_);

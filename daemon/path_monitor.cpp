@@ -3,6 +3,7 @@
 
 #include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <netlink/errno.h>
 #include <netlink/msg.h>
 #include <netlink/netlink.h>
 #include <netlink/socket.h>
@@ -133,11 +134,35 @@ Result<void> PathMonitor::open_link_events() {
       },
       this);
   loop_.watch(link_events_.fd(), [this] {
-    while (nl_recvmsgs_default(link_events_.get()) >= 0) {
+    int r;
+    while ((r = nl_recvmsgs_default(link_events_.get())) >= 0) {
     }
+    // Anything but "no more" is ENOBUFS (libnl's NLE_NOMEM) or worse: the
+    // kernel dropped events while the socket's buffer was full (a churn of
+    // links, a daemon stopped for a while). A rail's carrier change may be
+    // among them, and the next event of that rail may never come: each
+    // rail's carrier is read again.
+    if (r != -NLE_AGAIN) reread_carrier(r);
     changed_();
   });
   return {};
+}
+
+void PathMonitor::reread_carrier(int error) {
+  ++overflows_;
+  auto now = SchedClock::now();
+  std::string states;
+  for (size_t i = 0; i < ifindex_.size(); ++i) {
+    char name[IF_NAMESIZE] = {};
+    if (!::if_indextoname(ifindex_[i], name)) continue;  // gone: the tick's check says so
+    bool up = carrier_of(name);
+    controller_.carrier(i, up, now);
+    states += fmt::format("{}{} {}", states.empty() ? "" : ", ", names_[i], up ? "up" : "down");
+  }
+  spdlog::warn(
+      "link events may have been lost ({}: the netlink socket's buffer overflowed); carrier "
+      "read again: {}; policy routing is checked at the next tick",
+      nl_geterror(error), states);
 }
 
 void PathMonitor::on_readable(size_t i) {

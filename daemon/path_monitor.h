@@ -35,10 +35,15 @@ class PathMonitor {
   // (rail_key) is unchanged keeps its session. Paths no longer named send
   // AdminDown to their peers. `ifindex` maps link events to paths.
   void setup(const Policy& next, const std::vector<uint32_t>& ifindex);
-  // Carrier changes as they happen (otherwise at the next tick's check).
+  // Carrier changes as they happen; where events were lost (ENOBUFS: a
+  // churn of links, a daemon stopped), every rail's carrier is read again.
   Result<void> open_link_events();
   // RFC 5882 3.2: AdminDown, so the peers do not take our exit for a failure.
   void send_admin_down();
+
+  // How many times link events were lost (ENOBUFS) and carrier read again:
+  // the daemon checks policy routing at once when it grows.
+  uint64_t overflows() const { return overflows_; }
 
   std::optional<BfdView> bfd(size_t path) const;
   // Whether an interface has carrier now (IFF_UP and IFF_RUNNING).
@@ -55,6 +60,7 @@ class PathMonitor {
   void on_readable(size_t path);
   void service();  // due transmissions and detection timers
   void transitions(size_t path);
+  void reread_carrier(int error);  // after lost link events (a libnl error)
   std::optional<SchedClock::time_point> next_wakeup() const;
 
   EventLoop& loop_;
@@ -64,6 +70,7 @@ class PathMonitor {
   std::vector<uint32_t> ifindex_;   // per policy path
   std::vector<Session> sessions_;   // per policy path
   NlSocket link_events_;            // rtnetlink link events (carrier)
+  uint64_t overflows_ = 0;
 };
 
 }  // namespace dp

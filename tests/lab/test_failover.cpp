@@ -15,7 +15,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <regex>
@@ -595,6 +597,80 @@ TEST_F(Failover, BothRailsLoseCarrierAndTheFirstBackCarriesBeforeTheSecond) {
               << " ms after the first rail was back\n";
   }
   EXPECT_EQ(klass("a", "expert-dispatch")["shares"]["rail0"], 100) << "back on its rail";
+}
+
+// Link events lost to a full netlink buffer (ENOBUFS), as in a churn of
+// links: node a's daemon is stopped (SIGSTOP) with rail1 down, 400 veth
+// pairs come and go in its namespace (its link event queue overflows), and
+// rail1 comes back up among the lost events, and one of dualpath's routes is
+// deleted. The daemon reads every rail's carrier again (without it, rail1
+// would stay down until its next link event: here, never) and checks its
+// policy routing at once.
+TEST_F(Failover, LinkEventsLostToAFullNetlinkBufferAreReadAgain) {
+  struct Restore {
+    pid_t pid = -1;
+    ~Restore() {
+      if (pid > 0) ::kill(pid, SIGCONT);
+      sh(nsenter("dpl-a") + "ip link set rail1 up");
+      restore_lab_routes("dpl-a");
+    }
+  } restore;
+  const std::string log_file = "/run/dualpath-lab/dpl-a.log";
+  const auto log_from = static_cast<std::streamoff>(fs::file_size(log_file));
+  must(nsenter("dpl-a") + "ip link set rail1 down");
+  ASSERT_TRUE(eventually([] { return health("a", "rail1") == "down"; }, 3s))
+      << health("a", "rail1");
+  ASSERT_EQ(path("a", "rail1")["health"]["reason"], "carrier lost");
+
+  restore.pid = daemon_pid("dpl-a");
+  ASSERT_GT(restore.pid, 0);
+  ASSERT_EQ(::kill(restore.pid, SIGSTOP), 0);
+  std::string batch = "/tmp/dp-churn-" + std::to_string(::getpid());
+  {
+    std::ofstream f(batch);
+    for (int i = 0; i < 400; ++i)
+      f << "link add dpq" << i << " type veth peer name dpr" << i << "\n";
+    for (int i = 0; i < 400; ++i) f << "link del dpq" << i << "\n";
+  }
+  auto churn = sh(nsenter("dpl-a") + "ip -batch " + batch);
+  fs::remove(batch);
+  ASSERT_EQ(churn.rc, 0) << churn.out;
+  must(nsenter("dpl-a") + "ip link set rail1 up");
+  ASSERT_TRUE(eventually(
+      [] {
+        return must(nsenter("dpl-a") + "ip link show rail1").find("LOWER_UP") != std::string::npos;
+      },
+      3s));
+  // and one of dualpath's routes of rail0 deleted behind its back
+  must(nsenter("dpl-a") + "ip route del 10.99.0.2/32 table 100");
+  ASSERT_EQ(::kill(restore.pid, SIGCONT), 0);
+  restore.pid = -1;
+  auto resumed = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 resumed)
+        .count();
+  };
+
+  EXPECT_TRUE(eventually([] { return health("a", "rail1") != "down"; }, 3s))
+      << "rail1 is still " << health("a", "rail1") << ": its carrier was not read again";
+  std::cout << "[ measured ] rail1 " << health("a", "rail1") << " " << since()
+            << " ms after the daemon resumed\n";
+  EXPECT_TRUE(eventually(
+      [] {
+        return must(nsenter("dpl-a") + "ip route show table 100").find("10.99.0.2") !=
+               std::string::npos;
+      },
+      3s))
+      << "dualpath's route in table 100 is not back";
+  std::cout << "[ measured ] rail0's route back " << since() << " ms after the daemon resumed\n";
+  std::ifstream in(log_file);
+  in.seekg(log_from);
+  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("link events may have been lost"), std::string::npos) << log;
+  // back in service through its hold-down and ramp, for the next test
+  EXPECT_TRUE(eventually([] { return health("a", "rail1") == "up"; }, kHolddown + 10s))
+      << health("a", "rail1");
 }
 
 // The daemon of node a killed (SIGKILL) in the middle of a failover (100 ms
