@@ -62,7 +62,13 @@ Result<void> pinned_link(bpf_program* prog, const std::string& pin_dir, const st
         return DP_SYS_ERROR(errno, "updating the {} link at {} failed", what, pin);
       return {};
     }
-    ::unlink(pin.c_str());
+    // A pin that cannot be removed is said as such, before anything is
+    // attached beside it. On a bpffs mounted read-only, a pinned link cannot
+    // even be opened (the kernel opens links for writing only), so a reload
+    // (it swaps each link's program) is refused there, and the running
+    // policy stays.
+    if (::unlink(pin.c_str()) != 0 && errno != ENOENT)
+      return DP_SYS_ERROR(errno, "replacing the {} link pinned at {} failed", what, pin);
   }
   auto made = attach();
   if (!made) return made.error();
@@ -248,6 +254,12 @@ Result<void> ensure_bpffs(const std::string& dir) {
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  if (ec == std::errc::read_only_file_system)
+    return DP_ERROR(
+        "creating pin directory {} failed: Read-only file system (the datapath lives in its pins: "
+        "dualpathd needs the BPF filesystem writable; a container needs the host's /sys/fs/bpf "
+        "mounted read-write)",
+        dir);
   if (ec) return DP_SYS_ERROR(ec.value(), "creating pin directory {} failed", dir);
   if (statfs(dir.c_str(), &st) != 0 || st.f_type != BPF_FS_MAGIC)
     return DP_ERROR("pin directory {} is not on a BPF filesystem", dir);
