@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The soak: traffic in every class while rails flap, a daemon is killed and
-// restarted, policies are reloaded and a rail is blackholed, round after
-// round, for DP_SOAK_SECONDS (default 90; CI). Run it longer as a benchmark:
-//   DP_SOAK_SECONDS=1800 build/tests/dp_lab_soak_tests
+// The soak: traffic in every class, a multipath class's MPTCP streams among
+// it, under the node's defaults (the adaptive scheduler, burst placement,
+// BFD), while rails flap, a daemon is killed and restarted, policies are
+// reloaded and a rail is blackholed: one fault a round, in a random order and
+// at a random moment, for DP_SOAK_SECONDS (default 90; CI). Run it longer as
+// a benchmark (docs/benchmarks.md, "The soak"):
+//   DP_SOAK_SECONDS=600 build/tests/dp_lab_soak_tests
+// It ends with a table per class: connections, broken ones, bytes sent,
+// received and lost, and the longest stall (a fault's outage included).
 // Invariants, checked every round and at the end:
-//  - every TCP byte of every class arrives intact, no connection breaks;
+//  - every TCP byte of every class arrives intact, no connection breaks, and
+//    neither daemon resets one (the shared topology moves them);
 //  - nothing leaks: the rules, dualpath's routes, the tc filters and the pins
 //    of both nodes are what they were before the first round, and the BPF
 //    programs and maps loaded in the kernel are as many as before;
@@ -15,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -140,10 +148,24 @@ std::string fd_diff(const std::map<std::string, size_t>& before,
   return out;
 }
 
+constexpr const char* kCollective = "/dpl-soak-collective";
+
+// What one class carried over the whole soak, and its worst moment.
+struct ClassTotals {
+  uint64_t connections = 0, broken = 0;  // broken: ended with an error
+  uint64_t sent = 0, received = 0;
+  uint64_t longest_stall_us = 0;  // the receiver's longest wait for data
+};
+
 // TCP in every class, a to b, checksummed: expert-dispatch, expert-combine,
-// param-sync and logs streams, and control request/response.
+// param-sync and logs streams, an MPTCP stream of the multipath class
+// (collective, by its cgroup), and control request/response.
 struct Traffic {
-  std::vector<std::unique_ptr<Transfer>> streams;
+  struct Stream {
+    std::string klass;
+    std::unique_ptr<Transfer> transfer;
+  };
+  std::vector<Stream> streams;
   std::thread rpc;
   std::vector<double> rtts;
   int rpc_count;
@@ -151,18 +173,29 @@ struct Traffic {
   explicit Traffic(std::chrono::seconds len, uint16_t round) {
     const double secs = static_cast<double>(len.count());
     struct C {
+      const char* klass;
       uint16_t port;
       double rate;
+      bool multipath = false;
     };
     uint16_t off = static_cast<uint16_t>(round % 50);
-    for (C c :
-         {C{static_cast<uint16_t>(50400 + off), 20e6}, C{static_cast<uint16_t>(51400 + off), 20e6},
-          C{static_cast<uint16_t>(52400 + off), 10e6},
-          C{static_cast<uint16_t>(54010 + off), 5e6}}) {
-      uint64_t n = static_cast<uint64_t>(c.rate * secs / 8);
-      bytes += n;
-      streams.push_back(std::make_unique<Transfer>(
-          TransferSpec{"dpl-a", "dpl-b", "10.99.0.2", c.port, 0, 0, n, c.rate}));
+    for (C c : {C{"expert-dispatch", 50400, 20e6}, C{"expert-combine", 51400, 20e6},
+                C{"param-sync", 52400, 10e6}, C{"logs", 54010, 5e6},
+                C{"collective", 45400, 10e6, true}}) {
+      TransferSpec spec{"dpl-a",
+                        "dpl-b",
+                        "10.99.0.2",
+                        static_cast<uint16_t>(c.port + off),
+                        0,
+                        0,
+                        static_cast<uint64_t>(c.rate * secs / 8),
+                        c.rate};
+      if (c.multipath) {
+        spec.cgroup = kCollective;
+        spec.mptcp = true;
+      }
+      bytes += spec.bytes;
+      streams.push_back({c.klass, std::make_unique<Transfer>(spec)});
     }
     rpc_count = static_cast<int>(secs * 300);
     rpc = std::thread([this, off] {
@@ -170,17 +203,35 @@ struct Traffic {
                        256, 3000);
     });
   }
-  // false (with the reason added to the test's failures) when anything broke
-  bool intact(const std::string& during) {
+  // false (with the reason added to the test's failures) when anything
+  // broke; each class's figures are added to `totals`
+  bool intact(const std::string& during, std::map<std::string, ClassTotals>& totals) {
     bool ok = true;
-    for (auto& t : streams) {
+    for (auto& [klass, t] : streams) {
       auto r = t->wait();
-      EXPECT_TRUE(r.ok()) << during << ": \"" << r.error << "\", sent " << r.sent << " received "
-                          << r.received;
+      EXPECT_TRUE(r.ok()) << during << ": " << klass << ": \"" << r.error << "\", sent " << r.sent
+                          << " received " << r.received;
+      if (klass == "collective") {
+        EXPECT_TRUE(r.client_mptcp && r.server_mptcp)
+            << during << ": the multipath class's connection fell back to TCP";
+      }
+      ClassTotals& c = totals[klass];
+      ++c.connections;
+      c.broken += !r.error.empty();
+      c.sent += r.sent;
+      c.received += r.received;
+      c.longest_stall_us = std::max(c.longest_stall_us, r.max_gap_us);
       ok = ok && r.ok();
     }
     rpc.join();
     EXPECT_EQ(static_cast<int>(rtts.size()), rpc_count) << during << ": the control stream broke";
+    ClassTotals& c = totals["control"];
+    ++c.connections;
+    c.broken += static_cast<int>(rtts.size()) != rpc_count;
+    c.sent += static_cast<uint64_t>(rpc_count) * 256;
+    c.received += rtts.size() * 256;
+    for (double rtt_us : rtts)  // a request's round trip is the wait for its answer
+      c.longest_stall_us = std::max(c.longest_stall_us, static_cast<uint64_t>(rtt_us));
     return ok && static_cast<int>(rtts.size()) == rpc_count;
   }
   ~Traffic() {
@@ -236,21 +287,39 @@ TEST_F(Soak, TrafficSurvivesFlapsRestartsAndReloadsAndNothingLeaks) {
        }},
   };
 
+  // The faults in a random order (each once in every len(actions) rounds),
+  // and at a random moment of the round's traffic; DP_SOAK_SEED replays one.
+  const char* seed_env = std::getenv("DP_SOAK_SEED");
+  const auto seed = static_cast<uint32_t>(seed_env ? std::strtoul(seed_env, nullptr, 10)
+                                                   : std::random_device{}());
+  std::printf("soak: seed %u (DP_SOAK_SEED=%u replays this order)\n", seed, seed);
+  std::fflush(stdout);  // before the rounds' lines on stderr
+  std::mt19937 rng(seed);
+  std::vector<size_t> order;
+
   auto start = std::chrono::steady_clock::now();
   long rss_first = -1, rss_last = -1;
   size_t fds_first = 0, fds_last = 0;
   std::map<std::string, size_t> fds_first_kinds, fds_last_kinds;
+  std::map<std::string, ClassTotals> totals;
   uint64_t bytes = 0;
   int rounds = 0;
-  while (std::chrono::steady_clock::now() - start < duration) {
-    const Action& act = actions[static_cast<size_t>(rounds) % actions.size()];
+  bool broke = false;
+  while (!broke && std::chrono::steady_clock::now() - start < duration) {
+    if (order.empty()) {
+      for (size_t i = 0; i < actions.size(); ++i) order.push_back(i);
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    const Action& act = actions[order.back()];
+    order.pop_back();
     {
       Traffic traffic(6s, static_cast<uint16_t>(rounds));
-      std::this_thread::sleep_for(1500ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000 + rng() % 1500));
       act.run();
-      if (!traffic.intact(act.what)) break;
+      broke = !traffic.intact(act.what, totals);
       bytes += traffic.bytes;
     }
+    if (broke) break;
     ++rounds;
     ASSERT_TRUE(wait_all_up(60s)) << "the rails did not come back after: " << act.what;
     ASSERT_EQ(daemon_pid("dpl-b"), b) << "node b's daemon was never to restart";
@@ -266,8 +335,25 @@ TEST_F(Soak, TrafficSurvivesFlapsRestartsAndReloadsAndNothingLeaks) {
                  act.what, rss_last, fds_last);
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("soak: %d rounds in %.0f s, %.1f MB delivered intact\n", rounds, secs,
+  std::printf("soak: %d rounds in %.0f s, %.1f MB sent\n", rounds, secs,
               static_cast<double>(bytes) / 1e6);
+  // the summary: what each class sent, received and lost, its broken
+  // connections and its longest stall (a fault's outage included)
+  std::printf("%-16s %6s %7s %12s %12s %10s %9s\n", "CLASS", "CONNS", "BROKEN", "SENT", "RECEIVED",
+              "LOST", "STALL MS");
+  for (const auto& [klass, c] : totals)
+    std::printf("%-16s %6lu %7lu %12lu %12lu %10lu %9.0f\n", klass.c_str(),
+                static_cast<unsigned long>(c.connections), static_cast<unsigned long>(c.broken),
+                static_cast<unsigned long>(c.sent), static_cast<unsigned long>(c.received),
+                static_cast<unsigned long>(c.sent - std::min(c.sent, c.received)),
+                static_cast<double>(c.longest_stall_us) / 1000);
+  for (const char* n : {"a", "b"}) {
+    json st = dpctl(n, "status");
+    uint64_t resets = st.is_object() ? st.value("connections_reset", uint64_t{0}) : 0;
+    std::printf("soak: node %s's daemon reset %lu connections\n", n,
+                static_cast<unsigned long>(resets));
+    EXPECT_EQ(resets, 0u) << "the shared topology ends no connection";
+  }
   EXPECT_GE(rounds, static_cast<int>(actions.size())) << "every action ran at least once";
 
   // nothing leaked: what dualpath made is what it was
@@ -295,9 +381,15 @@ TEST_F(Soak, TrafficSurvivesFlapsRestartsAndReloadsAndNothingLeaks) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   auto* env = new Env;
+  // the node's defaults (the adaptive scheduler, burst placement), and a
+  // multipath class matched by a cgroup the soak's MPTCP streams join
+  fs::create_directories(cgroup2_mount() + kCollective);
   env->edit = [](const std::string& text) {
-    return std::regex_replace(text, std::regex("holddown = \"5m\""),
-                              "holddown = \"3s\"\nramp_interval = \"500ms\"");
+    std::string t = std::regex_replace(text, std::regex("holddown = \"5m\""),
+                                       "holddown = \"3s\"\nramp_interval = \"500ms\"");
+    t = std::regex_replace(t, std::regex("mode = \"static\""), "mode = \"adaptive\"");
+    return t + "\n[[class]]\nname = \"collective\"\nkind = \"elastic\"\npriority = 4\n" +
+           "prefer = \"rail0\"\nmultipath = true\ncgroups = [\"" + kCollective + "\"]\n";
   };
   // a clsact on b's rails for the blackhole's drop filters, as in the fault tests
   env->prepare = [] {
@@ -306,5 +398,8 @@ int main(int argc, char** argv) {
     return std::string();
   };
   ::testing::AddGlobalTestEnvironment(env);
-  return RUN_ALL_TESTS();
+  int rc = RUN_ALL_TESTS();
+  std::error_code ec;
+  fs::remove(cgroup2_mount() + kCollective, ec);  // empty once the children exit
+  return rc;
 }
