@@ -765,6 +765,54 @@ TEST_F(Failover, DrainMovesTrafficOffByHandAndUndrainRampsItBack) {
   EXPECT_EQ(health("a", "rail0"), "up");
 }
 
+// A peer that does not run dualpath (b's daemon stopped and its datapath
+// removed: before an install, after a removal, a node outside the fleet):
+// a's classes by port, by socket mark and by cgroup, and its multipath
+// class, reach it intact at once; the multipath connection stays MPTCP (the
+// peer's kernel speaks it); a's rails stay up (b said AdminDown as it left);
+// and `dpctl validate --peer` says that no dualpath answers there.
+TEST_F(Failover, APeerWithoutDualpathGetsEveryClassIntact) {
+  must(dp_lab() + " stop b");
+  struct Restart {
+    ~Restart() { sh(dp_lab() + " start b"); }
+  } restart;
+  EXPECT_EQ(sh(nsenter("dpl-b") + "tc filter show dev rail0 ingress").out, "")
+      << "b has no datapath";
+  struct Kind {
+    const char* what;
+    TransferSpec spec;
+  };
+  std::vector<Kind> kinds = {
+      {"expert-combine (by port)", {"dpl-a", "dpl-b", "10.99.0.2", 51321, 0, 0, 8'000'000}},
+      {"logs (by socket mark)", {"dpl-a", "dpl-b", "10.99.0.2", 45321, 0, 0x54, 4'000'000}},
+  };
+  TransferSpec mp{"dpl-a", "dpl-b", "10.99.0.2", 45322, 0, 0, 8'000'000};
+  mp.cgroup = kCollective;
+  mp.mptcp = true;
+  kinds.push_back({"collective (by cgroup, multipath)", mp});
+  std::vector<std::unique_ptr<Transfer>> running;
+  uint64_t r0 = tx_bytes("dpl-a", "rail0"), r1 = tx_bytes("dpl-a", "rail1");
+  for (auto& k : kinds) running.push_back(std::make_unique<Transfer>(k.spec));
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    auto r = running[i]->wait();
+    EXPECT_TRUE(r.ok()) << kinds[i].what << ": \"" << r.error << "\", sent " << r.sent
+                        << " received " << r.received;
+    std::cout << "[ measured ] " << kinds[i].what << ": longest stall " << r.max_gap_us / 1000
+              << " ms\n";
+    if (kinds[i].spec.mptcp) {
+      EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "the multipath class fell back to TCP";
+    }
+  }
+  // steered as toward any peer: logs (rail1) by their mark, the others on rail0
+  EXPECT_GE(tx_bytes("dpl-a", "rail1") - r1, 4'000'000u) << "logs left by rail1";
+  EXPECT_GE(tx_bytes("dpl-a", "rail0") - r0, 16'000'000u) << "the others by rail0";
+  EXPECT_EQ(health("a", "rail0"), "up");
+  EXPECT_EQ(health("a", "rail1"), "up");
+  auto v = sh(dp_lab() + " dpctl a validate --peer 10.99.0.2 --duration 0.3");
+  EXPECT_NE(v.rc, 0) << v.out;
+  EXPECT_NE(v.out.find("is dualpathd running there"), std::string::npos) << v.out;
+}
+
 // FRR's bfdd in dpl-b (dualpathd stopped there) against dualpathd in dpl-a.
 TEST_F(Failover, FrrBfddInteroperates) {
   if (!fs::exists("/usr/lib/frr/bfdd") || !getpwnam("frr"))
