@@ -696,6 +696,48 @@ TEST_F(Separate, AMultipathConnectionToAPeerWithoutMptcpFallsBackToTcpAndIsCount
   EXPECT_GE(metric_on("dpl-a", "dualpath_mptcp_fallbacks_total"), before + 1);
 }
 
+// A peer that does not run dualpath (b's daemon stopped and its datapath
+// removed): a connection of a class placed on the rail the application did
+// not ask for reaches b's server listening on every address, on that rail;
+// a multipath connection to a server bound to b's rail0 address gets no
+// rail1 subflow (nothing on b hands the join to it) and carries every byte
+// over its first one with no stall; `dpctl validate --peer` says that no
+// dualpath answers there.
+TEST_F(Separate, APeerWithoutDualpathGetsItsClassesAndAMultipathClassKeepsOneSubflow) {
+  must(dp_lab() + " stop b");
+  struct Restart {
+    ~Restart() { sh(dp_lab() + " start b"); }
+  } restart;
+  {
+    Sink sink(52051);
+    RailBytes before = rail_bytes();
+    Sent sent = tcp_send(kB4[0], 52051, 4 << 20);  // param-sync: rail1
+    ASSERT_EQ(sent.error, "");
+    EXPECT_EQ(sent.local, "10.20.1.1") << "param-sync lives on rail1, as with a dualpath peer";
+    for (int i = 0; i < 100 && sink.received() < (4u << 20); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(sink.received(), 4u << 20);
+    expect_both_ways_on(1, before, 4 << 20, "param-sync to a peer without dualpath");
+  }
+  Transfer t(collective_transfer(45107, 5'000'000, 20e6));  // 2 s
+  std::set<std::string> paths;
+  for (int i = 0; i < 5; ++i) {
+    json c = wait_conn("a", 45107, 500, [](const json&) { return true; });
+    if (c.is_object())
+      for (const auto& p : subflow_paths(c)) paths.insert(p);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  auto r = t.wait();
+  ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "MPTCP over its first subflow";
+  EXPECT_EQ(paths, std::set<std::string>{"rail0"}) << "no rail1 subflow without b's join listener";
+  std::cout << "[ measured ] the multipath connection's longest stall " << r.max_gap_us / 1000
+            << " ms\n";
+  auto v = sh(dp_lab() + " dpctl a validate --peer " + kB4[0] + " --duration 0.3");
+  EXPECT_NE(v.rc, 0) << v.out;
+  EXPECT_NE(v.out.find("is dualpathd running there"), std::string::npos) << v.out;
+}
+
 // A firewall on b's rail1 that does not know MPTCP refuses every join (an
 // RST to each MP_JOIN SYN): the connection goes on over its first subflow
 // with every byte delivered, and a's daemon stops asking for the rail1 join
