@@ -175,10 +175,15 @@ void Responder::accept_loop() {
         }
         auto active = std::count_if(sessions_.begin(), sessions_.end(),
                                     [](const Session& x) { return !x.done; });
-        if (active >= policy_.responder.max_sessions) {
-          ++refused_busy_;
+        bool too_fast =
+            !session_rate_.allow({peer.family, peer.bytes}, std::chrono::steady_clock::now());
+        if (too_fast || active >= policy_.responder.max_sessions) {
+          ++(too_fast ? refused_rate_ : refused_busy_);
+          const char fast[] =
+              "{\"ok\":false,\"error\":\"rate: too many sessions a second from this address\"}\n";
           const char busy[] = "{\"ok\":false,\"error\":\"busy: too many sessions\"}\n";
-          if (::send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+          const char* why = too_fast ? fast : busy;
+          if (::send(fd, why, std::strlen(why), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
             // the client learns it from the closed connection instead
           }
           ::shutdown(fd, SHUT_WR);
@@ -212,6 +217,10 @@ void Responder::echo_udp(int fd) {
     std::lock_guard lock(mu_);
     if (!ok) {
       ++refused_address_;
+      continue;
+    }
+    if (!echo_rate_.allow({peer.family, peer.bytes}, std::chrono::steady_clock::now())) {
+      ++refused_rate_;
       continue;
     }
     if (n > static_cast<ssize_t>(sizeof(buf))) {  // larger than an echo asks
@@ -348,7 +357,8 @@ json Responder::status() const {
           {"refused_address", refused_address_},
           {"refused_busy", refused_busy_},
           {"bad_requests", bad_requests_},
-          {"udp_echoed", udp_echoed_}};
+          {"udp_echoed", udp_echoed_},
+          {"refused_rate", refused_rate_}};
 }
 
 }  // namespace dp

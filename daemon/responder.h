@@ -13,9 +13,11 @@
 // daemon's loop (BFD, the tick). Limits, so that it cannot be used to load
 // the node from outside: only addresses the policy routes to (or
 // [responder] allow) are answered, at most max_sessions at a time, each at
-// most max_duration; everything else is closed at once and counted.
+// most max_duration, and each source address at a bounded rate of echoes
+// and sessions; everything else is closed at once and counted.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <list>
@@ -23,10 +25,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dualpath/core/policy.h"
 #include "dualpath/core/protocol.h"
+#include "dualpath/core/rate_limit.h"
 #include "dualpath/core/result.h"
 
 namespace dp {
@@ -44,6 +48,14 @@ class Responder {
   void stop();
 
   json status() const;
+
+  // Per source address: UDP echoes and sessions, a burst and then a steady
+  // rate (dpctl probe takes 20 connects and a few sessions a rail, and
+  // dpctl validate 3 echoes); a source past its rate is refused (counted
+  // as refused_rate).
+  static constexpr double kEchoBurst = 256, kEchoesPerSecond = 128;
+  static constexpr double kSessionBurst = 256, kSessionsPerSecond = 64;
+  static constexpr size_t kMaxSources = 4096;
 
  private:
   struct Listener {
@@ -82,7 +94,10 @@ class Responder {
   std::vector<Closing> closing_;
   void drain_closing(bool all);
   uint64_t served_ = 0, refused_address_ = 0, refused_busy_ = 0, bad_requests_ = 0;
-  uint64_t udp_echoed_ = 0;
+  uint64_t udp_echoed_ = 0, refused_rate_ = 0;
+  using Source = std::pair<int, std::array<uint8_t, 16>>;  // family, address
+  RateLimiter<Source> echo_rate_{kEchoBurst, kEchoesPerSecond, kMaxSources};
+  RateLimiter<Source> session_rate_{kSessionBurst, kSessionsPerSecond, kMaxSources};
   bool udp_echo_ = false;  // a UDP echo socket opened (hello says so)
 };
 

@@ -177,15 +177,19 @@ Result<json> exchange(const Fd& c, const json& request, milliseconds timeout) {
 }
 
 Result<Session> open_session(const Target& t, const json& request, milliseconds timeout) {
-  // A responder at its session limit answers "busy"; its sessions are short.
+  // A responder at its session limit answers "busy" (its sessions are
+  // short), and one that this address asked too often "rate" (a session
+  // comes back every 1/64 s): both are asked again until the timeout. The
+  // connects a probe times are refused so once they exceed the burst.
   auto give_up = Clock::now() + timeout;
   for (;;) {
     auto c = connect_to(t, timeout);
     if (!c) return c.error();
     auto r = exchange(*c, request, timeout);
     if (r) return Session{std::move(*c), std::move(*r)};
-    if (r.error().message.find("busy") == std::string::npos || Clock::now() >= give_up)
-      return r.error();
+    const std::string& why = r.error().message;
+    bool later = why.find("busy") != std::string::npos || why.find("rate:") != std::string::npos;
+    if (!later || Clock::now() >= give_up) return r.error();
     std::this_thread::sleep_for(milliseconds(20));
   }
 }

@@ -15,7 +15,7 @@ NcclReports::Process& NcclReports::process(pid_t pid, Clock::time_point now) {
     procs_.erase(oldest);
   }
   Process& p = procs_[pid];
-  p.seen = p.refilled = now;
+  p.seen = now;
   return p;
 }
 
@@ -74,17 +74,6 @@ uint64_t NcclReports::paced(const std::string& klass, const std::string& path) c
   if (it == paced_.end()) return 0;
   // (never above the total: floating error rounds down)
   return std::min(static_cast<uint64_t>(it->second.released), bytes(klass, path));
-}
-
-int NcclReports::admit_events(pid_t pid, int n, Clock::time_point now) {
-  Process& p = process(pid, now);
-  double per_second = 1.0 / std::chrono::duration<double>(kEventEvery).count();
-  p.tokens = std::min<double>(
-      kEventBurst, p.tokens + std::chrono::duration<double>(now - p.refilled).count() * per_second);
-  p.refilled = now;
-  int admitted = std::clamp(static_cast<int>(p.tokens), 0, std::max(n, 0));
-  p.tokens -= admitted;
-  return admitted;
 }
 
 uint64_t NcclReports::bytes(const std::string& klass, const std::string& path) const {

@@ -169,4 +169,60 @@ TEST_F(Responder, KeepsToItsSessionLimitAndItsTimeLimit) {
   EXPECT_FALSE(probe::hello(t, 500ms)) << "stopped: nothing listens";
 }
 
+TEST_F(Responder, AFloodFromOneAddressIsCutToItsRateAndOthersAreStillAnswered) {
+  uint16_t port = free_port();
+  dp::Responder r;
+  ASSERT_TRUE(r.start(loopback_policy(port, "127.0.0.0/8", 64)));
+  auto flooder = target(port);
+  flooder.source = *dp::IpAddr::parse("127.0.0.3");
+  // what a source may have in `secs`: the burst and the rate since
+  auto most = [](double burst, double rate, double secs) {
+    return static_cast<int>(burst + secs * rate) + 1;
+  };
+  // twice the burst of echoes, as fast as answers come (on a loaded
+  // machine an answer may come after its 20 ms: counted lost, not refused)
+  int n = 2 * static_cast<int>(dp::Responder::kEchoBurst);
+  auto start = std::chrono::steady_clock::now();
+  auto u = probe::udp_echoes(flooder, n, 20ms);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int echo_most = most(dp::Responder::kEchoBurst, dp::Responder::kEchoesPerSecond, secs);
+  EXPECT_LE(u.answered, echo_most) << "in " << secs << " s";
+  EXPECT_GT(u.answered, 0);
+  const int refused = r.status()["refused_rate"].get<int>();
+  EXPECT_GE(refused, n - echo_most) << "what is past the rate is refused and counted";
+  EXPECT_LE(refused + u.answered, n);
+  // sessions: twice the burst, each a hello asked once (probe::hello asks
+  // again after a refusal for its rate, as a client should)
+  int n_sessions = 2 * static_cast<int>(dp::Responder::kSessionBurst), refused_sessions = 0;
+  std::string why;
+  start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_sessions; ++i) {
+    auto c = probe::connect_to(flooder, 1000ms);
+    ASSERT_TRUE(c) << c.error().what();
+    auto h = probe::exchange(*c, {{"op", "hello"}}, 1000ms);
+    if (!h) {
+      ++refused_sessions;
+      why = h.error().message;
+    }
+  }
+  secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int session_most =
+      most(dp::Responder::kSessionBurst, dp::Responder::kSessionsPerSecond, secs);
+  EXPECT_LE(n_sessions - refused_sessions, session_most) << "in " << secs << " s";
+  if (n_sessions > session_most) {
+    EXPECT_NE(why.find("rate"), std::string::npos) << why;
+  }
+  EXPECT_EQ(r.status()["refused_rate"].get<int>(), refused + refused_sessions);
+  // another address has its own budget
+  auto other = target(port);
+  other.source = *dp::IpAddr::parse("127.0.0.4");
+  EXPECT_EQ(probe::udp_echoes(other, 3, 1000ms).answered, 3);
+  auto h = probe::hello(other, 1000ms);
+  EXPECT_TRUE(h) << h.error().what();
+  // and the flooder, asking again as probe::hello does, gets its session
+  // once its bucket has a token (1/64 s)
+  auto again = probe::hello(flooder, 1000ms);
+  EXPECT_TRUE(again) << again.error().what();
+}
+
 }  // namespace

@@ -74,7 +74,8 @@ Result<bool> answers_mptcp(Target t, std::chrono::milliseconds timeout);
 Result<json> exchange(const Fd& c, const json& request, std::chrono::milliseconds timeout);
 
 // A connection whose request the responder accepted, and its reply. A
-// "busy" responder is asked again until `timeout`.
+// "busy" responder, and one that refused this address for its rate
+// ("rate"), is asked again until `timeout`.
 struct Session {
   Fd fd;
   json reply;

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "dualpath/core/rate_limit.h"
+
 namespace dp {
 
 class NcclReports {
@@ -52,7 +54,7 @@ class NcclReports {
               Clock::time_point now, bool scheduled = true);
   // How many of `n` moves process `pid` may log now (its budget, which this
   // spends).
-  int admit_events(pid_t pid, int n, Clock::time_point now);
+  int admit_events(pid_t pid, int n, Clock::time_point now) { return moves_.take(pid, n, now); }
 
   // Bytes of `klass` sent on `path` by every process that reported.
   uint64_t bytes(const std::string& klass, const std::string& path) const;
@@ -96,12 +98,12 @@ class NcclReports {
     std::map<std::pair<std::string, std::string>, double> rate;  // bytes/s, last interval
     bool scheduled = true;
     Clock::time_point seen{};
-    double tokens = kEventBurst;
-    Clock::time_point refilled{};
   };
   Process& process(pid_t pid, Clock::time_point now);
   std::map<pid_t, Process> procs_;
   std::map<std::pair<std::string, std::string>, uint64_t> totals_;
+  RateLimiter<pid_t> moves_{kEventBurst, 1.0 / std::chrono::duration<double>(kEventEvery).count(),
+                            kMaxProcesses};
   struct Paced {
     double released = 0;  // cumulative
     double pending = 0;   // reported, not yet released
