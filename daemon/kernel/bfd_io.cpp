@@ -95,7 +95,7 @@ Result<void> BfdEndpoint::send(const bfd::Packet& p) {
 
 std::vector<BfdEndpoint::Received> BfdEndpoint::receive() {
   std::vector<Received> out;
-  for (;;) {
+  for (size_t k = 0; k < kBatch; ++k) {
     uint8_t buf[512];
     alignas(cmsghdr) char ctrl[256];
     sockaddr_storage from{};

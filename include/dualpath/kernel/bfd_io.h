@@ -6,6 +6,7 @@
 // dualpath's own egress program never steers BFD off its rail.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,7 +36,12 @@ class BfdEndpoint {
   struct Received {
     Result<bfd::Packet> packet;  // or why it was discarded
   };
-  // Every datagram waiting on the receive socket (non-blocking).
+  // The datagrams waiting on the receive socket (non-blocking), at most
+  // kBatch: the rest wait for the loop's next turn, so that a flood (even
+  // one the daemon cannot read as fast as it comes) never holds the loop,
+  // its ticks and the other rails' sessions back. A peer sends a few a
+  // detection time.
+  static constexpr size_t kBatch = 64;
   std::vector<Received> receive();
 
  private:
