@@ -101,40 +101,39 @@ programs() { bpftool prog show 2>/dev/null | grep -c ' name dp_'; }
 mkdir -p "$bpffs" /run/dualpath
 mount -t tmpfs -o size=1m,mode=0755 tmpfs /run/dualpath
 mount -t bpf -o ro,mode=0700 bpf "$bpffs"
-before=$(footprint) progs=$(programs)
+progs=$(programs)
+
+# A start that must be refused: exit 1 naming WHERE and WHY, and nothing of
+# it left on the node.
+# expect_refused WHAT WHERE WHY
+expect_refused() {
+  local what=$1 where=$2 why=$3 before out rc
+  before=$(footprint)
+  out=$(timeout 30 nsenter --net="/run/netns/$ns" "$dualpathd" --policy "$policy" \
+    --bpffs "$bpffs" 2>&1)
+  rc=$?
+  if [[ $rc == 1 && $out == *"$where"* && $out == *"$why"* ]]; then
+    ok "$what: start refused: ${out##*error }"
+  else
+    fail "$what: rc $rc, output: $out"
+  fi
+  if [[ $(footprint) == "$before" && $(programs) == "$progs" ]]; then
+    ok "... and nothing of it is left: rules, routes, qdiscs, filters, pins, programs, socket"
+  else
+    fail "... something was left:"$'\n'"$(diff <(echo "$before") <(footprint))"
+  fi
+}
 
 # 1. the pin directory read-only at start
-out=$(timeout 30 nsenter --net="/run/netns/$ns" "$dualpathd" --policy "$policy" --bpffs "$bpffs" 2>&1)
-rc=$?
-if [[ $rc == 1 && $out == *"$bpffs/dualpath"* && $out == *"Read-only file system"* ]]; then
-  ok "a read-only pin directory: start refused: ${out##*error }"
-else
-  fail "a read-only pin directory: rc $rc, output: $out"
-fi
-if [[ $(footprint) == "$before" && $(programs) == "$progs" ]]; then
-  ok "... and nothing of it is left: rules, routes, qdiscs, filters, pins, programs, socket"
-else
-  fail "... something was left:"$'\n'"$(diff <(echo "$before") <(footprint))"
-fi
+expect_refused "a read-only pin directory" "$bpffs/dualpath" "Read-only file system"
 mount -o remount,rw "$bpffs"
 
-# 2. /run/dualpath without a free inode: the control socket cannot be made
+# 2. /run/dualpath without a free inode: the control socket cannot be made,
+#    and the kernel is not touched
 umount /run/dualpath
 mount -t tmpfs -o size=1m,nr_inodes=8,mode=0755 tmpfs /run/dualpath
 for ((n = 0; n < 8; n++)); do : 2>/dev/null >"/run/dualpath/filler$n" || break; done
-before=$(footprint)
-out=$(timeout 30 nsenter --net="/run/netns/$ns" "$dualpathd" --policy "$policy" --bpffs "$bpffs" 2>&1)
-rc=$?
-if [[ $rc == 1 && $out == *"/run/dualpath/dualpathd.sock"* && $out == *"No space left"* ]]; then
-  ok "/run/dualpath out of inodes: start refused: ${out##*error }"
-else
-  fail "/run/dualpath out of inodes: rc $rc, output: $out"
-fi
-if [[ $(footprint) == "$before" && $(programs) == "$progs" ]]; then
-  ok "... and the kernel was not touched"
-else
-  fail "... something was left:"$'\n'"$(diff <(echo "$before") <(footprint))"
-fi
+expect_refused "/run/dualpath out of inodes" "/run/dualpath/dualpathd.sock" "No space left"
 
 # 3. /run/dualpath out of space: the daemon starts and steers; the MPTCP
 #    settings are left as they were, and status says why
@@ -194,6 +193,9 @@ fi
 #    daemon before it left pinned goes on steering
 kill "$pid"
 wait "$pid" 2>/dev/null
+if grep -qE 'Sanitizer|runtime error:' "$log"; then  # a sanitizer build's report
+  fail "the daemon's exit: $(grep -E -A5 'Sanitizer|runtime error:' "$log" | head -20)"
+fi
 mount -o remount,ro "$bpffs"
 out=$(timeout 30 nsenter --net="/run/netns/$ns" "$dualpathd" --policy "$policy" --bpffs "$bpffs" 2>&1)
 rc=$?
