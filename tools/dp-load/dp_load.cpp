@@ -43,7 +43,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "dualpath/core/units.h"
 #include "dualpath/version.h"
@@ -208,25 +211,64 @@ bool send_msg(int fd, uint64_t seed, uint32_t conn, uint64_t step, uint32_t len,
   return true;
 }
 
+// A message that failed its check, said on stderr (the first 8 of a
+// process): which connection, where in its stream, and what was read, so
+// that a run's lost or altered bytes can be told from a framing error.
+void say_bad_message(int fd, const char* what, const uint8_t* bytes, size_t n,
+                     std::optional<MsgHeader> h, uint64_t stream_offset) {
+  static std::atomic<int> said{0};
+  if (said++ >= 8) return;
+  sockaddr_storage local{}, peer{};
+  socklen_t ll = sizeof(local), pl = sizeof(peer);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
+  ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl);
+  auto port = [](const sockaddr_storage& ss) {
+    return ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(ss).sin6_port
+                                          : reinterpret_cast<const sockaddr_in&>(ss).sin_port);
+  };
+  int is_mptcp = 0;
+  socklen_t il = sizeof(is_mptcp);
+  ::getsockopt(fd, SOL_TCP, 43 /* TCP_IS_MPTCP */, &is_mptcp, &il);
+  std::string hex;
+  for (size_t i = 0; i < n && i < 24; ++i) hex += fmt::format("{:02x}", bytes[i]);
+  std::fprintf(
+      stderr, "dp-load: %s: local port %u, peer port %u%s, at byte %llu of the stream%s: %s\n",
+      what, port(local), port(peer), is_mptcp ? " (MPTCP)" : "",
+      static_cast<unsigned long long>(stream_offset),
+      h ? fmt::format(", connection {:#x} step {} length {}", h->conn, h->step, h->len).c_str()
+        : "",
+      hex.c_str());
+}
+
 // Reads one message; verifies its checksum and that it is the payload the
 // sender had to send. Returns the header, or nullopt on EOF/error.
+// `offset`, when given, counts the connection's bytes read (for the report
+// of a bad message).
 std::optional<MsgHeader> recv_msg(int fd, uint64_t seed, std::vector<uint8_t>& buf, Counters& c,
-                                  bool* eof) {
+                                  bool* eof, uint64_t* offset = nullptr) {
+  uint64_t none = 0;
+  uint64_t& at = offset ? *offset : none;
   uint8_t hb[kHeaderSize];
   if (!read_all(fd, hb, sizeof(hb), eof)) return std::nullopt;
   auto h = decode_header(hb);
   if (!h || h->len > (256u << 20)) {
     ++c.checksum_errors;
+    say_bad_message(fd, "not a message header", hb, sizeof(hb), std::nullopt, at);
     return std::nullopt;
   }
+  at += sizeof(hb);
   buf.resize(h->len + kTrailerSize);
   if (!read_all(fd, buf.data(), buf.size(), eof)) return std::nullopt;
   Fnv64 f;
   f.add(buf.data(), h->len);
   uint64_t trailer = 0;
   for (size_t i = 0; i < 8; ++i) trailer = trailer << 8 | buf[h->len + i];
-  if (f.value() != trailer || !payload_matches(buf.data(), h->len, seed, h->conn, h->step))
+  if (f.value() != trailer || !payload_matches(buf.data(), h->len, seed, h->conn, h->step)) {
     ++c.checksum_errors;
+    say_bad_message(fd, f.value() != trailer ? "a message's checksum" : "a message's payload",
+                    buf.data(), buf.size(), h, at);
+  }
+  at += buf.size();
   c.bytes_received += h->len;
   ++c.messages;
   return h;
@@ -352,8 +394,9 @@ int run_server(const ServerOpts& o) {
             }
           }
         } else {
+          uint64_t offset = 0;
           for (;;) {
-            auto m = recv_msg(fd, h->seed, buf, c, &eof);
+            auto m = recv_msg(fd, h->seed, buf, c, &eof, &offset);
             if (!m) {
               if (!eof) ++c.connection_errors;
               break;
@@ -610,8 +653,9 @@ class Moe : public Workload {
   void read_combine(Run& r, size_t i) {
     std::vector<uint8_t> buf;
     bool eof = false;
+    uint64_t offset = 0;
     for (;;) {
-      auto m = recv_msg(cfd_[i], r.o.seed, buf, r.c, &eof);
+      auto m = recv_msg(cfd_[i], r.o.seed, buf, r.c, &eof, &offset);
       if (!m) {
         if (!eof) ++r.c.connection_errors;
         break;
