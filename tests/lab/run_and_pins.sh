@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # dualpathd where its run directory (/run/dualpath) is full and where its pin
-# directory is read-only (issue 52's fault matrix), on a node of its own: a
-# network namespace with two veth rails, in a mount namespace of the test's
-# own, so that the full tmpfs and the read-only bpffs are seen by nothing else.
+# directory is read-only, as a node's disk or a container's mounts can leave
+# them, on a node of its own: a network namespace with two veth rails, in a
+# mount namespace of the test's own, so that the full tmpfs and the read-only
+# bpffs are seen by nothing else.
 #  - the pin directory read-only at start: refused with the directory and the
 #    reason, and nothing half-applied (rules, routes, qdiscs, filters, pins,
 #    BPF programs, the control socket);
