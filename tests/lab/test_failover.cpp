@@ -600,17 +600,20 @@ TEST_F(Failover, BothRailsLoseCarrierAndTheFirstBackCarriesBeforeTheSecond) {
 }
 
 // Link events lost to a full netlink buffer (ENOBUFS), as in a churn of
-// links: node a's daemon is stopped (SIGSTOP) with rail1 down, 400 veth
-// pairs come and go in its namespace (its link event queue overflows), and
-// rail1 comes back up among the lost events, and one of dualpath's routes is
-// deleted. The daemon reads every rail's carrier again (without it, rail1
-// would stay down until its next link event: here, never) and checks its
-// policy routing at once.
+// links: node a's daemon is stopped (SIGSTOP) with rail1 down, a link of
+// its namespace changes 2,000 times (its link event queue overflows), rail1
+// comes back up among the lost events, and one of dualpath's routes is
+// deleted. The stop is kept well inside BFD's detection time (creating and
+// deleting links instead takes seconds, and the peer would then take both
+// sessions down, which is another test's subject). The daemon reads every
+// rail's carrier again (without it, rail1 would stay down until its next
+// link event: here, never) and checks its policy routing at once.
 TEST_F(Failover, LinkEventsLostToAFullNetlinkBufferAreReadAgain) {
   struct Restore {
     pid_t pid = -1;
     ~Restore() {
       if (pid > 0) ::kill(pid, SIGCONT);
+      sh(nsenter("dpl-a") + "ip link del dpq0");
       sh(nsenter("dpl-a") + "ip link set rail1 up");
       restore_lab_routes("dpl-a");
     }
@@ -622,16 +625,16 @@ TEST_F(Failover, LinkEventsLostToAFullNetlinkBufferAreReadAgain) {
       << health("a", "rail1");
   ASSERT_EQ(path("a", "rail1")["health"]["reason"], "carrier lost");
 
-  restore.pid = daemon_pid("dpl-a");
-  ASSERT_GT(restore.pid, 0);
-  ASSERT_EQ(::kill(restore.pid, SIGSTOP), 0);
+  must(nsenter("dpl-a") + "ip link add dpq0 type veth peer name dpr0");
   std::string batch = "/tmp/dp-churn-" + std::to_string(::getpid());
   {
     std::ofstream f(batch);
-    for (int i = 0; i < 400; ++i)
-      f << "link add dpq" << i << " type veth peer name dpr" << i << "\n";
-    for (int i = 0; i < 400; ++i) f << "link del dpq" << i << "\n";
+    for (int i = 0; i < 2000; ++i) f << "link set dpq0 mtu " << 1400 + i % 100 << "\n";
   }
+  restore.pid = daemon_pid("dpl-a");
+  ASSERT_GT(restore.pid, 0);
+  ASSERT_EQ(::kill(restore.pid, SIGSTOP), 0);
+  auto stopped = std::chrono::steady_clock::now();
   auto churn = sh(nsenter("dpl-a") + "ip -batch " + batch);
   fs::remove(batch);
   ASSERT_EQ(churn.rc, 0) << churn.out;
@@ -646,6 +649,9 @@ TEST_F(Failover, LinkEventsLostToAFullNetlinkBufferAreReadAgain) {
   ASSERT_EQ(::kill(restore.pid, SIGCONT), 0);
   restore.pid = -1;
   auto resumed = std::chrono::steady_clock::now();
+  std::cout << "[ measured ] daemon stopped "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(resumed - stopped).count()
+            << " ms\n";
   auto since = [&] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                  resumed)
