@@ -26,8 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-constexpr int kIpprotoMptcp = 262;  // IPPROTO_MPTCP (glibc's headers may lack it)
-
 // A subflow's ends with IPv4-mapped addresses as IPv4: a dual-stack socket
 // (Java's, torch's TCPStore) connects to ::ffff:a.b.c.d, and its first
 // subflow is an IPv6 socket the kernel reports so, while the rails have
@@ -492,7 +490,7 @@ void Multipath::ensure_join_listeners(const multipath::Ends& accepted, size_t kl
                             [&](auto& l) { return l.addr == *src && l.port == accepted.lport; });
     if (have) continue;
     auto sa = sockaddr_of(*src, accepted.lport);
-    int fd = ::socket(src->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, kIpprotoMptcp);
+    int fd = ::socket(src->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_MPTCP);
     if (fd < 0) {
       spdlog::warn("a join listener on {} port {}: socket failed: {}", src->str(), accepted.lport,
                    std::strerror(errno));

@@ -17,13 +17,9 @@
 
 #include <fmt/format.h>
 
-namespace dp::probe {
+#include "dualpath/core/mptcp_sockopt.h"
 
-namespace {
-// <linux/tcp.h>'s TCP_IS_MPTCP (Linux 5.16), which glibc's <netinet/tcp.h>
-// lacks: 1 on an MPTCP socket that did not fall back to TCP
-constexpr int kTcpIsMptcp = 43;
-}  // namespace
+namespace dp::probe {
 
 using std::chrono::milliseconds;
 
@@ -158,7 +154,7 @@ Result<bool> answers_mptcp(Target t, milliseconds timeout) {
   int is = 0;
   socklen_t len = sizeof(is);
   // an MPTCP socket that fell back passes this to its TCP subflow: 0
-  if (::getsockopt(c->get(), SOL_TCP, kTcpIsMptcp, &is, &len) != 0)
+  if (::getsockopt(c->get(), SOL_TCP, mptcp::kTcpIsMptcp, &is, &len) != 0)
     return make_error(errno, "getsockopt(TCP_IS_MPTCP) failed");
   return is != 0;
 }

@@ -22,6 +22,8 @@
 #include <sstream>
 #include <thread>
 
+#include "dualpath/core/mptcp_sockopt.h"
+
 namespace lab {
 
 std::vector<std::string> tcp_sockets(const std::string& ns, const std::string& filter) {
@@ -181,13 +183,6 @@ std::string cgroup2_mount() {
   return "/sys/fs/cgroup";
 }
 
-namespace {
-
-constexpr int kIpprotoMptcp = 262;
-constexpr int kSolMptcp = 284;
-constexpr int kMptcpInfo = 1;
-constexpr uint32_t kMptcpInfoFlagFallback = 1;
-
 // MPTCP_INFO answers only on an MPTCP socket that has not fallen back to TCP
 // (its flags say so when it has).
 bool is_mptcp(int fd) {
@@ -198,12 +193,14 @@ bool is_mptcp(int fd) {
     uint8_t rest[256];
   } info{};
   socklen_t len = sizeof(info);
-  if (::getsockopt(fd, kSolMptcp, kMptcpInfo, &info, &len) != 0) return false;
-  return !(info.flags & kMptcpInfoFlagFallback);
+  if (::getsockopt(fd, SOL_MPTCP, dp::mptcp::kMptcpInfo, &info, &len) != 0) return false;
+  return !(info.flags & dp::mptcp::kInfoFlagFallback);
 }
 
+namespace {
+
 int stream_socket(const TransferSpec& s, int family) {
-  return ::socket(family, SOCK_STREAM, s.mptcp ? kIpprotoMptcp : 0);
+  return ::socket(family, SOCK_STREAM, s.mptcp ? IPPROTO_MPTCP : 0);
 }
 
 // Joins s.cgroup (relative to the cgroup v2 mount), if any.
@@ -247,7 +244,7 @@ void run_server(const TransferSpec& s, int out, int ready) {
                        : v6                   ? "::"
                                               : "0.0.0.0",
                        s.dport, &len);
-  int l = ::socket(any.ss_family, SOCK_STREAM, s.mptcp && !s.server_tcp ? kIpprotoMptcp : 0);
+  int l = ::socket(any.ss_family, SOCK_STREAM, s.mptcp && !s.server_tcp ? IPPROTO_MPTCP : 0);
   int one = 1;
   setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(l, reinterpret_cast<sockaddr*>(&any), len) != 0) finish(out, w, "server bind");

@@ -40,6 +40,8 @@ uint64_t tx_bytes(const std::string& ns, const std::string& dev);
 json dpctl(const std::string& node, const std::string& args);  // -j, parsed
 // An IPv4 or IPv6 socket address (the family from the text), and its length.
 sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len);
+// An MPTCP socket that has not fallen back to TCP (MPTCP_INFO answers).
+bool is_mptcp(int fd);
 
 // The health state dpctl reports for a node's rail ("up", "holddown", ...; "?").
 std::string rail_state(const std::string& node, const std::string& rail);

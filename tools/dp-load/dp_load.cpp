@@ -48,13 +48,10 @@
 
 #include <fmt/format.h>
 
+#include "dualpath/core/mptcp_sockopt.h"
 #include "dualpath/core/units.h"
 #include "dualpath/version.h"
 #include "load_core.h"
-
-#ifndef IPPROTO_MPTCP
-#define IPPROTO_MPTCP 262
-#endif
 
 using namespace dpload;
 using Clock = std::chrono::steady_clock;
@@ -228,7 +225,7 @@ void say_bad_message(int fd, const char* what, const uint8_t* bytes, size_t n,
   };
   int is_mptcp = 0;
   socklen_t il = sizeof(is_mptcp);
-  ::getsockopt(fd, SOL_TCP, 43 /* TCP_IS_MPTCP */, &is_mptcp, &il);
+  ::getsockopt(fd, SOL_TCP, dp::mptcp::kTcpIsMptcp, &is_mptcp, &il);
   std::string hex;
   for (size_t i = 0; i < n && i < 24; ++i) hex += fmt::format("{:02x}", bytes[i]);
   std::fprintf(
