@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -211,10 +212,11 @@ bool send_msg(int fd, uint64_t seed, uint32_t conn, uint64_t step, uint32_t len,
 // A message that failed its check, said on stderr (the first 8 of a
 // process): which connection, where in its stream, and what was read, so
 // that a run's lost or altered bytes can be told from a framing error.
-void say_bad_message(int fd, const char* what, const uint8_t* bytes, size_t n,
+// false: not said (enough were).
+bool say_bad_message(int fd, const char* what, const uint8_t* bytes, size_t n,
                      std::optional<MsgHeader> h, uint64_t stream_offset) {
   static std::atomic<int> said{0};
-  if (said++ >= 8) return;
+  if (said++ >= 8) return false;
   sockaddr_storage local{}, peer{};
   socklen_t ll = sizeof(local), pl = sizeof(peer);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll);
@@ -235,6 +237,32 @@ void say_bad_message(int fd, const char* what, const uint8_t* bytes, size_t n,
       h ? fmt::format(", connection {:#x} step {} length {}", h->conn, h->step, h->len).c_str()
         : "",
       hex.c_str());
+  return true;
+}
+
+// Where a message's payload differs from what its sender had to send: the
+// first and last bytes that differ, how many do, and where in the payload
+// the bytes read at the first one belong (altered in place, or a piece of
+// the stream delivered at the wrong place), said on stderr.
+void say_damage(const uint8_t* got, size_t len, uint64_t seed, const MsgHeader& h) {
+  std::vector<uint8_t> want(len);
+  fill_payload(want.data(), len, seed, h.conn, h.step);
+  size_t first = len, last = 0, differ = 0;
+  for (size_t i = 0; i < len; ++i)
+    if (got[i] != want[i]) {
+      first = std::min(first, i);
+      last = i;
+      ++differ;
+    }
+  if (differ == 0) return;
+  std::string from = "nowhere in this message";
+  const size_t probe = std::min<size_t>(32, len - first);
+  if (auto* at = static_cast<const uint8_t*>(::memmem(want.data(), len, got + first, probe)))
+    from = fmt::format("byte {} of this message's payload", at - want.data());
+  std::fprintf(stderr,
+               "dp-load:   payload bytes %zu..%zu differ (%zu of them); what was read at %zu "
+               "belongs at %s\n",
+               first, last, differ, first, from.c_str());
 }
 
 // Reads one message; verifies its checksum and that it is the payload the
@@ -250,7 +278,7 @@ std::optional<MsgHeader> recv_msg(int fd, uint64_t seed, std::vector<uint8_t>& b
   auto h = decode_header(hb);
   if (!h || h->len > (256u << 20)) {
     ++c.checksum_errors;
-    say_bad_message(fd, "not a message header", hb, sizeof(hb), std::nullopt, at);
+    (void)say_bad_message(fd, "not a message header", hb, sizeof(hb), std::nullopt, at);
     return std::nullopt;
   }
   at += sizeof(hb);
@@ -262,8 +290,9 @@ std::optional<MsgHeader> recv_msg(int fd, uint64_t seed, std::vector<uint8_t>& b
   for (size_t i = 0; i < 8; ++i) trailer = trailer << 8 | buf[h->len + i];
   if (f.value() != trailer || !payload_matches(buf.data(), h->len, seed, h->conn, h->step)) {
     ++c.checksum_errors;
-    say_bad_message(fd, f.value() != trailer ? "a message's checksum" : "a message's payload",
-                    buf.data(), buf.size(), h, at);
+    if (say_bad_message(fd, f.value() != trailer ? "a message's checksum" : "a message's payload",
+                        buf.data(), buf.size(), h, at))
+      say_damage(buf.data(), h->len, seed, *h);
   }
   at += buf.size();
   c.bytes_received += h->len;
