@@ -207,6 +207,50 @@ TEST(BfdSession, WrongYourDiscriminatorIsDiscarded) {
   EXPECT_EQ(p.a.rx_packets(), 0u);
 }
 
+// A flood from the peer's own address (the one source the transport takes):
+// after a burst, at most 4 times the rate this session asked for is looked
+// at; the rest is discarded unread. (What is looked at still counts: a
+// forged packet that carries the right discriminators is the peer's to the
+// protocol, which authentication alone could tell apart.)
+TEST(BfdSession, AFloodFromThePeerIsDiscardedBeyondFourTimesItsRate) {
+  Pair p;  // required min RX 500 ms: the peer may send 2 a second
+  p.step(3000ms);
+  ASSERT_EQ(p.a.state(), State::Up);
+  (void)p.a.take_transitions();
+  const uint64_t before = p.a.rx_packets();
+  Packet up;
+  up.state = State::Up;
+  up.my_disc = p.a.remote_disc();
+  up.your_disc = p.a.local_disc();
+  up.detect_mult = 3;
+  up.desired_min_tx_us = up.required_min_rx_us = 500000;
+  size_t discarded = 0;
+  std::string why;
+  for (int i = 0; i < 10000; ++i) {
+    auto r = p.a.receive(up, p.now + std::chrono::microseconds(100 * i));
+    if (r) {
+      ++discarded;
+      why = *r;
+    }
+  }
+  // 1 s of flood: the burst (16) and 4 x 2 a second
+  EXPECT_LE(p.a.rx_packets() - before, 16u + 8u + 1u);
+  EXPECT_GE(discarded, 10000u - 25u);
+  EXPECT_NE(why.find("more than 4 times the packets the peer may send"), std::string::npos) << why;
+  EXPECT_EQ(p.a.state(), State::Up);
+}
+
+// A peer that keeps to its interval is never discarded, nor its Final.
+TEST(BfdSession, APeerAtItsOwnRateIsNeverDiscarded) {
+  Pair p(Config{100ms, 100ms, 3}, Config{100ms, 100ms, 3});
+  p.step(3000ms);
+  ASSERT_EQ(p.a.state(), State::Up);
+  const uint64_t sent = p.b.tx_packets(), heard = p.a.rx_packets();
+  p.step(60000ms);
+  EXPECT_EQ(p.a.rx_packets() - heard, p.b.tx_packets() - sent);
+  EXPECT_EQ(p.a.state(), State::Up);
+}
+
 TEST(BfdSession, APollIsAnsweredAtOnceWithFinalAndNeverBoth) {
   Pair p;
   p.step(3000ms);

@@ -83,8 +83,15 @@ class Session {
   Session(Config cfg, uint32_t local_disc, Time now, uint32_t seed = 1);
 
   // A packet that passed decode() and the transport checks (TTL 255, right
-  // interface). Returns why it was discarded, if it was.
+  // interface). Returns why it was discarded, if it was. A peer sends one a
+  // transmit interval, never more often than this session's required_min_rx
+  // asks (6.8.7), and a Final per Poll: beyond kRxRateFactor times that rate
+  // (after a burst of kRxBurst), packets are discarded before they are looked
+  // at, so that a flood from the peer's own address (the only one the
+  // transport accepts) moves nothing and costs bounded work.
   std::optional<std::string> receive(const Packet& p, Time now);
+  static constexpr double kRxRateFactor = 4;
+  static constexpr double kRxBurst = 16;
   // The packet to send now, if one is due (periodic, or the Final answer to
   // a Poll); call at or after next_wakeup().
   std::optional<Packet> transmit(Time now);
@@ -116,6 +123,7 @@ class Session {
   Packet build() const;
   void schedule_tx(Time now);
   void rearm_detection(Time now);
+  bool rx_admit(Time now);
 
   Config cfg_;
   Config active_;  // what the remote has acknowledged (differs during a Poll)
@@ -132,6 +140,8 @@ class Session {
   Time next_tx_;
   std::optional<Time> detect_deadline_;
   uint64_t rx_ = 0, tx_ = 0;
+  double rx_tokens_ = kRxBurst;  // packets the peer may still send now
+  Time rx_tokens_at_{};
   uint32_t rng_;
   std::vector<Transition> transitions_;
 };
