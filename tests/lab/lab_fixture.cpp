@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -265,6 +266,18 @@ void Fixture::mark_daemon_logs() {
     auto size = fs::file_size(f, ec);
     log_marks_.emplace_back(f, ec ? 0 : size);
   }
+}
+
+std::string Fixture::daemon_log(const std::string& ns) const {
+  const std::string file = lab_state_dir() + "/" + ns + ".log";
+  for (const auto& [f, from] : log_marks_) {
+    if (f != file) continue;
+    std::ifstream in(f);
+    in.seekg(static_cast<std::streamoff>(from));
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  ADD_FAILURE() << "no log of " << ns;
+  return {};
 }
 
 void Fixture::print_daemon_log() const {

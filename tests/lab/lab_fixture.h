@@ -135,6 +135,8 @@ class Fixture : public ::testing::Test {
   static void expect_on(int rail, std::pair<uint64_t, uint64_t> d, uint64_t bytes,
                         const std::string& what);
   static json klass(const std::string& node, const std::string& name);
+  // What node ns's daemon ("dpl-a", "dpl-b") logged since the test began.
+  std::string daemon_log(const std::string& ns) const;
 
  private:
   void mark_daemon_logs();

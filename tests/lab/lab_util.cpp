@@ -82,6 +82,13 @@ double cpu_seconds(pid_t pid) {
 
 std::string dp_lab() { return std::string(DP_SOURCE_DIR) + "/tools/dp-lab"; }
 
+LabDaemonAfter::~LabDaemonAfter() {
+  if (node_.empty()) return;
+  (void)sh(dp_lab() + " stop " + node_);
+  Cmd r = sh(dp_lab() + " start " + node_);
+  if (r.rc != 0) ADD_FAILURE() << "the lab's daemon on " << node_ << " did not start: " << r.out;
+}
+
 uint64_t tx_bytes(const std::string& ns, const std::string& dev) {
   Cmd r = sh("ip -n " + ns + " -j -s link show dev " + dev);
   json j = json::parse(r.out, nullptr, false);

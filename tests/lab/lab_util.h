@@ -43,6 +43,22 @@ sockaddr_storage make_addr(const std::string& ip, uint16_t port, socklen_t* len)
 // An MPTCP socket that has not fallen back to TCP (MPTCP_INFO answers).
 bool is_mptcp(int fd);
 
+// The lab's own daemon on node ("a", "b") again when the scope ends, stopped
+// and started (`dp-lab stop`, `start`), whatever failed: for a test that
+// stops it, or runs another build or other arguments in its place. done():
+// the test has put the lab's own daemon back itself.
+class LabDaemonAfter {
+ public:
+  explicit LabDaemonAfter(std::string node) : node_(std::move(node)) {}
+  ~LabDaemonAfter();
+  LabDaemonAfter(const LabDaemonAfter&) = delete;
+  LabDaemonAfter& operator=(const LabDaemonAfter&) = delete;
+  void done() { node_.clear(); }
+
+ private:
+  std::string node_;
+};
+
 // The health state dpctl reports for a node's rail ("up", "holddown", ...; "?").
 std::string rail_state(const std::string& node, const std::string& rail);
 // Waits until both rails of both nodes are up; false after `timeout`.

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <regex>
@@ -618,8 +617,6 @@ TEST_F(Failover, LinkEventsLostToAFullNetlinkBufferAreReadAgain) {
       restore_lab_routes("dpl-a");
     }
   } restore;
-  const std::string log_file = "/run/dualpath-lab/dpl-a.log";
-  const auto log_from = static_cast<std::streamoff>(fs::file_size(log_file));
   must(nsenter("dpl-a") + "ip link set rail1 down");
   ASSERT_TRUE(eventually([] { return health("a", "rail1") == "down"; }, 3s))
       << health("a", "rail1");
@@ -670,9 +667,7 @@ TEST_F(Failover, LinkEventsLostToAFullNetlinkBufferAreReadAgain) {
       3s))
       << "dualpath's route in table 100 is not back";
   std::cout << "[ measured ] rail0's route back " << since() << " ms after the daemon resumed\n";
-  std::ifstream in(log_file);
-  in.seekg(log_from);
-  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto log = daemon_log("dpl-a");
   EXPECT_NE(log.find("link events may have been lost"), std::string::npos) << log;
   // back in service through its hold-down and ramp, for the next test
   EXPECT_TRUE(eventually([] { return health("a", "rail1") == "up"; }, kHolddown + 10s))
@@ -778,10 +773,8 @@ TEST_F(Failover, DrainMovesTrafficOffByHandAndUndrainRampsItBack) {
 // peer's kernel speaks it); a's rails stay up (b said AdminDown as it left);
 // and `dpctl validate --peer` says that no dualpath answers there.
 TEST_F(Failover, APeerWithoutDualpathGetsEveryClassIntact) {
+  LabDaemonAfter restart("b");
   must(dp_lab() + " stop b");
-  struct Restart {
-    ~Restart() { sh(dp_lab() + " start b"); }
-  } restart;
   EXPECT_EQ(sh(nsenter("dpl-b") + "tc filter show dev rail0 ingress").out, "")
       << "b has no datapath";
   struct Kind {
@@ -823,6 +816,7 @@ TEST_F(Failover, APeerWithoutDualpathGetsEveryClassIntact) {
 TEST_F(Failover, FrrBfddInteroperates) {
   if (!fs::exists("/usr/lib/frr/bfdd") || !getpwnam("frr"))
     GTEST_SKIP() << "FRR is not installed (tools/quickstart installs it)";
+  LabDaemonAfter restart("b");
   must(dp_lab() + " stop b");
   std::string dir = g_policies + "/frr";
   fs::create_directories(dir);
@@ -844,12 +838,23 @@ TEST_F(Failover, FrrBfddInteroperates) {
   };
   auto zargs = common("zebra");
   zargs.insert(zargs.begin(), {"/usr/lib/frr/zebra", "-f", dir + "/zebra.conf"});
-  pid_t zebra = spawn_in_ns("dpl-b", zargs, dir + "/zebra.out");
+  // FRR's daemons stopped and rail1's drops gone, whatever fails (before b's
+  // own daemon starts again)
+  struct Stop {
+    std::vector<pid_t> children;
+    bool drops = false;
+    ~Stop() {
+      if (drops)
+        for (const char* ns : {"dpl-a", "dpl-b"}) (void)attach_drop(ns, "rail1", 0, true);
+      for (auto p = children.rbegin(); p != children.rend(); ++p) stop_child(*p);
+    }
+  } stop;
+  stop.children.push_back(spawn_in_ns("dpl-b", zargs, dir + "/zebra.out"));
   std::this_thread::sleep_for(1s);
   auto bargs = common("bfdd");
   bargs.insert(bargs.begin(),
                {"/usr/lib/frr/bfdd", "-f", dir + "/bfdd.conf", "--bfdctl", dir + "/bfdd.sock"});
-  pid_t bfdd = spawn_in_ns("dpl-b", bargs, dir + "/bfdd.out");
+  stop.children.push_back(spawn_in_ns("dpl-b", bargs, dir + "/bfdd.out"));
   auto frr_status = [&](const std::string& peer) {
     auto out = sh(nsenter("dpl-b") + "vtysh --vty_socket " + dir + " -c 'show bfd peers json'");
     json j = json::parse(out.out, nullptr, false);
@@ -875,6 +880,7 @@ TEST_F(Failover, FrrBfddInteroperates) {
       [&] { return frr_status("10.98.0.1") == "up" && frr_status("10.98.1.1") == "up"; }, 5s))
       << "FRR sees " << frr_status("10.98.0.1") << " " << frr_status("10.98.1.1");
   // cut rail1 both ways: both ends see the session go down
+  stop.drops = true;
   ASSERT_EQ(attach_drop("dpl-a", "rail1", 100000), "");
   ASSERT_EQ(attach_drop("dpl-b", "rail1", 100000), "");
   EXPECT_TRUE(wait_for([&] { return bfd_state("rail1") == "down"; }, 3s)) << bfd_state("rail1");
@@ -884,11 +890,9 @@ TEST_F(Failover, FrrBfddInteroperates) {
   EXPECT_EQ(bfd_state("rail0"), "up") << "the other session is untouched";
   EXPECT_EQ(attach_drop("dpl-a", "rail1", 0, true), "");
   EXPECT_EQ(attach_drop("dpl-b", "rail1", 0, true), "");
+  stop.drops = false;
   EXPECT_TRUE(wait_for([&] { return bfd_state("rail1") == "up"; }, 5s));
   EXPECT_EQ(path("a", "rail1")["health"]["bfd"]["discarded"], 0);
-  stop_child(bfdd);
-  stop_child(zebra);
-  must(dp_lab() + " start b");
 }
 
 }  // namespace

@@ -454,6 +454,7 @@ TEST_F(Lab, PolicyDiffApplyAndRollback) {
 // --socket-group: its members query, only root changes anything, and
 // anyone else cannot connect at all. Clients run as nobody (setpriv).
 TEST_F(Lab, SocketGroupMembersQueryAndOnlyRootChanges) {
+  lab::LabDaemonAfter own("a");  // the lab's own daemon again, whatever fails
   must(lab::dp_lab() + " stop a");
   must("DP_LAB_DAEMON_ARGS='--socket-group nogroup' " + lab::dp_lab() + " start a");
   auto as = [](const std::string& group, const std::string& args) {
@@ -471,9 +472,6 @@ TEST_F(Lab, SocketGroupMembersQueryAndOnlyRootChanges) {
   auto stranger = as("daemon", "status");
   EXPECT_NE(stranger.rc, 0);
   EXPECT_NE(stranger.out.find("Permission denied"), std::string::npos) << stranger.out;
-  // back to the lab's own daemon
-  must(lab::dp_lab() + " stop a");
-  must(lab::dp_lab() + " start a");
 }
 
 // Two roles: members of --read-group query and are told why a change is
@@ -483,12 +481,7 @@ TEST_F(Lab, SocketGroupMembersQueryAndOnlyRootChanges) {
 // write (0002): every pin 0600 at most, no directory group- or
 // other-writable. Clients run as nobody (setpriv).
 TEST_F(Lab, ReadersQueryAdminsChangeAndThePinsAreRootsAlone) {
-  struct Restore {  // the lab's own daemon again, whatever fails
-    ~Restore() {
-      (void)sh(lab::dp_lab() + " stop a");
-      must(lab::dp_lab() + " start a");
-    }
-  } restore;
+  lab::LabDaemonAfter own("a");  // the lab's own daemon again, whatever fails
   must(lab::dp_lab() + " stop a");
   must("umask 0002 && DP_LAB_DAEMON_ARGS='--read-group nogroup --admin-group users' " +
        lab::dp_lab() + " start a");
@@ -545,6 +538,7 @@ TEST_F(Lab, ReadersQueryAdminsChangeAndThePinsAreRootsAlone) {
 // going: no rail of either node leaves "up", root's queries are answered,
 // and the daemon is the same process afterwards.
 TEST_F(Lab, AGroupMemberFloodingTheControlSocketDoesNotStopBfd) {
+  lab::LabDaemonAfter own("a");  // the lab's own daemon again, whatever fails
   must(lab::dp_lab() + " stop a");
   must("DP_LAB_DAEMON_ARGS='--socket-group nogroup' " + lab::dp_lab() + " start a");
   ASSERT_TRUE(wait_all_up(std::chrono::seconds(30)));
@@ -619,8 +613,6 @@ TEST_F(Lab, AGroupMemberFloodingTheControlSocketDoesNotStopBfd) {
   EXPECT_EQ(daemon_pid("dpl-a"), daemon) << "the same daemon (no crash, no watchdog restart)";
   for (auto& k : made) bpf_map_delete_elem(flows, &k);
   ::close(flows);
-  must(lab::dp_lab() + " stop a");
-  must(lab::dp_lab() + " start a");
 }
 
 TEST_F(Lab, SigkillDuringATransferKeepsItSteeredAndARestartAdopts) {
@@ -681,6 +673,7 @@ TEST_F(Lab, AnUpgradeAcrossMapLayoutsKeepsConnectionsPlacementsAndCounters) {
     ASSERT_EQ(::kill(pid, SIGTERM), 0);
     wait_gone(pid);
   };
+  lab::LabDaemonAfter own("a");  // this build's daemon again, whatever fails
   stop();
   must("DP_LAB_DUALPATHD=" + other + " " + lab::dp_lab() + " start a");
   json st = layout(lab::dpctl("a", "status"));
@@ -702,6 +695,7 @@ TEST_F(Lab, AnUpgradeAcrossMapLayoutsKeepsConnectionsPlacementsAndCounters) {
   // build's starts and swaps its datapath in
   stop();
   must(lab::dp_lab() + " start a");
+  own.done();
   st = layout(lab::dpctl("a", "status"));
   EXPECT_EQ(st["version"], DP_LAYOUT_VERSION) << st.dump();
   EXPECT_EQ(st["found"], 0x8001u) << st.dump();

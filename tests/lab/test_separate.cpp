@@ -704,10 +704,8 @@ TEST_F(Separate, AMultipathConnectionToAPeerWithoutMptcpFallsBackToTcpAndIsCount
 // over its first one with no stall; `dpctl validate --peer` says that no
 // dualpath answers there.
 TEST_F(Separate, APeerWithoutDualpathGetsItsClassesAndAMultipathClassKeepsOneSubflow) {
+  LabDaemonAfter restart("b");
   must(dp_lab() + " stop b");
-  struct Restart {
-    ~Restart() { sh(dp_lab() + " start b"); }
-  } restart;
   {
     Sink sink(52051);
     RailBytes before = rail_bytes();
@@ -752,12 +750,8 @@ TEST_F(Separate, JoinsAFirewallRefusesAreGivenUpAndTheConnectionGoesOn) {
   must(b + "nft 'add chain inet dptest in { type filter hook input priority 0; }'");
   must(b + "nft add rule inet dptest in iifname rail1 tcp option mptcp subtype 1 " +
        "reject with tcp reset");
-  const std::string log_file = "/run/dualpath-lab/dpl-a.log";
-  const auto from = static_cast<std::streamoff>(std::filesystem::file_size(log_file));
   auto said = [&] {
-    std::ifstream in(log_file);
-    in.seekg(from);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text = daemon_log("dpl-a");
     size_t n = 0;
     for (size_t at = 0;
          (at = text.find("joins in a row on rail1 never came up", at)) != std::string::npos; ++at)
