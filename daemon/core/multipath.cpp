@@ -131,12 +131,22 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
   size_t first_path = kNoPath;
   for (const auto& s : c.subflows)
     if (is_first(s)) first_path = s.path;
+  // a subflow too young to be made active (kJoinSettle); Time{}: not known
+  auto settling = [&](const Subflow& s) { return s.up != Time{} && now - s.up < kJoinSettle; };
+  // until every rail that is to carry has a subflow old enough to, none is
+  // made a backup: with every subflow a backup, the scheduler sends on any
+  // of them, a young join too
+  bool holding = false;
+  for (size_t i = 0; i < n && roles; ++i)
+    holding |= usable(i) && active(i) &&
+               std::none_of(c.subflows.begin(), c.subflows.end(),
+                            [&](const Subflow& s) { return s.path == i && !settling(s); });
   for (const auto& s : c.subflows) {
     if (s.path == kNoPath) {
       if (!roles) continue;
       // the shared topology's first subflow goes where the datapath steers
       // the class; the bound ones carry the roles, so it stands by
-      if (!s.backup && p.topology != Topology::Separate &&
+      if (!s.backup && !holding && p.topology != Topology::Separate &&
           std::any_of(c.subflows.begin(), c.subflows.end(),
                       [](const Subflow& o) { return o.path != kNoPath; }))
         out.push_back({Action::Kind::SetBackup, s.path, true, s.ends});
@@ -156,7 +166,7 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
     }
     have[s.path] = true;
     bool backup = !active(s.path);
-    if (roles && s.backup != backup)
+    if (roles && s.backup != backup && !(backup ? holding : settling(s)))
       out.push_back({Action::Kind::SetBackup, s.path, backup, s.ends});
   }
   if (c.server_side) return out;
@@ -166,7 +176,7 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
     const auto& src = source_of(p.paths[i], c.first.remote.family);
     auto peer = peer_on_path(p, c.first.remote, i);
     if (!src || !peer) continue;
-    Action a{Action::Kind::Create, i, !active(i), {}};
+    Action a{Action::Kind::Create, i, true, {}};  // active after kJoinSettle
     a.ends.local = *src;
     a.ends.remote = *peer;
     a.ends.rport = c.first.rport;

@@ -325,9 +325,11 @@ TEST_F(Failover, BlackholeBothWaysIsDetectedNothingIsLostAndMultipathGoesOn) {
   spec.mptcp = true;
   Transfer mp(spec);
   auto start = std::chrono::steady_clock::now();
-  // a join refused or lost is made again after a second's backoff
+  // a join refused or lost is made again after a second's backoff; a join
+  // is a backup until it has been up 100 ms (multipath::kJoinSettle)
   json a = wait_conn("a", 45201, 3000, [](const json& c) {
-    return subflow_paths(c) == std::set<std::string>{"rail0", "rail1"};
+    return subflow_paths(c) == std::set<std::string>{"rail0", "rail1"} &&
+           subflow_paths(c, "active") == std::set<std::string>{"rail0"};
   });
   ASSERT_EQ(subflow_paths(a), (std::set<std::string>{"rail0", "rail1"})) << a.dump();
   // elastic, its decision all on rail0, and rail1 a quarter of rail0: rail0

@@ -168,10 +168,10 @@ TEST(Multipath, TheConnectingSideMakesASubflowOnEveryOtherUsableRail) {
   EXPECT_EQ(acts[0].ends.local.str(), "10.20.1.1");
   EXPECT_EQ(acts[0].ends.remote.str(), "10.20.2.2");
   EXPECT_EQ(acts[0].ends.rport, 45000);
-  // a split class: both active
+  // a split class: a backup too, until it has been up kJoinSettle
   acts = reconcile(p, connected(), want(true, true, true, true), Time{});
   ASSERT_EQ(acts.size(), 1u);
-  EXPECT_FALSE(acts[0].backup);
+  EXPECT_TRUE(acts[0].backup);
   // the accepting side makes none
   auto accepted = connected();
   accepted.server_side = true;
@@ -192,6 +192,41 @@ TEST(Multipath, RolesFollowTheDecisionOnTheConnectingSideOnly) {
   c.server_side = true;
   EXPECT_TRUE(reconcile(p, c, want(true, true, false, true), Time{}).empty())
       << "the connecting side's MP_PRIO holds for both directions";
+}
+
+// A join carries nothing in its first kJoinSettle (an accepting kernel can
+// place data sent on it at once at the wrong place in the stream): it is
+// made a backup, made active once it has been up that long, and until then
+// no other subflow is made a backup (the scheduler would then send on any,
+// the young join too).
+TEST(Multipath, AJoinIsMadeActiveOnlyOnceItHasBeenUpAWhileAndNothingStandsByBefore) {
+  auto p = policy();
+  const Time t0 = Time{} + std::chrono::hours(1);
+  auto c = connected();
+  c.subflows[0].up = t0;
+  // the decision gives rail1 alone a share
+  auto acts = reconcile(p, c, want(true, true, false, true), t0 + std::chrono::milliseconds(20));
+  ASSERT_EQ(acts.size(), 1u) << "no rail1 subflow yet: the first one keeps carrying";
+  EXPECT_EQ(acts[0].kind, Kind::Create);
+  EXPECT_TRUE(acts[0].backup);
+  Time up = t0 + std::chrono::milliseconds(21);
+  c.subflows.push_back({{ip("10.20.1.1"), ip("10.20.2.2"), 40001, 45000}, 1, true, up});
+  EXPECT_TRUE(reconcile(p, c, want(true, true, false, true), up + kJoinSettle / 2).empty())
+      << "the join settles; rail0 stays active";
+  acts = reconcile(p, c, want(true, true, false, true), up + kJoinSettle);
+  ASSERT_EQ(acts.size(), 2u);
+  for (auto& a : acts) {
+    EXPECT_EQ(a.kind, Kind::SetBackup);
+    EXPECT_EQ(a.backup, a.path == 0) << "rail1 carries, rail0 stands by";
+  }
+  // a split class: the join is made active when it has settled, the first
+  // subflow stays active throughout
+  acts = reconcile(p, c, want(true, true, true, true), up + kJoinSettle / 2);
+  EXPECT_TRUE(acts.empty());
+  acts = reconcile(p, c, want(true, true, true, true), up + kJoinSettle);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].path, 1u);
+  EXPECT_FALSE(acts[0].backup);
 }
 
 // An elastic class uses every usable rail of comparable or wider capacity,

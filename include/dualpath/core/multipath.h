@@ -44,6 +44,15 @@ constexpr size_t kNoPath = static_cast<size_t>(-1);
 // rail), find no connection there and be refused.
 constexpr auto kFirstJoinAfter = std::chrono::milliseconds(20);
 
+// A join is made as a backup, and made active only once it has been up this
+// long. Data sent on a join at once (as MPTCP's scheduler does with an
+// active one, within microseconds of the handshake) can be placed at the
+// wrong place in the stream by the accepting kernel, which then resets the
+// join (Linux 6.18 under load; docs/troubleshooting.md, "A multipath class
+// delivers a piece of its stream twice"). A backup carries nothing while
+// an active subflow can.
+constexpr auto kJoinSettle = std::chrono::milliseconds(100);
+
 struct Subflow {
   Ends ends;
   size_t path = kNoPath;  // kNoPath: not bound to a rail (the shared topology's first one)
