@@ -179,9 +179,12 @@ void Responder::accept_loop() {
             !session_rate_.allow({peer.family, peer.bytes}, std::chrono::steady_clock::now());
         if (too_fast || active >= policy_.responder.max_sessions) {
           ++(too_fast ? refused_rate_ : refused_busy_);
+          // "retry": a refusal that passes (probe::open_session asks again)
           const char fast[] =
-              "{\"ok\":false,\"error\":\"rate: too many sessions a second from this address\"}\n";
-          const char busy[] = "{\"ok\":false,\"error\":\"busy: too many sessions\"}\n";
+              "{\"ok\":false,\"retry\":true,\"error\":\"rate: too many sessions a second from "
+              "this address\"}\n";
+          const char busy[] =
+              "{\"ok\":false,\"retry\":true,\"error\":\"busy: too many sessions\"}\n";
           const char* why = too_fast ? fast : busy;
           if (::send(fd, why, std::strlen(why), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
             // the client learns it from the closed connection instead

@@ -168,15 +168,18 @@ Result<json> exchange(const Fd& c, const json& request, milliseconds timeout) {
   json j = json::parse(*reply, nullptr, false);
   if (!j.is_object()) return make_error(0, "the responder's reply is not JSON");
   if (!j.value("ok", false))
-    return make_error(0, "the responder refused: " + j.value("error", "?"));
+    return make_error(j.value("retry", false) ? EAGAIN : 0,
+                      "the responder refused: " + j.value("error", "?"));
   return j;
 }
 
 Result<Session> open_session(const Target& t, const json& request, milliseconds timeout) {
   // A responder at its session limit answers "busy" (its sessions are
   // short), and one that this address asked too often "rate" (a session
-  // comes back every 1/64 s): both are asked again until the timeout. The
-  // connects a probe times are refused so once they exceed the burst.
+  // comes back every 1/64 s): both say "retry" (EAGAIN here; a responder of
+  // an earlier release only the word) and are asked again until the
+  // timeout. The connects a probe times are refused so once they exceed the
+  // burst.
   auto give_up = Clock::now() + timeout;
   for (;;) {
     auto c = connect_to(t, timeout);
@@ -184,7 +187,8 @@ Result<Session> open_session(const Target& t, const json& request, milliseconds 
     auto r = exchange(*c, request, timeout);
     if (r) return Session{std::move(*c), std::move(*r)};
     const std::string& why = r.error().message;
-    bool later = why.find("busy") != std::string::npos || why.find("rate:") != std::string::npos;
+    bool later = r.error().code == EAGAIN || why.rfind("the responder refused: busy:", 0) == 0 ||
+                 why.rfind("the responder refused: rate:", 0) == 0;
     if (!later || Clock::now() >= give_up) return r.error();
     std::this_thread::sleep_for(milliseconds(20));
   }

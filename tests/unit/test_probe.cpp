@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -157,6 +158,7 @@ TEST_F(Responder, KeepsToItsSessionLimitAndItsTimeLimit) {
     auto second = probe::open_session(t, {{"op", "hello"}}, 200ms);
     ASSERT_FALSE(second);
     EXPECT_NE(second.error().message.find("busy"), std::string::npos) << second.error().what();
+    EXPECT_EQ(second.error().code, EAGAIN) << "a refusal that passes says so";
     EXPECT_GE(r.status()["refused_busy"].get<int>(), 1);
   }  // the echo session ends
   std::this_thread::sleep_for(100ms);
@@ -195,6 +197,7 @@ TEST_F(Responder, AFloodFromOneAddressIsCutToItsRateAndOthersAreStillAnswered) {
   // again after a refusal for its rate, as a client should)
   int n_sessions = 2 * static_cast<int>(dp::Responder::kSessionBurst), refused_sessions = 0;
   std::string why;
+  int why_code = 0;
   start = std::chrono::steady_clock::now();
   for (int i = 0; i < n_sessions; ++i) {
     auto c = probe::connect_to(flooder, 1000ms);
@@ -203,6 +206,7 @@ TEST_F(Responder, AFloodFromOneAddressIsCutToItsRateAndOthersAreStillAnswered) {
     if (!h) {
       ++refused_sessions;
       why = h.error().message;
+      why_code = h.error().code;
     }
   }
   secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -211,6 +215,7 @@ TEST_F(Responder, AFloodFromOneAddressIsCutToItsRateAndOthersAreStillAnswered) {
   EXPECT_LE(n_sessions - refused_sessions, session_most) << "in " << secs << " s";
   if (n_sessions > session_most) {
     EXPECT_NE(why.find("rate"), std::string::npos) << why;
+    EXPECT_EQ(why_code, EAGAIN) << "a refusal that passes says so";
   }
   EXPECT_EQ(r.status()["refused_rate"].get<int>(), refused + refused_sessions);
   // another address has its own budget

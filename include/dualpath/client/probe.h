@@ -70,7 +70,8 @@ Result<Fd> connect_to(const Target& t, std::chrono::milliseconds timeout);
 // make an MPTCP socket or the connection fails.
 Result<bool> answers_mptcp(Target t, std::chrono::milliseconds timeout);
 
-// One request and its reply line (the reply's "ok": false is an Error).
+// One request and its reply line (the reply's "ok": false is an Error, with
+// code EAGAIN where the reply says "retry": a refusal that passes).
 Result<json> exchange(const Fd& c, const json& request, std::chrono::milliseconds timeout);
 
 // A connection whose request the responder accepted, and its reply. A
