@@ -189,26 +189,18 @@ void Session::go(State to, Diag d, Time now) {
   }
 }
 
-bool Session::rx_admit(Time now) {
-  // the fastest the peer may send: the shorter of what this session asks for
-  // and what the peer has acknowledged (a Poll may be shortening it)
-  auto min_rx =
-      std::max<int64_t>(std::min(cfg_.required_min_rx, active_.required_min_rx).count(), 1);
-  double per_second = kRxRateFactor * 1e6 / static_cast<double>(min_rx);
-  double elapsed =
-      rx_tokens_at_ == Time{} ? 0.0 : std::chrono::duration<double>(now - rx_tokens_at_).count();
-  rx_tokens_ = std::min(kRxBurst, rx_tokens_ + std::max(elapsed, 0.0) * per_second);
-  rx_tokens_at_ = now;
-  if (rx_tokens_ < 1) return false;
-  rx_tokens_ -= 1;
-  return true;
+Micros Session::fastest_rx() const {
+  // the shorter of what this session asks for and what the peer has
+  // acknowledged (a Poll may be shortening it)
+  return std::max(std::min(cfg_.required_min_rx, active_.required_min_rx), Micros(1));
 }
 
 std::optional<std::string> Session::receive(const Packet& p, Time now) {
-  if (!rx_admit(now))
+  const Micros min_rx = fastest_rx();
+  if (rx_bucket_.take(1, kRxBurst, kRxRateFactor * 1e6 / static_cast<double>(min_rx.count()),
+                      now) == 0)
     return fmt::format("more than {:g} times the packets the peer may send (required min RX {} us)",
-                       kRxRateFactor,
-                       std::min(cfg_.required_min_rx, active_.required_min_rx).count());
+                       kRxRateFactor, min_rx.count());
   // the rules of 6.8.6 that need the session
   if (p.your_disc != 0 && p.your_disc != local_disc_)
     return "your discriminator " + std::to_string(p.your_disc) + " is not this session's";

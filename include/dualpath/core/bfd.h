@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dualpath/core/rate_limit.h"
 #include "dualpath/core/result.h"
 
 namespace dp::bfd {
@@ -123,7 +124,7 @@ class Session {
   Packet build() const;
   void schedule_tx(Time now);
   void rearm_detection(Time now);
-  bool rx_admit(Time now);
+  Micros fastest_rx() const;  // the shortest interval the peer may send at
 
   Config cfg_;
   Config active_;  // what the remote has acknowledged (differs during a Poll)
@@ -140,8 +141,7 @@ class Session {
   Time next_tx_;
   std::optional<Time> detect_deadline_;
   uint64_t rx_ = 0, tx_ = 0;
-  double rx_tokens_ = kRxBurst;  // packets the peer may still send now
-  Time rx_tokens_at_{};
+  TokenBucket rx_bucket_{kRxBurst, {}};  // packets the peer may still send now
   uint32_t rng_;
   std::vector<Transition> transitions_;
 };

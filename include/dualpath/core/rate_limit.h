@@ -15,6 +15,24 @@
 
 namespace dp {
 
+// One token bucket: up to `burst` at once, then `per_second`, both given at
+// each take (a rate that follows a negotiated interval may change).
+struct TokenBucket {
+  using Clock = std::chrono::steady_clock;
+  double tokens = 0;
+  Clock::time_point at{};
+
+  // How many of `n` may go now; those are spent.
+  int take(int n, double burst, double per_second, Clock::time_point now) {
+    double elapsed = std::max(0.0, std::chrono::duration<double>(now - at).count());
+    tokens = std::min(burst, tokens + elapsed * per_second);
+    at = now;
+    int can = static_cast<int>(std::min<double>(tokens, std::max(n, 0)));
+    tokens -= can;
+    return can;
+  }
+};
+
 template <typename Key>
 class RateLimiter {
  public:
@@ -24,22 +42,13 @@ class RateLimiter {
 
   // How many of `n` the key may do now; those are spent.
   int take(const Key& k, int n, Clock::time_point now) {
-    Bucket& b = bucket(k, now);
-    double elapsed = std::max(0.0, std::chrono::duration<double>(now - b.at).count());
-    b.tokens = std::min(burst_, b.tokens + elapsed * per_second_);
-    b.at = now;
-    int can = static_cast<int>(std::min<double>(b.tokens, std::max(n, 0)));
-    b.tokens -= can;
-    return can;
+    return bucket(k, now).take(n, burst_, per_second_, now);
   }
   bool allow(const Key& k, Clock::time_point now) { return take(k, 1, now) == 1; }
   size_t size() const { return buckets_.size(); }
 
  private:
-  struct Bucket {
-    double tokens = 0;
-    Clock::time_point at{};
-  };
+  using Bucket = TokenBucket;
   Bucket& bucket(const Key& k, Clock::time_point now) {
     auto it = buckets_.find(k);
     if (it != buckets_.end()) return it->second;
