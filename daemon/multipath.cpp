@@ -2,6 +2,7 @@
 #include "multipath.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -369,9 +370,10 @@ void Multipath::on_subflow_established(multipath::Connection& c, const mptcp::Ev
                  .value_or(multipath::kNoPath);
   s.backup = e.backup;
   if (auto r = requested_.find({c.token, s.path}); r != requested_.end() && !c.server_side) {
-    s.backup = r->second;
+    s.backup = r->second.backup;
     requested_.erase(r);
   }
+  multipath::note_answered(c, s.path);
   s.up = now;
   c.subflows.push_back(s);
 }
@@ -400,8 +402,46 @@ void Multipath::on_subflow_closed(multipath::Connection& c, const mptcp::Event& 
     spdlog::info("class {} connection {:#x}: its subflow on {} could not be made{}",
                  policy_.classes[c.klass].name, c.token, rail, why);
     requested_.erase(r);
+    multipath::note_answered(c, path);
   }
   if (multipath::note_closed(c, path, up, now)) gave_up(c, path);
+}
+
+void Multipath::end_overdue_joins(multipath::Connection& c, Clock::time_point now) {
+  for (size_t path : multipath::overdue_joins(c, now)) {
+    const std::string rail = path < policy_.paths.size() ? policy_.paths[path].name : "-";
+    auto r = requested_.find({c.token, path});
+    Result<std::vector<TcpSocketInfo>> ended = std::vector<TcpSocketInfo>{};
+    if (r != requested_.end()) {
+      const multipath::Ends& asked = r->second.ends;
+      // still sending its SYN. The separate topology's joins take a port of
+      // the kernel's choosing: another connection's join from this rail to
+      // the same port is ended with it, and is asked for again after its
+      // backoff as any join that never came up.
+      ended = destroy_tcp({asked.local}, [&](const TcpSocketInfo& s) {
+        return s.state == TCP_SYN_SENT && s.dst.unmapped() == asked.remote.unmapped() &&
+               s.dport == asked.rport && (asked.lport == 0 || s.sport == asked.lport);
+      });
+    }
+    if (ended && !ended->empty()) {
+      // its SUB_CLOSED event counts the failure (on_subflow_closed); should
+      // that never come, it is counted here after another kJoinTimeout
+      spdlog::info(
+          "class {} connection {:#x}: its join on {} did not come up within {} ms: ended",
+          policy_.classes[c.klass].name, c.token, rail,
+          std::chrono::duration_cast<std::chrono::milliseconds>(multipath::kJoinTimeout).count());
+      multipath::note_asked(c, path, now);
+      continue;
+    }
+    if (!ended)
+      spdlog::warn(
+          "class {} connection {:#x}: its join on {} that never came up could not be "
+          "ended ({}); it is counted as failed",
+          policy_.classes[c.klass].name, c.token, rail, ended.error().what());
+    if (r != requested_.end()) requested_.erase(r);
+    multipath::note_answered(c, path);
+    if (multipath::note_failure(c, path, now)) gave_up(c, path);
+  }
 }
 
 void Multipath::gave_up(const multipath::Connection& c, size_t path) {
@@ -421,17 +461,19 @@ void Multipath::carry_out(multipath::Connection& c, const std::vector<multipath:
     const std::string& path = a.path < policy_.paths.size() ? policy_.paths[a.path].name : "-";
     Result<void> r;
     if (a.kind == Kind::Create) {
-      // the pending join must not be asked for again on the next tick
-      if (a.path < c.retry_after.size()) c.retry_after[a.path] = now + std::chrono::seconds(3);
+      multipath::Ends asked = a.ends;
       if (auto src = join_source(policy_.topology, c, a); !src)
         r = src.error();
-      else
+      else {
+        asked.lport = src->port;
         r = pm_->create(c.token, a.ends.local, src->port, src->id,
                         static_cast<int>(dp_->rail_ifindex(a.path)), a.backup, a.ends.remote,
                         a.ends.rport);
+      }
       if (r) {
         ++counters_.created;
-        requested_[{c.token, a.path}] = a.backup;
+        requested_[{c.token, a.path}] = {a.backup, asked};
+        multipath::note_asked(c, a.path, now);  // none asked for there until it is answered
       }
     } else if (a.kind == Kind::Destroy) {
       r = pm_->destroy(c.token, a.ends);
@@ -473,7 +515,10 @@ void Multipath::reconcile(const multipath::Want& want) {
   if (!pm_) return;
   last_want_ = want;
   auto now = Clock::now();
-  for (auto& [token, c] : conns_) carry_out(c, multipath::reconcile(policy_, c, want, now));
+  for (auto& [token, c] : conns_) {
+    end_overdue_joins(c, now);
+    carry_out(c, multipath::reconcile(policy_, c, want, now));
+  }
   expire_join_listeners();
 }
 

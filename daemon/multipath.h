@@ -117,9 +117,17 @@ class Multipath {
   std::unique_ptr<mptcp::PathManager> pm_;
   std::map<uint32_t, multipath::Connection> conns_;  // by token
   multipath::Want last_want_;
-  // (token, path) -> backup: the role a join was asked for, which its
-  // SUB_ESTABLISHED event (the peer's view) does not carry
-  std::map<std::pair<uint32_t, size_t>, bool> requested_;
+  // (token, path) -> a join asked for and not yet answered: the role it was
+  // asked for, which its SUB_ESTABLISHED event (the peer's view) does not
+  // carry, and its ends (the local port where this end chose it, else 0)
+  struct Requested {
+    bool backup = false;
+    multipath::Ends ends;
+  };
+  std::map<std::pair<uint32_t, size_t>, Requested> requested_;
+  // Ends each join of `c` under way for multipath::kJoinTimeout (its SYN
+  // dropped on the way): its closing then counts as a join that never came up.
+  void end_overdue_joins(multipath::Connection& c, std::chrono::steady_clock::time_point now);
   // (class, path, what) -> connections, for take_events()
   std::map<std::tuple<size_t, size_t, std::string>, size_t> done_;
   Counters counters_;

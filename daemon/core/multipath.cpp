@@ -173,6 +173,7 @@ std::vector<Action> reconcile(const Policy& p, const Connection& c, const Want& 
   for (size_t i = 0; i < n; ++i) {
     if (have[i] || !usable(i)) continue;
     if (i < c.retry_after.size() && now < c.retry_after[i]) continue;
+    if (i < c.joining.size() && c.joining[i] != Time{}) continue;  // one is under way
     const auto& src = source_of(p.paths[i], c.first.remote.family);
     auto peer = peer_on_path(p, c.first.remote, i);
     if (!src || !peer) continue;
@@ -209,6 +210,23 @@ bool note_failure(Connection& c, size_t path, Time now) {
   if (++c.refused[path] < kGiveUpAfter) return false;
   c.retry_after[path] = now + kGiveUpFor;
   return c.refused[path] == kGiveUpAfter;
+}
+
+void note_asked(Connection& c, size_t path, Time now) {
+  if (path == kNoPath) return;
+  if (c.joining.size() <= path) c.joining.resize(path + 1, Time{});
+  c.joining[path] = now;
+}
+
+void note_answered(Connection& c, size_t path) {
+  if (path < c.joining.size()) c.joining[path] = Time{};
+}
+
+std::vector<size_t> overdue_joins(const Connection& c, Time now) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < c.joining.size(); ++i)
+    if (c.joining[i] != Time{} && now - c.joining[i] >= kJoinTimeout) out.push_back(i);
+  return out;
 }
 
 void note_removed(Connection& c, size_t path, Time up, Time now) {

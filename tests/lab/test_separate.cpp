@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -773,6 +774,61 @@ TEST_F(Separate, JoinsAFirewallRefusesAreGivenUpAndTheConnectionGoesOn) {
   ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
   EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "MPTCP over its first subflow";
   EXPECT_EQ(r.received, 60'000'000u);
+}
+
+// A firewall on b's rail1 that drops every join's SYN without a word (the
+// commoner middlebox): a join would retry its SYN for about two minutes
+// (tcp_syn_retries), and one asked for every few seconds meanwhile would
+// pile up. a's daemon ends a join that is not up after multipath::
+// kJoinTimeout and counts it as one that never came up, so it stops asking
+// after 6 (about 35 s: 6 x 2 s + 1 + 2 + 4 + 8 + 8), says so once, and never
+// has more than one join pending on the rail. The connection goes on over
+// its first subflow with every byte delivered.
+TEST_F(Separate, JoinsAFirewallDropsAreEndedAndGivenUpAndTheConnectionGoesOn) {
+  const std::string b = nsenter("dpl-b");
+  must(b + "nft add table inet dptest");
+  struct Unfirewall {
+    ~Unfirewall() { sh(nsenter("dpl-b") + "nft delete table inet dptest"); }
+  } unfirewall;
+  must(b + "nft 'add chain inet dptest in { type filter hook input priority 0; }'");
+  must(b + "nft add rule inet dptest in iifname rail1 tcp option mptcp subtype 1 drop");
+  auto said = [&] {
+    std::string text = daemon_log("dpl-a");
+    size_t n = 0;
+    for (size_t at = 0;
+         (at = text.find("joins in a row on rail1 never came up", at)) != std::string::npos; ++at)
+      ++n;
+    return n;
+  };
+  // a's TCP sockets toward b's port that are still sending their SYN
+  auto pending = [] {
+    auto out = sh(nsenter("dpl-a") + "ss -Htn state syn-sent dport = :45108").out;
+    return static_cast<size_t>(std::count(out.begin(), out.end(), '\n'));
+  };
+  Transfer t(collective_transfer(45108, 110'000'000, 20e6));  // 44 s
+  auto start = Clock::now();
+  std::set<std::string> paths;
+  size_t most_pending = 0;
+  auto end = start + std::chrono::seconds(50);
+  while (Clock::now() < end && !said()) {
+    json c = wait_conn("a", 45108, 500, [](const json&) { return true; });
+    if (c.is_object())
+      for (const auto& p : subflow_paths(c)) paths.insert(p);
+    most_pending = std::max(most_pending, pending());
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  std::cout << "[ measured ] joins given up after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()
+            << " ms; at most " << most_pending << " pending at once\n";
+  EXPECT_EQ(said(), 1u) << "a's daemon says once that it stopped asking";
+  EXPECT_LE(most_pending, 1u) << "joins asked for while one was still pending";
+  EXPECT_EQ(paths, std::set<std::string>{"rail0"}) << "no rail1 subflow ever came up";
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(pending(), 0u) << "a join still pending after the daemon gave up";
+  auto r = t.wait();
+  ASSERT_TRUE(r.ok()) << r.error << " sent " << r.sent << " received " << r.received;
+  EXPECT_TRUE(r.client_mptcp && r.server_mptcp) << "MPTCP over its first subflow";
+  EXPECT_EQ(r.received, 110'000'000u);
 }
 
 // The case: a collective job whose rail fails mid-transfer. b's rail0

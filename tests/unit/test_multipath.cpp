@@ -370,6 +370,29 @@ TEST(Multipath, JoinsThatNeverComeUpAreAskedForOnlyEveryTenMinutesAfterSixAndSai
   EXPECT_LE(c.retry_after[1] - t, std::chrono::seconds(8));
 }
 
+TEST(Multipath, OneJoinPerRailIsUnderWayAtATimeAndOneUnansweredIsOverdueAfterTheTimeout) {
+  auto p = policy();
+  auto c = connected();
+  Time t = Time{} + std::chrono::hours(1);
+  auto w = want(true, true, true, false);
+  ASSERT_EQ(reconcile(p, c, w, t).size(), 1u);
+  note_asked(c, 1, t);
+  // its SYN dropped: no second join is asked for while it is under way
+  EXPECT_TRUE(reconcile(p, c, w, t + std::chrono::seconds(1)).empty());
+  EXPECT_TRUE(overdue_joins(c, t + kJoinTimeout - std::chrono::milliseconds(1)).empty());
+  EXPECT_EQ(overdue_joins(c, t + kJoinTimeout), std::vector<size_t>{1});
+  // ended and counted as never made: asked for again after the backoff
+  note_answered(c, 1);
+  note_failure(c, 1, t + kJoinTimeout);
+  EXPECT_TRUE(overdue_joins(c, t + std::chrono::minutes(1)).empty());
+  EXPECT_TRUE(reconcile(p, c, w, t + kJoinTimeout).empty());
+  EXPECT_EQ(reconcile(p, c, w, t + kJoinTimeout + std::chrono::seconds(1)).size(), 1u);
+  // one answered at once is never overdue
+  note_asked(c, 1, t);
+  note_answered(c, 1);
+  EXPECT_TRUE(overdue_joins(c, t + std::chrono::minutes(1)).empty());
+}
+
 TEST(Multipath, JoinsThePeerAcceptsAndClosesAtOnceAreNeverGivenUp) {
   auto c = connected();
   Time t = Time{} + std::chrono::hours(1);

@@ -53,6 +53,13 @@ constexpr auto kFirstJoinAfter = std::chrono::milliseconds(20);
 // an active subflow can.
 constexpr auto kJoinSettle = std::chrono::milliseconds(100);
 
+// How long a join may take to come up. A path that drops MP_JOIN SYNs
+// without a word would otherwise keep the join sending its SYN for about
+// two minutes (tcp_syn_retries), long after the rail should have been given
+// up (kGiveUpAfter). Two seconds lets one lost SYN be sent again (after 1 s)
+// and answered; a join on a path that answers comes up within its RTT.
+constexpr auto kJoinTimeout = std::chrono::seconds(2);
+
 struct Subflow {
   Ends ends;
   size_t path = kNoPath;  // kNoPath: not bound to a rail (the shared topology's first one)
@@ -69,6 +76,7 @@ struct Connection {
   std::vector<Time> retry_after;  // per path: no new subflow before this
   std::vector<int> failures;      // per path: subflows that ended since the last that worked
   std::vector<int> refused;       // per path: joins in a row that never came up
+  std::vector<Time> joining;      // per path: when the join under way was asked for (Time{}: none)
   Time since{};                   // when the connection was established here
   uint8_t last_join_id = 0;       // shared topology: the address id of the last join made
 };
@@ -149,6 +157,16 @@ bool note_failure(Connection& c, size_t path, Time now);
 // accepts, and a join made again each second would churn until it is back.
 constexpr auto kLived = std::chrono::seconds(2);
 bool note_closed(Connection& c, size_t path, Time up, Time now);  // note_failure's
+
+// A join of `c` on `path` was asked for at `now`: none is asked for there
+// again until it is answered (note_answered), so that a path whose joins go
+// unanswered never has more than one under way.
+void note_asked(Connection& c, size_t path, Time now);
+// The join under way on `path` came up, was refused or was ended.
+void note_answered(Connection& c, size_t path);
+// The paths whose join has been under way for kJoinTimeout or longer: the
+// caller ends each and counts it as a join that never came up (note_failure).
+std::vector<size_t> overdue_joins(const Connection& c, Time now);
 
 // This end removed a subflow of `c` on `path` (its rail failed or lost its
 // role) that was established at `up`: one that carried the connection for
