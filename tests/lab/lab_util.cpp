@@ -7,11 +7,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "dualpath/core/mptcp_sockopt.h"
 
@@ -599,6 +602,99 @@ void stop_child(pid_t pid, int timeout_ms) {
   }
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
+}
+
+UdpStreamResult udp_stream(const std::string& client_ns, const std::string& server_ns,
+                           const std::string& dst, uint16_t dport, double seconds, int pps,
+                           int size) {
+  UdpStreamResult out;
+  const auto total = static_cast<uint32_t>(seconds * pps);
+  const bool v6 = dst.find(':') != std::string::npos;
+  size = std::max(size, 8);
+  int ready[2], rx[2], tx[2];
+  if (pipe(ready) || pipe(rx) || pipe(tx)) return {0, 0, 0, 0, 0, "pipe failed"};
+  struct Rx {
+    uint64_t received = 0, max_gap_us = 0, tail_received = 0;
+    int ok = 0;
+  };
+  pid_t receiver = fork();
+  if (receiver == 0) {
+    Rx r;
+    socklen_t len;
+    auto any = make_addr(v6 ? "::" : "0.0.0.0", dport, &len);
+    int fd = enter_netns(server_ns) ? ::socket(any.ss_family, SOCK_DGRAM, 0) : -1;
+    timeval tv{0, 100'000};
+    r.ok = fd >= 0 && ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0 &&
+           ::bind(fd, reinterpret_cast<sockaddr*>(&any), len) == 0;
+    (void)!::write(ready[1], &r.ok, sizeof(r.ok));
+    std::vector<bool> seen(total, false);
+    auto last = std::chrono::steady_clock::time_point{};
+    // the sender's time, a second more, and a second for its start
+    auto end = std::chrono::steady_clock::now() +
+               std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)) +
+               std::chrono::seconds(2);
+    std::vector<uint8_t> buf(static_cast<size_t>(size) + 64);
+    while (r.ok && r.received < total && std::chrono::steady_clock::now() < end) {
+      ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+      if (n < 8) continue;
+      uint32_t seq;
+      std::memcpy(&seq, buf.data(), sizeof(seq));
+      if (seq >= total || seen[seq]) continue;
+      seen[seq] = true;
+      auto now = std::chrono::steady_clock::now();
+      if (last != std::chrono::steady_clock::time_point{})
+        r.max_gap_us = std::max<uint64_t>(
+            r.max_gap_us,
+            std::chrono::duration_cast<std::chrono::microseconds>(now - last).count());
+      last = now;
+      ++r.received;
+      r.tail_received += seq >= total - total / 5;
+    }
+    (void)!::write(rx[1], &r, sizeof(r));
+    _exit(0);
+  }
+  int ok = 0;
+  (void)!::read(ready[0], &ok, sizeof(ok));
+  pid_t sender = -1;
+  if (ok) sender = fork();
+  if (sender == 0) {
+    uint64_t sent = 0;
+    if (enter_netns(client_ns)) {
+      socklen_t len;
+      auto to = make_addr(dst, dport, &len);
+      int fd = ::socket(to.ss_family, SOCK_DGRAM, 0);
+      std::vector<uint8_t> buf(static_cast<size_t>(size), 0x5a);
+      const auto step = std::chrono::nanoseconds(1'000'000'000 / std::max(pps, 1));
+      auto at = std::chrono::steady_clock::now();
+      for (uint32_t seq = 0; fd >= 0 && seq < total; ++seq, at += step) {
+        std::this_thread::sleep_until(at);
+        std::memcpy(buf.data(), &seq, sizeof(seq));
+        // a full queue or a route being replaced refuses one: it counts as lost
+        sent += ::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), len) > 0;
+      }
+    }
+    (void)!::write(tx[1], &sent, sizeof(sent));
+    _exit(0);
+  }
+  for (int fd : {ready[0], ready[1], rx[1], tx[1]}) ::close(fd);
+  if (sender > 0) {
+    (void)!::read(tx[0], &out.sent, sizeof(out.sent));
+    ::waitpid(sender, nullptr, 0);
+  } else {
+    out.error = "the receiver could not bind UDP port " + std::to_string(dport);
+    ::kill(receiver, SIGKILL);
+  }
+  Rx r;
+  if (::read(rx[0], &r, sizeof(r)) == static_cast<ssize_t>(sizeof(r))) {
+    out.received = r.received;
+    out.max_gap_us = r.max_gap_us;
+    out.tail_received = r.tail_received;
+  }
+  ::waitpid(receiver, nullptr, 0);
+  ::close(rx[0]);
+  ::close(tx[0]);
+  out.tail_sent = total / 5;
+  return out;
 }
 
 int udp_send(const std::string& ns, const std::string& dst, uint16_t dport, uint16_t sport,

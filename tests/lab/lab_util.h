@@ -145,6 +145,20 @@ std::vector<double> ping_pong(const std::string& client_ns, const std::string& s
                               const std::string& dst, uint16_t port, int count, int size,
                               int pause_us = 500);
 
+// A UDP stream from client_ns to server_ns: `pps` datagrams a second of
+// `size` bytes (at least 8: each carries its sequence number) for `seconds`,
+// as a media or telemetry sender keeps sending through a fault. Blocks until
+// done. The receiver waits a second after the last datagram was sent.
+struct UdpStreamResult {
+  uint64_t sent = 0, received = 0;  // distinct datagrams that arrived
+  uint64_t max_gap_us = 0;  // the receiver's longest wait between two datagrams that arrived
+  uint64_t tail_sent = 0, tail_received = 0;  // of the stream's last fifth
+  std::string error;                          // the setup failed
+};
+UdpStreamResult udp_stream(const std::string& client_ns, const std::string& server_ns,
+                           const std::string& dst, uint16_t dport, double seconds, int pps,
+                           int size = 200);
+
 // `flows` UDP flows from source ports first_sport.. in ns, each sending one
 // datagram per second to dst:dport, for `seconds`. Blocks until done.
 void udp_flows(const std::string& ns, const std::string& src, const std::string& dst,

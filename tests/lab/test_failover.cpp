@@ -114,6 +114,8 @@ struct Workload {
   std::thread rpc_thread;
   std::vector<double> rtts;
   int rpc_count;
+  std::thread udp_thread;
+  UdpStreamResult udp;
   explicit Workload(std::chrono::seconds len) {
     const double secs = static_cast<double>(len.count());
     struct C {
@@ -127,8 +129,12 @@ struct Workload {
     rpc_count = static_cast<int>(secs * 300);
     rpc_thread = std::thread(
         [this] { rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", 53050, rpc_count, 256, 3000); });
+    // and a UDP stream of expert-dispatch, 1,000 datagrams a second
+    udp_thread = std::thread(
+        [this, secs] { udp = udp_stream("dpl-a", "dpl-b", "10.99.0.2", 50102, secs, 1000); });
   }
-  // Every byte arrived intact and no connection broke.
+  // Every byte arrived intact and no connection broke; the UDP stream, which
+  // loses what was sent into the fault until it is detected, flows again.
   void expect_intact() {
     for (auto& t : transfers) {
       auto r = t->wait();
@@ -137,9 +143,18 @@ struct Workload {
     }
     rpc_thread.join();
     EXPECT_EQ(static_cast<int>(rtts.size()), rpc_count) << "the control stream broke";
+    udp_thread.join();
+    EXPECT_EQ(udp.error, "");
+    EXPECT_GE(udp.tail_received * 100, udp.tail_sent * 95)
+        << "the UDP stream's last fifth: " << udp.tail_received << " of " << udp.tail_sent
+        << " datagrams arrived";
+    std::printf("    UDP: %lu of %lu datagrams arrived, longest gap %.0f ms\n",
+                static_cast<unsigned long>(udp.received), static_cast<unsigned long>(udp.sent),
+                static_cast<double>(udp.max_gap_us) / 1000);
   }
   ~Workload() {
     if (rpc_thread.joinable()) rpc_thread.join();
+    if (udp_thread.joinable()) udp_thread.join();
   }
 };
 
