@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The soak: traffic in every class, a multipath class's MPTCP streams among
 // it, under the node's defaults (the adaptive scheduler, burst placement,
-// BFD), while rails flap, a daemon is killed and restarted, policies are
-// reloaded and a rail is blackholed: one fault a round, in a random order and
+// BFD), while rails flap, a daemon is killed and restarted or upgraded
+// across map layouts and back, policies are reloaded and a rail is
+// blackholed: one fault a round, in a random order and
 // at a random moment, for DP_SOAK_SECONDS (default 90; CI). Run it longer as
 // a benchmark (docs/benchmarks.md, "The soak"):
 //   DP_SOAK_SECONDS=600 build/tests/dp_lab_soak_tests
@@ -36,6 +37,7 @@
 #include <string>
 #include <thread>
 
+#include "dualpath/abi.h"
 #include "lab_fixture.h"
 
 namespace fs = std::filesystem;
@@ -268,7 +270,26 @@ TEST_F(Soak, TrafficSurvivesFlapsRestartsAndReloadsAndNothingLeaks) {
     wait_gone(a);
     must(dp_lab() + " start a");
   };
-  const std::vector<Action> actions = {
+  // An upgrade across map layouts (test_lab.cpp's upgrade test): a's daemon
+  // is replaced by dualpathd-layout-test, a build with another map layout
+  // that takes over this build's pins, and that in turn by this build, each
+  // stopped with SIGTERM (its datapath steering on meanwhile).
+  const std::string other = std::string(DP_BUILD_DIR) + "/daemon/dualpathd-layout-test";
+  auto upgrade_a = [&] {
+    for (const std::string& bin : {other, std::string()}) {
+      pid_t a = daemon_pid("dpl-a");
+      ASSERT_GT(a, 0);
+      ASSERT_EQ(::kill(a, SIGTERM), 0);
+      wait_gone(a);
+      must((bin.empty() ? std::string() : "DP_LAB_DUALPATHD=" + bin + " ") + dp_lab() + " start a");
+      json st = dpctl("a", "status");
+      EXPECT_EQ(st.is_object() ? st["layout"]["version"] : json(),
+                bin.empty() ? DP_LAYOUT_VERSION : 0x8001u)
+          << "the daemon that runs after the " << (bin.empty() ? "upgrade" : "downgrade");
+      if (!bin.empty()) std::this_thread::sleep_for(1s);
+    }
+  };
+  std::vector<Action> actions = {
       {"rail0 flaps", [&] { flap("rail0"); }},
       {"node a's daemon is killed (SIGKILL) and restarted", [&] { restart_a(SIGKILL); }},
       {"both policies are reloaded",
@@ -286,6 +307,11 @@ TEST_F(Soak, TrafficSurvivesFlapsRestartsAndReloadsAndNothingLeaks) {
          attach_drop("dpl-b", "rail0", 0, true);
        }},
   };
+  if (::access(other.c_str(), X_OK) == 0)
+    actions.push_back({"node a's daemon is upgraded across map layouts and back", upgrade_a});
+  else
+    std::printf("soak: no upgrades: %s is not built (configure with -DDP_LAYOUT_TEST=ON)\n",
+                other.c_str());
 
   // The faults in a random order (each once in every len(actions) rounds),
   // and at a random moment of the round's traffic; DP_SOAK_SEED replays one.
