@@ -88,6 +88,8 @@ Result<void> Daemon::start() {
 Result<void> Daemon::apply_policy(const Policy& next) {
   // 1. Everything that can fail without touching the kernel, and the
   //    inactive generation's classification tables: invisible to packets.
+  auto bfd_auth = PathMonitor::read_auth(next.health);
+  if (!bfd_auth) return bfd_auth.error();
   auto staged = datapath_->stage(next, have_policy_ || datapath_->adopted());
   if (!staged) return staged.error();
 
@@ -131,7 +133,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   policy_ = next;
   have_policy_ = true;
   events_.set_keep(static_cast<size_t>(next.events.keep));
-  monitor_.setup(next, datapath_->rail_ifindexes());
+  monitor_.setup(next, datapath_->rail_ifindexes(), *bfd_auth);
   // the servers no hook saw bind or listen (before the datapath was there,
   // or on an address that has just become a rail's), before the first tick
   datapath_->note_servers();

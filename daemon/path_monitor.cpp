@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "path_monitor.h"
 
+#include <fcntl.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netlink/errno.h>
@@ -8,9 +9,11 @@
 #include <netlink/netlink.h>
 #include <netlink/socket.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include <fmt/format.h>
@@ -66,7 +69,41 @@ bool PathMonitor::carrier_of(const std::string& ifname) {
   return up;
 }
 
-void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex) {
+Result<bfd::Auth> PathMonitor::read_auth(const HealthSettings& h) {
+  bfd::Auth a;
+  a.type = static_cast<bfd::AuthType>(h.bfd_auth);
+  if (a.type == bfd::AuthType::None) return a;
+  a.key_id = h.bfd_auth_key_id;
+  const std::string& file = h.bfd_auth_key_file;
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return DP_ERROR(
+        "bfd_auth_key_file {} in [health]: cannot read it: {} (it holds the key BFD "
+        "shares with each rail's peer, 1 to 20 bytes)",
+        file, std::strerror(errno));
+  struct stat st {};
+  char buf[bfd::kMaxKey + 2];
+  ssize_t n = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? ::read(fd, buf, sizeof(buf)) : -1;
+  ::close(fd);
+  if (n < 0) return DP_ERROR("bfd_auth_key_file {} in [health] is not a readable file", file);
+  if (st.st_mode & 077)
+    return DP_ERROR(
+        "bfd_auth_key_file {} in [health] may be read or written by others than its "
+        "owner (mode {:04o}): whoever can read it can forge BFD; chmod 600 {}",
+        file, st.st_mode & 07777, file);
+  std::string key(buf, static_cast<size_t>(n));
+  if (!key.empty() && key.back() == '\n') key.pop_back();
+  if (key.empty() || key.size() > bfd::kMaxKey)
+    return DP_ERROR(
+        "bfd_auth_key_file {} in [health] holds {} bytes: a keyed SHA1 key is 1 to "
+        "20 (a final newline is not part of it)",
+        file, key.size() > bfd::kMaxKey ? "more than 20" : "0");
+  a.key = std::move(key);
+  return a;
+}
+
+void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex,
+                        const bfd::Auth& auth) {
   auto now = SchedClock::now();
   std::vector<Session> old;
   old.swap(sessions_);
@@ -77,7 +114,12 @@ void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex
     const auto& ps = next.paths[i];
     names_.push_back(ps.name);
     // the BFD socket carries the redirect bit: a new one makes a new session
-    std::string key = rail_key(next, i) + fmt::format("|{:#x}", next.routing.redirect_mark);
+    // and the authentication: new ones make a new session (the key's hash
+    // stands for the key, which is kept in no other string)
+    std::string key =
+        rail_key(next, i) + fmt::format("|{:#x}|{}|{}|{:x}", next.routing.redirect_mark,
+                                        static_cast<int>(auth.type), auth.key_id,
+                                        std::hash<std::string>{}(auth.key));
     auto it = std::find_if(old.begin(), old.end(), [&](const Session& s) { return s.key == key; });
     if (it != old.end()) {
       sessions_.push_back(std::move(*it));
@@ -87,7 +129,7 @@ void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex
       Session s{key, nullptr, std::nullopt, 0, ""};
       auto peer = next.health.bfd ? ps.bfd_address() : std::nullopt;
       if (peer) {
-        auto ep = BfdEndpoint::open(ps.interface, *peer, next.routing.redirect_mark);
+        auto ep = BfdEndpoint::open(ps.interface, *peer, next.routing.redirect_mark, auth);
         if (!ep) {
           spdlog::error("path {}: BFD toward {} is off: {}", ps.name, peer->str(),
                         ep.error().what());
@@ -95,9 +137,14 @@ void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex
           s.io = std::move(*ep);
           s.bfd.emplace(bfd_config(next.health), random_discriminator(), now,
                         random_discriminator());
-          spdlog::info("path {}: BFD toward {} on {} (interval {}, multiplier {})", ps.name,
+          // 6.7.4: the first sequence number is random
+          s.bfd->set_auth(auth.type, random_discriminator());
+          spdlog::info("path {}: BFD toward {} on {} (interval {}, multiplier {}{})", ps.name,
                        peer->str(), ps.interface, format_duration(next.health.interval),
-                       next.health.multiplier);
+                       next.health.multiplier,
+                       auth.type == bfd::AuthType::None
+                           ? ""
+                           : fmt::format(", {} key ID {}", bfd::to_string(auth.type), auth.key_id));
         }
       }
       sessions_.push_back(std::move(s));

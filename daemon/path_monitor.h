@@ -32,9 +32,16 @@ class PathMonitor {
   PathMonitor& operator=(const PathMonitor&) = delete;
 
   // One BFD session per path of `next` that has a peer; a path whose key
-  // (rail_key) is unchanged keeps its session. Paths no longer named send
-  // AdminDown to their peers. `ifindex` maps link events to paths.
-  void setup(const Policy& next, const std::vector<uint32_t>& ifindex);
+  // (rail_key) and authentication are unchanged keeps its session. Paths no
+  // longer named send AdminDown to their peers. `ifindex` maps link events to
+  // paths; `auth` is read_auth()'s for next.
+  void setup(const Policy& next, const std::vector<uint32_t>& ifindex, const bfd::Auth& auth = {});
+
+  // The BFD authentication `h` asks for, its key read from bfd_auth_key_file:
+  // a regular file of 1 to 20 bytes (a final newline is not part of the
+  // key) that only its owner may read or write. The error says what is
+  // wrong with the file and how to mend it; nothing is applied then.
+  static Result<bfd::Auth> read_auth(const HealthSettings& h);
   // Carrier changes as they happen; where events were lost (ENOBUFS: a
   // churn of links, a daemon stopped), every rail's carrier is read again.
   Result<void> open_link_events();

@@ -2,6 +2,8 @@
 #include "dualpath/core/bfd.h"
 
 #include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
 
@@ -20,7 +22,32 @@ void put32(uint8_t* b, uint32_t v) {
 }
 uint32_t us(Micros m) { return static_cast<uint32_t>(std::max<int64_t>(0, m.count())); }
 
+// 6.7.4: the SHA1 of the packet (kLengthSha1 bytes) with the key, padded
+// with zeros to 20 bytes, in the digest's place.
+std::array<uint8_t, 20> sha1_digest(std::span<const uint8_t> packet, const std::string& key) {
+  std::array<uint8_t, kLengthSha1> b{};
+  std::copy_n(packet.begin(), kMinLength + 8, b.begin());
+  std::copy_n(key.begin(), std::min(key.size(), kMaxKey), b.begin() + kMinLength + 8);
+  std::array<uint8_t, 20> md{};
+  unsigned len = 0;
+  if (EVP_Digest(b.data(), b.size(), md.data(), &len, EVP_sha1(), nullptr) != 1 || len != 20)
+    md.fill(0);  // never matches a digest made with a key
+  return md;
+}
+
 }  // namespace
+
+const char* to_string(AuthType t) {
+  switch (t) {
+    case AuthType::None:
+      return "none";
+    case AuthType::KeyedSha1:
+      return "keyed-sha1";
+    case AuthType::MeticulousKeyedSha1:
+      return "meticulous-keyed-sha1";
+  }
+  return "?";
+}
 
 const char* to_string(State s) {
   switch (s) {
@@ -76,7 +103,29 @@ std::array<uint8_t, kMinLength> encode(const Packet& p) {
   return b;
 }
 
-Result<Packet> decode(std::span<const uint8_t> b) {
+std::vector<uint8_t> encode(const Packet& p, const Auth& a) {
+  auto base = encode(p);
+  std::vector<uint8_t> b(base.begin(), base.end());
+  if (a.type == AuthType::None) {
+    b[1] &= static_cast<uint8_t>(~0x04);
+    return b;
+  }
+  b.resize(kLengthSha1, 0);
+  b[1] |= 0x04;
+  b[3] = kLengthSha1;
+  b[24] = static_cast<uint8_t>(a.type);
+  b[25] = kSha1AuthLength;
+  b[26] = a.key_id;
+  b[27] = 0;  // reserved
+  put32(&b[28], p.auth_seq);
+  auto md = sha1_digest(b, a.key);
+  std::copy(md.begin(), md.end(), b.begin() + kMinLength + 8);
+  return b;
+}
+
+Result<Packet> decode(std::span<const uint8_t> b) { return decode(b, Auth{}); }
+
+Result<Packet> decode(std::span<const uint8_t> b, const Auth& a) {
   if (b.size() < kMinLength)
     return DP_ERROR("{} bytes is shorter than a BFD control packet (24)", b.size());
   Packet p;
@@ -108,7 +157,28 @@ Result<Packet> decode(std::span<const uint8_t> b) {
   if (p.my_disc == 0) return DP_ERROR("my discriminator is zero");
   if (p.your_disc == 0 && p.state != State::Down && p.state != State::AdminDown)
     return DP_ERROR("your discriminator is zero in state {}", to_string(p.state));
-  if (p.auth) return DP_ERROR("authentication bit is set but authentication is not in use");
+  if (p.auth && a.type == AuthType::None)
+    return DP_ERROR("authentication bit is set but authentication is not in use");
+  if (!p.auth && a.type != AuthType::None)
+    return DP_ERROR("no authentication section, but this node authenticates BFD ({})",
+                    to_string(a.type));
+  if (p.auth) {
+    auto type = static_cast<AuthType>(b[24]);
+    if (type != a.type)
+      return DP_ERROR("authentication type {}, not this node's {} ({})", b[24],
+                      static_cast<int>(a.type), to_string(a.type));
+    if (b[25] != kSha1AuthLength || p.length != kLengthSha1)
+      return DP_ERROR(
+          "authentication section of {} bytes in a packet of {}: keyed SHA1's is {} "
+          "in {}",
+          b[25], p.length, kSha1AuthLength, kLengthSha1);
+    if (b[26] != a.key_id)
+      return DP_ERROR("authentication key ID {} is not this node's {}", b[26], a.key_id);
+    auto md = sha1_digest(b.first(kLengthSha1), a.key);
+    if (CRYPTO_memcmp(md.data(), b.data() + kMinLength + 8, md.size()) != 0)
+      return DP_ERROR("the authentication digest does not match (another key?)");
+    p.auth_seq = get32(b, 28);
+  }
   // RFC 5880 6.5: a packet never carries both
   if (p.poll && p.final) return DP_ERROR("poll and final bits are both set");
   return p;
@@ -204,6 +274,21 @@ std::optional<std::string> Session::receive(const Packet& p, Time now) {
   // the rules of 6.8.6 that need the session
   if (p.your_disc != 0 && p.your_disc != local_disc_)
     return "your discriminator " + std::to_string(p.your_disc) + " is not this session's";
+  if (auth_ != AuthType::None) {
+    // 6.7.4: a sequence number in the window after the last accepted; the
+    // first after 2 x the detection time without one is taken as it is
+    if (auth_seq_known_until_ && now > *auth_seq_known_until_) auth_seq_known_until_.reset();
+    if (!p.auth) return "no authentication section";
+    if (auth_seq_known_until_) {
+      const uint32_t ahead = p.auth_seq - rcv_seq_;  // modulo 2^32
+      const uint32_t window = 3u * p.detect_mult;
+      const bool meticulous = auth_ == AuthType::MeticulousKeyedSha1;
+      if (ahead > window || (meticulous && ahead == 0))
+        return fmt::format("authentication sequence number {} is outside {}..{} (a replay?)",
+                           p.auth_seq, rcv_seq_ + (meticulous ? 1 : 0), rcv_seq_ + window);
+    }
+    rcv_seq_ = p.auth_seq;
+  }
   ++rx_;
   remote_disc_ = p.my_disc;
   remote_state_ = p.state;
@@ -215,6 +300,8 @@ std::optional<std::string> Session::receive(const Packet& p, Time now) {
     active_ = {desired_tx(), cfg_.required_min_rx, cfg_.detect_mult};
   }
   rearm_detection(now);
+  if (auth_ != AuthType::None)
+    auth_seq_known_until_ = now + 2 * std::max(detection_time(), Micros(cfg_.required_min_rx));
   if (p.poll) send_final_ = true;
   // a transmit interval that became shorter takes effect now, not a slow
   // interval later
@@ -258,6 +345,10 @@ std::optional<Packet> Session::transmit(Time now) {
     p.poll = poll_;
   }
   if (periodic) schedule_tx(now);
+  if (auth_ != AuthType::None) {
+    p.auth = true;
+    p.auth_seq = xmit_seq_++;  // one more each packet: meticulous's rule, keyed SHA1's option
+  }
   ++tx_;
   return p;
 }
@@ -268,6 +359,12 @@ Time Session::next_wakeup() const {
   Time t = send_final_ ? Time{} : remote_min_rx_.count() > 0 ? next_tx_ : Time::max();
   if (detect_deadline_ && *detect_deadline_ < t) t = *detect_deadline_;
   return t;
+}
+
+void Session::set_auth(AuthType type, uint32_t first_seq) {
+  auth_ = type;
+  xmit_seq_ = first_seq;
+  auth_seq_known_until_.reset();
 }
 
 void Session::set_admin_down(bool down, Time now) {

@@ -279,6 +279,32 @@ Section health_section() {
                .default_value = "true",
                .about = "one BFD session per rail toward its bfd_peer or gateway",
                .set = [](Target& t, const Value& v) { t.policy.health.bfd = flag_of(v); }},
+              {.name = "bfd_auth",
+               .type = Word{{"none", "keyed-sha1", "meticulous-keyed-sha1"}},
+               .doc_type = "string",
+               .default_value = "\"none\"",
+               .about = "how BFD packets are authenticated (RFC 5880 6.7.4)",
+               .set =
+                   [](Target& t, const Value& v) {
+                     constexpr uint8_t kType[] = {0, 4, 5};
+                     t.policy.health.bfd_auth = kType[integer_of(v)];
+                   }},
+              {.name = "bfd_auth_key_id",
+               .type = Integer{0, 255},
+               .doc_type = "integer",
+               .default_value = "1",
+               .about = "the authentication key's ID, the same at both ends",
+               .set =
+                   [](Target& t, const Value& v) {
+                     t.policy.health.bfd_auth_key_id = static_cast<uint8_t>(integer_of(v));
+                   }},
+              {.name = "bfd_auth_key_file",
+               .type = Text{},
+               .doc_type = "string",
+               .default_value = "none",
+               .about = "the file that holds the authentication key (1 to 20 bytes)",
+               .set = [](Target& t,
+                         const Value& v) { t.policy.health.bfd_auth_key_file = text_of(v); }},
               {.name = "interval",
                .type = Duration{10ms, 60s},
                .doc_type = "duration",

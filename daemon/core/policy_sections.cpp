@@ -98,6 +98,26 @@ void health_ramp(Checker& c, const toml::table& t, HealthSettings& h) {
     h.ramp = ramp;
 }
 
+// bfd_auth needs a key file, and a key file needs bfd_auth: a key given
+// and not used would run BFD unauthenticated unnoticed.
+void health_auth(Checker& c, const toml::table& t, const HealthSettings& h) {
+  const std::string& file = h.bfd_auth_key_file;
+  if (h.bfd_auth != 0 && file.empty() && t.get("bfd_auth"))
+    c.error(*t.get("bfd_auth"),
+            "bfd_auth in [health] needs bfd_auth_key_file, the file that holds the key shared "
+            "with each rail's BFD peer (1 to 20 bytes, readable by root only)");
+  if (!t.get("bfd_auth_key_file")) return;
+  const toml::node& at = *t.get("bfd_auth_key_file");
+  if (h.bfd_auth == 0 && !file.empty())
+    c.error(at,
+            "bfd_auth_key_file in [health] is used only with bfd_auth: say bfd_auth = "
+            "\"meticulous-keyed-sha1\" (or \"keyed-sha1\"), or remove the key file");
+  else if (!file.empty() && file.front() != '/')
+    c.error(at,
+            "bfd_auth_key_file in [health] must be an absolute path, e.g. "
+            "\"/etc/dualpath/bfd.key\"");
+}
+
 // allow: the prefixes whose probes the responder answers.
 void responder_allow(Checker& c, const toml::table& t, ResponderSettings& r) {
   const toml::node* n = t.get("allow");
@@ -171,7 +191,10 @@ void parse_scheduler(Checker& c, const toml::table& root, Policy& p) {
 }
 
 void parse_health(Checker& c, const toml::table& root, Policy& p) {
-  if (auto* t = read_section(c, root, "health", p)) health_ramp(c, *t, p.health);
+  auto* t = read_section(c, root, "health", p);
+  if (!t) return;
+  health_ramp(c, *t, p.health);
+  health_auth(c, *t, p.health);
 }
 
 void parse_measurement(Checker& c, const toml::table& root, Policy& p) {

@@ -356,6 +356,7 @@ json render_health(const PathHealth& h, const BfdView* bfd, SchedClock::time_poi
         {"diag", bfd::to_string(s.diag())},
         {"local_discriminator", s.local_disc()},
         {"remote_discriminator", s.remote_disc()},
+        {"auth", bfd::to_string(s.auth())},
         {"tx_interval_ms", std::chrono::duration<double, std::milli>(s.tx_interval()).count()},
         {"detection_ms", std::chrono::duration<double, std::milli>(s.detection_time()).count()},
         {"rx", s.rx_packets()},

@@ -45,9 +45,11 @@ BfdEndpoint::~BfdEndpoint() {
 }
 
 Result<std::unique_ptr<BfdEndpoint>> BfdEndpoint::open(const std::string& ifname,
-                                                       const IpAddr& peer, uint32_t mark) {
+                                                       const IpAddr& peer, uint32_t mark,
+                                                       bfd::Auth auth) {
   std::unique_ptr<BfdEndpoint> ep(new BfdEndpoint());
   ep->peer_ = peer;
+  ep->auth_ = std::move(auth);
   ep->ifname_ = ifname;
   const bool v4 = peer.family == AF_INET;
   int one = 1, ttl = bfd::kTtl;
@@ -85,7 +87,7 @@ Result<std::unique_ptr<BfdEndpoint>> BfdEndpoint::open(const std::string& ifname
 }
 
 Result<void> BfdEndpoint::send(const bfd::Packet& p) {
-  auto bytes = bfd::encode(p);
+  auto bytes = bfd::encode(p, auth_);
   SockAddr to = sockaddr_of(peer_, bfd::kPort);
   if (::sendto(tx_, bytes.data(), bytes.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to.ss),
                to.len) < 0)
@@ -129,7 +131,7 @@ std::vector<BfdEndpoint::Received> BfdEndpoint::receive() {
       out.push_back({DP_ERROR("TTL {} is not 255 (RFC 5881 5)", ttl)});
       continue;
     }
-    out.push_back({bfd::decode(std::span<const uint8_t>(buf, static_cast<size_t>(n)))});
+    out.push_back({bfd::decode(std::span<const uint8_t>(buf, static_cast<size_t>(n)), auth_)});
   }
   return out;
 }

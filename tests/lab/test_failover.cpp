@@ -9,6 +9,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -23,6 +24,7 @@
 #include <set>
 #include <thread>
 
+#include "dualpath/core/bfd.h"
 #include "lab_fixture.h"
 
 namespace fs = std::filesystem;
@@ -266,6 +268,91 @@ TEST_F(Failover, AForgedBfdDownFromOutsideThePeerChangesNothing) {
   EXPECT_EQ(path("a", "rail0")["health"]["bfd"]["state"], "up") << "through the flood";
   EXPECT_EQ(health("a", "rail0"), "up");
   EXPECT_EQ(path("b", "rail0")["health"]["bfd"]["state"], "up");
+}
+
+// BFD authentication (RFC 5880 6.7.4, [health] bfd_auth) between two
+// daemons: both policies reloaded with the same key, the sessions come up
+// again authenticated. A Down with the sessions' discriminators from the
+// peer's own address and TTL 255 (what the transport checks cannot tell
+// from the peer) is then discarded when it is not signed, and so is a
+// signed one whose sequence number is not after the last (a replay).
+TEST_F(Failover, AuthenticatedBfdComesUpAndDiscardsAnUnsignedOrReplayedDownFromThePeer) {
+  const std::string key_file = g_policies + "/bfd.key";
+  write_file(key_file, "lab-shared-secret\n");
+  ASSERT_EQ(::chmod(key_file.c_str(), 0600), 0);
+  std::map<std::string, std::string> texts;
+  struct Restore {
+    std::map<std::string, std::string>& texts;
+    ~Restore() {
+      for (auto& [n, text] : texts) write_file(g_policies + "/lab-" + n + ".toml", text);
+      for (auto& [n, text] : texts) sh(dp_lab() + " dpctl " + n + " policy reload");
+      wait_all_up(std::chrono::seconds(10));
+    }
+  } restore{texts};
+  for (const char* n : {"a", "b"}) {
+    const std::string file = g_policies + "/lab-" + n + ".toml";
+    texts[n] = read_file(file);
+    std::string with = texts[n];
+    auto at = with.find("[health]\n");
+    ASSERT_NE(at, std::string::npos);
+    with.insert(at + 9,
+                "bfd_auth = \"meticulous-keyed-sha1\"\nbfd_auth_key_id = 2\n"
+                "bfd_auth_key_file = \"" +
+                    key_file + "\"\n");
+    write_file(file, with);
+  }
+  for (const char* n : {"a", "b"}) must(dp_lab() + " dpctl " + n + " policy reload");
+  auto authenticated_up = [] {
+    for (const char* n : {"a", "b"})
+      for (const char* rail : {"rail0", "rail1"}) {
+        json s = path(n, rail)["health"]["bfd"];
+        if (!s.is_object() || s["state"] != "up" || s["auth"] != "meticulous-keyed-sha1")
+          return false;
+      }
+    return true;
+  };
+  for (int i = 0; i < 100 && !authenticated_up(); ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(authenticated_up()) << path("a", "rail0")["health"].dump();
+  json s = path("a", "rail0")["health"]["bfd"];
+  const uint32_t a_disc = s["local_discriminator"], b_disc = s["remote_discriminator"];
+  dp::bfd::Packet down;
+  down.diag = dp::bfd::Diag::NeighborDown;
+  down.state = dp::bfd::State::Down;
+  down.my_disc = b_disc;
+  down.your_disc = a_disc;
+  down.desired_min_tx_us = down.required_min_rx_us = 500000;
+  down.auth_seq = 1;  // long past: b's session started at a random one
+  auto send = [&](const std::vector<uint8_t>& pkt) {
+    return in_netns("dpl-b", [&]() -> std::string {
+      int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in from{}, to{};
+      from.sin_family = to.sin_family = AF_INET;
+      ::inet_pton(AF_INET, "10.98.0.2", &from.sin_addr);  // the session's peer
+      ::inet_pton(AF_INET, "10.98.0.1", &to.sin_addr);
+      to.sin_port = htons(3784);
+      int ttl = 255;
+      std::string err;
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+          ::setsockopt(fd, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl)) != 0 ||
+          ::sendto(fd, pkt.data(), pkt.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0)
+        err = std::strerror(errno);
+      ::close(fd);
+      return err;
+    });
+  };
+  auto discarded = [] { return path("a", "rail0")["health"]["bfd"]["discarded"].get<uint64_t>(); };
+  const uint64_t d0 = discarded();
+  ASSERT_EQ(send(dp::bfd::encode(down, dp::bfd::Auth{})), "");
+  ASSERT_EQ(
+      send(dp::bfd::encode(down, {dp::bfd::AuthType::MeticulousKeyedSha1, 2, "lab-shared-secret"})),
+      "");
+  for (int i = 0; i < 20 && discarded() < d0 + 2; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_GE(discarded(), d0 + 2) << "the unsigned and the replayed Down were discarded";
+  EXPECT_EQ(path("a", "rail0")["health"]["bfd"]["state"], "up");
+  EXPECT_EQ(health("a", "rail0"), "up");
+  std::string log = read_file("/run/dualpath-lab/dpl-a.log");
+  EXPECT_NE(log.find("meticulous-keyed-sha1 key ID 2"), std::string::npos)
+      << "a's log names the sessions' authentication";
 }
 
 TEST_F(Failover, CarrierLossMovesEverythingAtOnceAndFailbackWaitsAndRamps) {

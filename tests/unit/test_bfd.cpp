@@ -1,8 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // BFD codec and state machine against RFC 5880.
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include "dualpath/core/bfd.h"
+#include "path_monitor.h"
 
 namespace dp::bfd {
 namespace {
@@ -101,6 +108,7 @@ struct Pair {
   Time now = t0;
   Session a, b;
   bool cut = false;
+  Auth auth;  // what both ends authenticate with (and set_auth)
   Pair(Config ca = {}, Config cb = {}) : a(ca, 1001, t0, 7), b(cb, 2002, t0, 9) {}
   void step(std::chrono::milliseconds d) {
     Time end = now + d;
@@ -109,8 +117,8 @@ struct Pair {
       for (auto [from, to] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
         from->expire(now);
         if (auto p = from->transmit(now); p && !cut) {
-          auto wire = encode(*p);
-          auto back = decode(wire);
+          auto wire = encode(*p, auth);
+          auto back = decode(wire, auth);
           ASSERT_TRUE(back.ok()) << back.error().what();
           to->receive(*back, now);
         }
@@ -369,5 +377,199 @@ TEST(BfdCodec, EncodeWritesTheLengthOfWhatItEncodes) {
   EXPECT_EQ(again->my_disc, p->my_disc);
 }
 
+// RFC 5880 6.7.4, Keyed SHA1 and Meticulous Keyed SHA1.
+Auth sha1_auth(AuthType t = AuthType::MeticulousKeyedSha1) { return {t, 7, "shared-secret"}; }
+
+TEST(BfdAuth, TheSectionCarriesTypeKeyIdSequenceAndTheSha1OfThePacketWithTheKeyInItsPlace) {
+  Packet p = sample();
+  p.auth_seq = 0x01020304;
+  auto b = encode(p, sha1_auth());
+  ASSERT_EQ(b.size(), 52u);
+  EXPECT_EQ(b[1] & 0x04, 0x04) << "the A bit";
+  EXPECT_EQ(b[3], 52);
+  EXPECT_EQ(b[24], 5) << "Meticulous Keyed SHA1";
+  EXPECT_EQ(b[25], 28);
+  EXPECT_EQ(b[26], 7) << "the key ID";
+  EXPECT_EQ(b[27], 0);
+  EXPECT_EQ(b[28] << 24 | b[29] << 16 | b[30] << 8 | b[31], 0x01020304);
+  // the digest as the RFC says to make it: the key, padded with zeros to 20
+  // bytes, in the digest's place, and SHA1 over the whole packet
+  std::vector<uint8_t> with_key(b.begin(), b.begin() + 32);
+  std::string key = "shared-secret";
+  with_key.insert(with_key.end(), key.begin(), key.end());
+  with_key.resize(52, 0);
+  uint8_t md[20];
+  unsigned len = 0;
+  ASSERT_EQ(EVP_Digest(with_key.data(), with_key.size(), md, &len, EVP_sha1(), nullptr), 1);
+  EXPECT_EQ(std::vector<uint8_t>(b.begin() + 32, b.end()), std::vector<uint8_t>(md, md + 20));
+  auto back = decode(b, sha1_auth());
+  ASSERT_TRUE(back) << back.error().what();
+  EXPECT_TRUE(back->auth);
+  EXPECT_EQ(back->auth_seq, 0x01020304u);
+  EXPECT_EQ(back->my_disc, p.my_disc);
+}
+
+TEST(BfdAuth, APacketThatDoesNotAuthenticateIsDiscardedWithItsReason) {
+  Packet p = sample();
+  const auto good = encode(p, sha1_auth());
+  struct Case {
+    const char* what;
+    std::vector<uint8_t> bytes;
+    Auth auth;
+    const char* expect;
+  };
+  auto tampered = good;
+  tampered[1] ^= 0xc0;  // the state
+  auto short_section = good;
+  short_section[25] = 24;
+  const Case cases[] = {
+      {"another key", encode(p, {AuthType::MeticulousKeyedSha1, 7, "shared-secreT"}), sha1_auth(),
+       "digest does not match"},
+      {"a changed byte", tampered, sha1_auth(), "digest does not match"},
+      {"another key ID", encode(p, {AuthType::MeticulousKeyedSha1, 8, "shared-secret"}),
+       sha1_auth(), "key ID 8"},
+      {"keyed, not meticulous", encode(p, sha1_auth(AuthType::KeyedSha1)), sha1_auth(),
+       "authentication type 4"},
+      {"no section", encode(p, Auth{}), sha1_auth(), "no authentication section"},
+      {"a section where none is used", good, Auth{}, "not in use"},
+      {"a section of another length", short_section, sha1_auth(), "section of 24 bytes"},
+  };
+  for (const auto& c : cases) {
+    auto r = decode(c.bytes, c.auth);
+    ASSERT_FALSE(r) << c.what;
+    EXPECT_NE(std::string(r.error().what()).find(c.expect), std::string::npos)
+        << c.what << ": " << r.error().what();
+  }
+}
+
+TEST(BfdAuth, TwoAuthenticatedSessionsComeUpAndAnotherKeyNeverDoes) {
+  Pair p;
+  p.auth = sha1_auth();
+  p.a.set_auth(AuthType::MeticulousKeyedSha1, 100);
+  p.b.set_auth(AuthType::MeticulousKeyedSha1, 0xfffffffe);  // wraps around
+  p.step(3000ms);
+  EXPECT_EQ(p.a.state(), State::Up);
+  EXPECT_EQ(p.b.state(), State::Up);
+  // b's packets signed with another key never reach a's session
+  Session a(Config{}, 1001, p.t0, 7), b(Config{}, 2002, p.t0, 9);
+  a.set_auth(AuthType::MeticulousKeyedSha1, 1);
+  b.set_auth(AuthType::MeticulousKeyedSha1, 1);
+  int discarded = 0;
+  for (Time t = p.t0; t < p.t0 + 5s; t += 1ms)
+    for (auto [from, to, key] : {std::tuple{&a, &b, "one"}, std::tuple{&b, &a, "two"}}) {
+      from->expire(t);
+      if (auto pk = from->transmit(t)) {
+        auto back = decode(encode(*pk, {AuthType::MeticulousKeyedSha1, 7, key}),
+                           {AuthType::MeticulousKeyedSha1, 7, "one"});
+        if (back)
+          to->receive(*back, t);
+        else
+          ++discarded;
+      }
+    }
+  EXPECT_NE(a.state(), State::Up);
+  EXPECT_GT(discarded, 0);
+}
+
+TEST(BfdAuth, MeticulousRefusesASequenceNumberSeenBeforeOrTooFarAheadKeyedRefusesOnlyTheLatter) {
+  for (auto type : {AuthType::MeticulousKeyedSha1, AuthType::KeyedSha1}) {
+    const bool meticulous = type == AuthType::MeticulousKeyedSha1;
+    Time t = Time{} + 1h;
+    Session s(Config{}, 1001, t, 7);
+    s.set_auth(type, 1);
+    Packet p = sample();
+    p.state = State::Down;
+    p.your_disc = 0;
+    p.auth = true;
+    p.auth_seq = 1000;
+    EXPECT_EQ(s.receive(p, t), std::nullopt) << "the first is taken as it is";
+    t += 300ms;
+    auto again = s.receive(p, t);  // a replay of the same packet
+    EXPECT_EQ(again.has_value(), meticulous) << to_string(type);
+    if (again) {
+      EXPECT_NE(again->find("a replay?"), std::string::npos) << *again;
+    }
+    t += 300ms;
+    p.auth_seq = 1000 + 3 * p.detect_mult;  // the window's end
+    EXPECT_EQ(s.receive(p, t), std::nullopt) << to_string(type);
+    t += 300ms;
+    p.auth_seq += 3 * p.detect_mult + 1;  // beyond it
+    EXPECT_TRUE(s.receive(p, t).has_value()) << to_string(type);
+    // none accepted for twice the detection time: the next is taken as it is
+    t += 2 * std::max(s.detection_time(), std::chrono::duration_cast<Micros>(1s)) + 1ms;
+    EXPECT_EQ(s.receive(p, t), std::nullopt) << to_string(type);
+  }
+}
+
+TEST(BfdAuth, TheSequenceNumberGoesUpByOneEachPacketSent) {
+  Time t = Time{} + 1h;
+  Session s(Config{}, 1001, t, 7);
+  s.set_auth(AuthType::MeticulousKeyedSha1, 0xffffffff);
+  std::vector<uint32_t> seqs;
+  for (Time at = t; seqs.size() < 3; at += 10ms)
+    if (auto p = s.transmit(at)) {
+      EXPECT_TRUE(p->auth);
+      seqs.push_back(p->auth_seq);
+    }
+  EXPECT_EQ(seqs, (std::vector<uint32_t>{0xffffffff, 0, 1}));
+}
+
 }  // namespace
 }  // namespace dp::bfd
+
+// The key file the daemon reads when it applies a policy (PathMonitor).
+namespace dp {
+namespace {
+
+struct KeyFile {
+  std::string path = ::testing::TempDir() + "/dp-bfd-key-" + std::to_string(::getpid());
+  KeyFile(const std::string& bytes, mode_t mode) {
+    std::ofstream(path, std::ios::binary) << bytes;
+    ::chmod(path.c_str(), mode);
+  }
+  ~KeyFile() { std::remove(path.c_str()); }
+};
+
+Result<bfd::Auth> read_key(const std::string& path) {
+  HealthSettings h;
+  h.bfd_auth = 5;
+  h.bfd_auth_key_id = 3;
+  h.bfd_auth_key_file = path;
+  return PathMonitor::read_auth(h);
+}
+
+TEST(BfdAuthKeyFile, IsReadWithoutItsFinalNewlineAndRefusedWhenOthersMayReadItOrItDoesNotFit) {
+  {
+    KeyFile f("s3cret\n", 0600);
+    auto a = read_key(f.path);
+    ASSERT_TRUE(a) << a.error().what();
+    EXPECT_EQ(a->type, bfd::AuthType::MeticulousKeyedSha1);
+    EXPECT_EQ(a->key_id, 3);
+    EXPECT_EQ(a->key, "s3cret");
+  }
+  struct Case {
+    const char* bytes;
+    mode_t mode;
+    const char* expect;
+  } cases[] = {{"s3cret", 0644, "chmod 600"},
+               {"s3cret", 0660, "chmod 600"},
+               {"\n", 0600, "holds 0 bytes"},
+               {"123456789012345678901", 0400, "more than 20"}};
+  for (const auto& c : cases) {
+    KeyFile f(c.bytes, c.mode);
+    auto a = read_key(f.path);
+    ASSERT_FALSE(a) << c.bytes;
+    EXPECT_NE(std::string(a.error().what()).find(c.expect), std::string::npos) << a.error().what();
+  }
+  auto missing = read_key("/nonexistent/bfd.key");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(std::string(missing.error().what()).find("No such file"), std::string::npos)
+      << missing.error().what();
+  HealthSettings none;
+  auto off = PathMonitor::read_auth(none);
+  ASSERT_TRUE(off);
+  EXPECT_EQ(off->type, bfd::AuthType::None);
+}
+
+}  // namespace
+}  // namespace dp

@@ -901,3 +901,34 @@ TEST(Policy, NcclUnknownKeyIsRefused) {
   expect_one_error(std::string(kBase) + "\n[nccl]\noperations.alltoall = \"logs\"\n", 35,
                    "unknown key \"operations\" in [nccl]; did you mean \"operation\"?");
 }
+
+namespace {
+// kBase with a [health] section of `body` appended; `line` is the number of
+// the section's first key
+std::string with_health(const std::string& body, int* line) {
+  std::string t = std::string(kBase) + "\n[health]\n";
+  *line = static_cast<int>(std::count(t.begin(), t.end(), '\n')) + 1;
+  return t + body;
+}
+}  // namespace
+
+TEST(Policy, BfdAuthenticationNeedsAKeyFileAndAKeyFileNeedsIt) {
+  int line = 0;
+  std::string t = with_health("bfd_auth = \"meticulous-keyed-sha1\"\n", &line);
+  expect_one_error(t, line, "bfd_auth in [health] needs bfd_auth_key_file");
+  t = with_health("bfd_auth_key_file = \"/etc/dualpath/bfd.key\"\n", &line);
+  expect_one_error(t, line, "used only with bfd_auth");
+  t = with_health("bfd_auth = \"keyed-sha1\"\nbfd_auth_key_file = \"bfd.key\"\n", &line);
+  expect_one_error(t, line + 1, "must be an absolute path");
+  t = with_health("bfd_auth = \"keyed-md5\"\n", &line);
+  expect_one_error(t, line, "keyed-sha1");
+  t = with_health(
+      "bfd_auth = \"meticulous-keyed-sha1\"\nbfd_auth_key_id = 9\n"
+      "bfd_auth_key_file = \"/etc/dualpath/bfd.key\"\n",
+      &line);
+  auto r = dp::parse_policy(t, "p.toml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].str();
+  EXPECT_EQ(r.policy->health.bfd_auth, 5);
+  EXPECT_EQ(r.policy->health.bfd_auth_key_id, 9);
+  EXPECT_EQ(r.policy->health.bfd_auth_key_file, "/etc/dualpath/bfd.key");
+}

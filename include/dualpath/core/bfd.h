@@ -2,8 +2,10 @@
 // BFD (RFC 5880) asynchronous mode: the control packet codec and one
 // session's state machine. Pure: time is passed in, packets go in and out as
 // values; the daemon owns the sockets (RFC 5881 single hop, UDP 3784, TTL 255).
-// Not implemented: demand mode, echo mode, authentication (a packet with the A
-// bit is discarded, as RFC 5880 6.8.6 requires of a session without it).
+// Authentication (6.7): Keyed SHA1 and Meticulous Keyed SHA1, one key for
+// every session of the node. Not implemented: demand mode, echo mode, the
+// password and MD5 authentication types (a packet that carries one is
+// discarded, as 6.8.6 requires of a session that does not use it).
 #pragma once
 
 #include <array>
@@ -47,6 +49,22 @@ enum class Diag : uint8_t {
 const char* to_string(State s);
 const char* to_string(Diag d);
 
+// RFC 5880 4.1's Auth Type, the two this implementation speaks.
+enum class AuthType : uint8_t { None = 0, KeyedSha1 = 4, MeticulousKeyedSha1 = 5 };
+const char* to_string(AuthType t);  // "none", "keyed-sha1", "meticulous-keyed-sha1"
+constexpr size_t kMaxKey = 20;      // 6.7.4: the key is 1 to 20 bytes
+constexpr size_t kSha1AuthLength = 28;
+constexpr size_t kLengthSha1 = kMinLength + kSha1AuthLength;
+
+// What the node's sessions authenticate with: the type, the key's ID and the
+// key, the same at both ends of each session.
+struct Auth {
+  AuthType type = AuthType::None;
+  uint8_t key_id = 0;
+  std::string key;  // 1 to kMaxKey bytes when type is not None
+  bool operator==(const Auth&) const = default;
+};
+
 struct Packet {
   uint8_t version = 1;
   Diag diag = Diag::None;
@@ -56,14 +74,24 @@ struct Packet {
   uint8_t length = kMinLength;
   uint32_t my_disc = 0, your_disc = 0;
   uint32_t desired_min_tx_us = 0, required_min_rx_us = 0, required_min_echo_rx_us = 0;
+  uint32_t auth_seq = 0;  // the authentication section's sequence number (auth set)
 };
 
 std::array<uint8_t, kMinLength> encode(const Packet& p);
+// With the authentication section of `a` (none when a.type is None): the A
+// bit, the key's ID, p.auth_seq and the SHA1 digest of the packet with the
+// key in the digest's place (6.7.4).
+std::vector<uint8_t> encode(const Packet& p, const Auth& a);
 // Decodes and applies every rule of RFC 5880 6.8.6 that needs no session
 // (version, length, detect mult, multipoint, my discriminator, your
 // discriminator zero outside Down/AdminDown, authentication, P and F together).
 // The error names the rule.
 Result<Packet> decode(std::span<const uint8_t> bytes);
+// The same for a node that authenticates with `a`: the A bit must be set
+// exactly when a.type is not None, and then the section's type, length and
+// key ID must be a's and its digest must match (6.7.4). The sequence number
+// is the session's to check (Session::receive).
+Result<Packet> decode(std::span<const uint8_t> bytes, const Auth& a);
 
 struct Config {
   Micros desired_min_tx = std::chrono::milliseconds(500);
@@ -99,6 +127,13 @@ class Session {
   // Runs the detection timer.
   void expire(Time now);
   Time next_wakeup() const;
+
+  // Authentication (6.7.4): packets sent carry a sequence number from
+  // `first_seq` on, one more each; a packet received must carry one in the
+  // window after the last accepted (3 x its Detect Mult wide; meticulous:
+  // strictly after it), once one is known. None: no authentication.
+  void set_auth(AuthType type, uint32_t first_seq);
+  AuthType auth() const { return auth_; }
 
   void set_admin_down(bool down, Time now);
   // New timers; while Up they are negotiated with a Poll Sequence.
@@ -142,6 +177,10 @@ class Session {
   std::optional<Time> detect_deadline_;
   uint64_t rx_ = 0, tx_ = 0;
   TokenBucket rx_bucket_{kRxBurst, {}};  // packets the peer may still send now
+  AuthType auth_ = AuthType::None;
+  uint32_t xmit_seq_ = 0;  // bfd.XmitAuthSeq
+  uint32_t rcv_seq_ = 0;   // bfd.RcvAuthSeq, while auth_seq_known_until_ has not passed
+  std::optional<Time> auth_seq_known_until_;  // bfd.AuthSeqKnown: 2 x the detection time
   uint32_t rng_;
   std::vector<Transition> transitions_;
 };

@@ -195,6 +195,12 @@ struct HealthSettings {
   // BFD confirms: every class (their flows there are in RTO backoff too), or
   // only the latency-sensitive ones.
   bool suspect_moves_elastic = true;
+  // BFD authentication (RFC 5880 6.7.4): 0 none, 4 keyed SHA1, 5 meticulous
+  // keyed SHA1 (the RFC's Auth Type); the key, shared with every rail's BFD
+  // peer, is read from key_file when the policy is applied.
+  uint8_t bfd_auth = 0;
+  uint8_t bfd_auth_key_id = 1;
+  std::string bfd_auth_key_file;
   bool operator==(const HealthSettings&) const = default;
 };
 

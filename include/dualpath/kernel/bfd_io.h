@@ -21,9 +21,11 @@ namespace dp {
 class BfdEndpoint {
  public:
   // mark: the redirect bit ([routing] redirect_mark), so that dualpath's
-  // egress program never steers BFD off its rail
+  // egress program never steers BFD off its rail; auth: what the packets it
+  // sends carry and those it receives must (bfd::encode and decode)
   static Result<std::unique_ptr<BfdEndpoint>> open(const std::string& ifname, const IpAddr& peer,
-                                                   uint32_t mark = DP_MARK_REDIRECTED);
+                                                   uint32_t mark = DP_MARK_REDIRECTED,
+                                                   bfd::Auth auth = {});
   ~BfdEndpoint();
   BfdEndpoint(const BfdEndpoint&) = delete;
   BfdEndpoint& operator=(const BfdEndpoint&) = delete;
@@ -48,6 +50,7 @@ class BfdEndpoint {
   BfdEndpoint() = default;
   int rx_ = -1, tx_ = -1;
   IpAddr peer_;
+  bfd::Auth auth_;
   std::string ifname_;
 };
 
