@@ -8,7 +8,10 @@
 // a benchmark (docs/benchmarks.md, "The soak"):
 //   DP_SOAK_SECONDS=600 build/tests/dp_lab_soak_tests
 // It ends with a table per class: connections, broken ones, bytes sent,
-// received and lost, and the longest stall (a fault's outage included).
+// received and lost, and the longest stall (a fault's outage included). The
+// UDP stream's row counts datagrams' bytes; a round whose UDP stream did not
+// flow again by its end counts as broken, and its losses are what the
+// faults' detection cost.
 // Invariants, checked every round and at the end:
 //  - every TCP byte of every class arrives intact, no connection breaks, and
 //    neither daemon resets one (the shared topology moves them);
@@ -161,7 +164,9 @@ struct ClassTotals {
 
 // TCP in every class, a to b, checksummed: expert-dispatch, expert-combine,
 // param-sync and logs streams, an MPTCP stream of the multipath class
-// (collective, by its cgroup), and control request/response.
+// (collective, by its cgroup), and control request/response; and a UDP
+// stream of expert-dispatch, which loses what is sent into a fault until it
+// is detected but must flow again by the round's end.
 struct Traffic {
   struct Stream {
     std::string klass;
@@ -171,6 +176,9 @@ struct Traffic {
   std::thread rpc;
   std::vector<double> rtts;
   int rpc_count;
+  std::thread udp_thread;
+  UdpStreamResult udp;
+  static constexpr int kUdpSize = 200;
   uint64_t bytes = 0;
   explicit Traffic(std::chrono::seconds len, uint16_t round) {
     const double secs = static_cast<double>(len.count());
@@ -204,6 +212,10 @@ struct Traffic {
       rtts = ping_pong("dpl-a", "dpl-b", "10.99.0.2", static_cast<uint16_t>(53040 + off), rpc_count,
                        256, 3000);
     });
+    udp_thread = std::thread([this, off, secs] {
+      udp = udp_stream("dpl-a", "dpl-b", "10.99.0.2", static_cast<uint16_t>(50900 + off), secs,
+                       1000, kUdpSize);
+    });
   }
   // false (with the reason added to the test's failures) when anything
   // broke; each class's figures are added to `totals`
@@ -234,10 +246,21 @@ struct Traffic {
     c.received += rtts.size() * 256;
     for (double rtt_us : rtts)  // a request's round trip is the wait for its answer
       c.longest_stall_us = std::max(c.longest_stall_us, static_cast<uint64_t>(rtt_us));
-    return ok && static_cast<int>(rtts.size()) == rpc_count;
+    udp_thread.join();
+    const bool flows = udp.error.empty() && udp.tail_received * 100 >= udp.tail_sent * 95;
+    EXPECT_TRUE(flows) << during << ": the UDP stream's last fifth: " << udp.tail_received << " of "
+                       << udp.tail_sent << " datagrams arrived " << udp.error;
+    ClassTotals& u = totals["udp (dispatch)"];
+    ++u.connections;
+    u.broken += !flows;
+    u.sent += udp.sent * kUdpSize;
+    u.received += udp.received * kUdpSize;
+    u.longest_stall_us = std::max(u.longest_stall_us, udp.max_gap_us);
+    return ok && static_cast<int>(rtts.size()) == rpc_count && flows;
   }
   ~Traffic() {
     if (rpc.joinable()) rpc.join();
+    if (udp_thread.joinable()) udp_thread.join();
   }
 };
 
