@@ -737,28 +737,38 @@ TEST_F(Separate, APeerWithoutDualpathGetsItsClassesAndAMultipathClassKeepsOneSub
   EXPECT_NE(v.out.find("is dualpathd running there"), std::string::npos) << v.out;
 }
 
+// b's rail1 behind a firewall that does not know MPTCP, which gives every
+// join's SYN `verdict` ("reject with tcp reset", "drop") while it lives.
+struct JoinFirewall {
+  explicit JoinFirewall(const std::string& verdict) {
+    const std::string b = nsenter("dpl-b");
+    must(b + "nft add table inet dptest");
+    must(b + "nft 'add chain inet dptest in { type filter hook input priority 0; }'");
+    must(b + "nft add rule inet dptest in iifname rail1 tcp option mptcp subtype 1 " + verdict);
+  }
+  ~JoinFirewall() { sh(nsenter("dpl-b") + "nft delete table inet dptest"); }
+  JoinFirewall(const JoinFirewall&) = delete;
+  JoinFirewall& operator=(const JoinFirewall&) = delete;
+};
+
+// How many times a daemon's log `text` says that it stopped asking for
+// rail1's joins.
+size_t gave_up_said(const std::string& text) {
+  size_t n = 0;
+  for (size_t at = 0;
+       (at = text.find("joins in a row on rail1 never came up", at)) != std::string::npos; ++at)
+    ++n;
+  return n;
+}
+
 // A firewall on b's rail1 that does not know MPTCP refuses every join (an
 // RST to each MP_JOIN SYN): the connection goes on over its first subflow
 // with every byte delivered, and a's daemon stops asking for the rail1 join
 // after 6 joins that never came up (about 22 s: 0.1 + 2 + 4 + 8 + 8) and
 // says so once.
 TEST_F(Separate, JoinsAFirewallRefusesAreGivenUpAndTheConnectionGoesOn) {
-  const std::string b = nsenter("dpl-b");
-  must(b + "nft add table inet dptest");
-  struct Unfirewall {
-    ~Unfirewall() { sh(nsenter("dpl-b") + "nft delete table inet dptest"); }
-  } unfirewall;
-  must(b + "nft 'add chain inet dptest in { type filter hook input priority 0; }'");
-  must(b + "nft add rule inet dptest in iifname rail1 tcp option mptcp subtype 1 " +
-       "reject with tcp reset");
-  auto said = [&] {
-    std::string text = daemon_log("dpl-a");
-    size_t n = 0;
-    for (size_t at = 0;
-         (at = text.find("joins in a row on rail1 never came up", at)) != std::string::npos; ++at)
-      ++n;
-    return n;
-  };
+  JoinFirewall firewall("reject with tcp reset");
+  auto said = [&] { return gave_up_said(daemon_log("dpl-a")); };
   Transfer t(collective_transfer(45106, 60'000'000, 20e6));  // 24 s
   std::set<std::string> paths;
   auto end = Clock::now() + std::chrono::seconds(35);
@@ -785,21 +795,8 @@ TEST_F(Separate, JoinsAFirewallRefusesAreGivenUpAndTheConnectionGoesOn) {
 // has more than one join pending on the rail. The connection goes on over
 // its first subflow with every byte delivered.
 TEST_F(Separate, JoinsAFirewallDropsAreEndedAndGivenUpAndTheConnectionGoesOn) {
-  const std::string b = nsenter("dpl-b");
-  must(b + "nft add table inet dptest");
-  struct Unfirewall {
-    ~Unfirewall() { sh(nsenter("dpl-b") + "nft delete table inet dptest"); }
-  } unfirewall;
-  must(b + "nft 'add chain inet dptest in { type filter hook input priority 0; }'");
-  must(b + "nft add rule inet dptest in iifname rail1 tcp option mptcp subtype 1 drop");
-  auto said = [&] {
-    std::string text = daemon_log("dpl-a");
-    size_t n = 0;
-    for (size_t at = 0;
-         (at = text.find("joins in a row on rail1 never came up", at)) != std::string::npos; ++at)
-      ++n;
-    return n;
-  };
+  JoinFirewall firewall("drop");
+  auto said = [&] { return gave_up_said(daemon_log("dpl-a")); };
   // a's TCP sockets toward b's port that are still sending their SYN
   auto pending = [] {
     auto out = sh(nsenter("dpl-a") + "ss -Htn state syn-sent dport = :45108").out;
