@@ -403,6 +403,10 @@ void Multipath::on_subflow_closed(multipath::Connection& c, const mptcp::Event& 
                  policy_.classes[c.klass].name, c.token, rail, why);
     requested_.erase(r);
     multipath::note_answered(c, path);
+  } else if (!listed && !c.server_side) {
+    // a join this end asked for and no longer waits on: counted already,
+    // when end_overdue_joins gave it up
+    return;
   }
   if (multipath::note_closed(c, path, up, now)) gave_up(c, path);
 }
@@ -414,14 +418,18 @@ void Multipath::end_overdue_joins(multipath::Connection& c, Clock::time_point no
     Result<std::vector<TcpSocketInfo>> ended = std::vector<TcpSocketInfo>{};
     if (r != requested_.end()) {
       const multipath::Ends& asked = r->second.ends;
-      // still sending its SYN. The separate topology's joins take a port of
-      // the kernel's choosing: another connection's join from this rail to
-      // the same port is ended with it, and is asked for again after its
-      // backoff as any join that never came up.
-      ended = destroy_tcp({asked.local}, [&](const TcpSocketInfo& s) {
-        return s.state == TCP_SYN_SENT && s.dst.unmapped() == asked.remote.unmapped() &&
-               s.dport == asked.rport && (asked.lport == 0 || s.sport == asked.lport);
-      });
+      // still sending its SYN: a subflow of this connection (by its token,
+      // so that no other socket, an application's own connect among them,
+      // is touched; the separate topology's joins take a port of the
+      // kernel's choosing)
+      ended = destroy_tcp(
+          {asked.local},
+          [&](const TcpSocketInfo& s) {
+            return s.state == TCP_SYN_SENT && s.mptcp_token == c.token &&
+                   s.dst.unmapped() == asked.remote.unmapped() && s.dport == asked.rport &&
+                   (asked.lport == 0 || s.sport == asked.lport);
+          },
+          true);
     }
     if (ended && !ended->empty()) {
       // its SUB_CLOSED event counts the failure (on_subflow_closed); should

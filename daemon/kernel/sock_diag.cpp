@@ -2,6 +2,7 @@
 #include "dualpath/kernel/sock_diag.h"
 
 #include <linux/inet_diag.h>
+#include <linux/mptcp.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netlink/msg.h>
@@ -53,6 +54,15 @@ int on_message(nl_msg* msg, void* arg) {
   if (dump->with_info && tb[INET_DIAG_INFO])
     decode_tcp_info(nla_data(tb[INET_DIAG_INFO]), static_cast<size_t>(nla_len(tb[INET_DIAG_INFO])),
                     s);
+  // an MPTCP subflow's ULP information: its connection's token
+  nlattr* ulp[INET_ULP_INFO_MAX + 1] = {};
+  nlattr* sf[MPTCP_SUBFLOW_ATTR_MAX + 1] = {};
+  if (dump->with_info && tb[INET_DIAG_ULP_INFO] &&
+      nla_parse_nested(ulp, INET_ULP_INFO_MAX, tb[INET_DIAG_ULP_INFO], nullptr) == 0 &&
+      ulp[INET_ULP_INFO_MPTCP] &&
+      nla_parse_nested(sf, MPTCP_SUBFLOW_ATTR_MAX, ulp[INET_ULP_INFO_MPTCP], nullptr) == 0 &&
+      sf[MPTCP_SUBFLOW_ATTR_TOKEN_LOC])
+    s.mptcp_token = nla_get_u32(sf[MPTCP_SUBFLOW_ATTR_TOKEN_LOC]);
   dump->out->push_back(s);
   return NL_OK;
 }
@@ -93,14 +103,15 @@ Result<std::vector<TcpSocketInfo>> tcp_sockets(uint32_t states, bool with_info) 
 }
 
 Result<std::vector<TcpSocketInfo>> destroy_tcp(
-    const std::vector<IpAddr>& locals, const std::function<bool(const TcpSocketInfo&)>& want) {
+    const std::vector<IpAddr>& locals, const std::function<bool(const TcpSocketInfo&)>& want,
+    bool with_info) {
   auto sk = NlSocket::connect(NETLINK_SOCK_DIAG);
   if (!sk) return sk.error();
   std::vector<TcpSocketInfo> ended;
   for (int family : {AF_INET, AF_INET6}) {
     if (std::none_of(locals.begin(), locals.end(), [&](auto& a) { return a.family == family; }))
       continue;
-    auto socks = dump(*sk, family, kTcpEndable, false);
+    auto socks = dump(*sk, family, kTcpEndable, with_info);
     if (!socks) return socks.error();
     // the dump's callback is done with; acknowledgements are read plainly
     nl_socket_modify_cb(sk->get(), NL_CB_VALID, NL_CB_DEFAULT, nullptr, nullptr);

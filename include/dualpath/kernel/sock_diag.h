@@ -29,6 +29,9 @@ struct TcpSocketInfo {
   uint64_t busy_us = 0, rwnd_limited_us = 0, sndbuf_limited_us = 0;
   uint64_t bytes_acked = 0, bytes_received = 0;
   uint32_t total_retrans = 0, rtt_us = 0;
+  // An MPTCP subflow's connection, by this end's token (the path manager's
+  // events name connections so); 0: not a subflow. with_info only.
+  uint32_t mptcp_token = 0;
   std::array<uint8_t, 48> id{};  // the kernel's inet_diag_sockid, for SOCK_DESTROY
 };
 
@@ -43,9 +46,11 @@ Result<std::vector<TcpSocketInfo>> tcp_sockets(uint32_t states = kTcpAllButListe
                                                bool with_info = true);
 
 // Ends every established or connecting TCP socket whose local address is one
-// of `locals` and that `want` accepts. Returns the sockets it ended.
+// of `locals` and that `want` accepts (given tcp_info and the MPTCP token
+// when with_info). Returns the sockets it ended.
 Result<std::vector<TcpSocketInfo>> destroy_tcp(
-    const std::vector<IpAddr>& locals, const std::function<bool(const TcpSocketInfo&)>& want);
+    const std::vector<IpAddr>& locals, const std::function<bool(const TcpSocketInfo&)>& want,
+    bool with_info = false);
 
 // Fills the tcp_info fields of `s` from the kernel's struct tcp_info (which
 // may be shorter, from an older kernel, or longer). In its own file: the
