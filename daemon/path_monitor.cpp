@@ -75,7 +75,8 @@ Result<bfd::Auth> PathMonitor::read_auth(const HealthSettings& h) {
   if (a.type == bfd::AuthType::None) return a;
   a.key_id = h.bfd_auth_key_id;
   const std::string& file = h.bfd_auth_key_file;
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO there must not hold the daemon
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
     return DP_ERROR(
         "bfd_auth_key_file {} in [health]: cannot read it: {} (it holds the key BFD "
@@ -86,6 +87,11 @@ Result<bfd::Auth> PathMonitor::read_auth(const HealthSettings& h) {
   ssize_t n = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? ::read(fd, buf, sizeof(buf)) : -1;
   ::close(fd);
   if (n < 0) return DP_ERROR("bfd_auth_key_file {} in [health] is not a readable file", file);
+  if (st.st_uid != ::geteuid())
+    return DP_ERROR(
+        "bfd_auth_key_file {} in [health] belongs to uid {}, not to the daemon's ({}): "
+        "whoever owns it can change the key; chown {} {}",
+        file, st.st_uid, ::geteuid(), ::geteuid(), file);
   if (st.st_mode & 077)
     return DP_ERROR(
         "bfd_auth_key_file {} in [health] may be read or written by others than its "
@@ -126,6 +132,14 @@ void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex
       old.erase(it);
       if (sessions_.back().bfd) sessions_.back().bfd->set_config(bfd_config(next.health), now);
     } else {
+      // a rail whose session is made anew (its authentication or mark
+      // changed): what the old one said no longer stands, and the new one
+      // may never come up (the peer has another key), so the rail is judged
+      // as one without a session until it does
+      const std::string rail = rail_key(next, i) + "|";
+      if (std::any_of(old.begin(), old.end(),
+                      [&](const Session& o) { return o.bfd && o.key.rfind(rail, 0) == 0; }))
+        controller_.bfd(i, bfd::State::AdminDown, bfd::Diag::AdminDown, true, now);
       Session s{key, nullptr, std::nullopt, 0, ""};
       auto peer = next.health.bfd ? ps.bfd_address() : std::nullopt;
       if (peer) {
@@ -225,8 +239,14 @@ void PathMonitor::on_readable(size_t i) {
       why = s.bfd->receive(*rx.packet, now);
     if (why) {
       ++s.discarded;
-      if (*why != s.last_discard)
-        spdlog::debug("path {}: BFD packet discarded: {}", names_[i], *why);
+      // one that does not authenticate is a configuration to mend (another
+      // key, type or key ID at the peer) or a forgery: said, once a reason
+      if (*why != s.last_discard) {
+        if (why->find("authentication") != std::string::npos)
+          spdlog::warn("path {}: BFD packet discarded: {}", names_[i], *why);
+        else
+          spdlog::debug("path {}: BFD packet discarded: {}", names_[i], *why);
+      }
       s.last_discard = *why;
     }
   }

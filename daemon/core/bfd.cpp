@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace dp::bfd {
 namespace {
@@ -24,14 +25,16 @@ uint32_t us(Micros m) { return static_cast<uint32_t>(std::max<int64_t>(0, m.coun
 
 // 6.7.4: the SHA1 of the packet (kLengthSha1 bytes) with the key, padded
 // with zeros to 20 bytes, in the digest's place.
-std::array<uint8_t, 20> sha1_digest(std::span<const uint8_t> packet, const std::string& key) {
+// nullopt: SHA1 failed (a crypto library without it), and nothing may pass.
+std::optional<std::array<uint8_t, 20>> sha1_digest(std::span<const uint8_t> packet,
+                                                   const std::string& key) {
   std::array<uint8_t, kLengthSha1> b{};
   std::copy_n(packet.begin(), kMinLength + 8, b.begin());
   std::copy_n(key.begin(), std::min(key.size(), kMaxKey), b.begin() + kMinLength + 8);
   std::array<uint8_t, 20> md{};
   unsigned len = 0;
   if (EVP_Digest(b.data(), b.size(), md.data(), &len, EVP_sha1(), nullptr) != 1 || len != 20)
-    md.fill(0);  // never matches a digest made with a key
+    return std::nullopt;
   return md;
 }
 
@@ -118,8 +121,9 @@ std::vector<uint8_t> encode(const Packet& p, const Auth& a) {
   b[26] = a.key_id;
   b[27] = 0;  // reserved
   put32(&b[28], p.auth_seq);
-  auto md = sha1_digest(b, a.key);
-  std::copy(md.begin(), md.end(), b.begin() + kMinLength + 8);
+  // without SHA1 the digest stays zeros, which the peer discards
+  if (auto md = sha1_digest(b, a.key))
+    std::copy(md->begin(), md->end(), b.begin() + kMinLength + 8);
   return b;
 }
 
@@ -175,7 +179,8 @@ Result<Packet> decode(std::span<const uint8_t> b, const Auth& a) {
     if (b[26] != a.key_id)
       return DP_ERROR("authentication key ID {} is not this node's {}", b[26], a.key_id);
     auto md = sha1_digest(b.first(kLengthSha1), a.key);
-    if (CRYPTO_memcmp(md.data(), b.data() + kMinLength + 8, md.size()) != 0)
+    if (!md) return DP_ERROR("SHA1 is not available to check the authentication digest");
+    if (CRYPTO_memcmp(md->data(), b.data() + kMinLength + 8, md->size()) != 0)
       return DP_ERROR("the authentication digest does not match (another key?)");
     p.auth_seq = get32(b, 28);
   }
@@ -266,12 +271,9 @@ Micros Session::fastest_rx() const {
 }
 
 std::optional<std::string> Session::receive(const Packet& p, Time now) {
-  const Micros min_rx = fastest_rx();
-  if (rx_bucket_.take(1, kRxBurst, kRxRateFactor * 1e6 / static_cast<double>(min_rx.count()),
-                      now) == 0)
-    return fmt::format("more than {:g} times the packets the peer may send (required min RX {} us)",
-                       kRxRateFactor, min_rx.count());
-  // the rules of 6.8.6 that need the session
+  // the rules of 6.8.6 that need the session, before the rate limit: a
+  // flood of packets for another session, or of replays, must not use up
+  // what the peer's own packets may spend
   if (p.your_disc != 0 && p.your_disc != local_disc_)
     return "your discriminator " + std::to_string(p.your_disc) + " is not this session's";
   if (auth_ != AuthType::None) {
@@ -287,8 +289,13 @@ std::optional<std::string> Session::receive(const Packet& p, Time now) {
         return fmt::format("authentication sequence number {} is outside {}..{} (a replay?)",
                            p.auth_seq, rcv_seq_ + (meticulous ? 1 : 0), rcv_seq_ + window);
     }
-    rcv_seq_ = p.auth_seq;
   }
+  const Micros min_rx = fastest_rx();
+  if (rx_bucket_.take(1, kRxBurst, kRxRateFactor * 1e6 / static_cast<double>(min_rx.count()),
+                      now) == 0)
+    return fmt::format("more than {:g} times the packets the peer may send (required min RX {} us)",
+                       kRxRateFactor, min_rx.count());
+  if (auth_ != AuthType::None) rcv_seq_ = p.auth_seq;
   ++rx_;
   remote_disc_ = p.my_disc;
   remote_state_ = p.state;

@@ -561,6 +561,14 @@ TEST(BfdAuthKeyFile, IsReadWithoutItsFinalNewlineAndRefusedWhenOthersMayReadItOr
     ASSERT_FALSE(a) << c.bytes;
     EXPECT_NE(std::string(a.error().what()).find(c.expect), std::string::npos) << a.error().what();
   }
+  {
+    KeyFile f("s3cret", 0600);
+    ASSERT_EQ(::chown(f.path.c_str(), ::geteuid() + 1, static_cast<gid_t>(-1)), 0);
+    auto a = read_key(f.path);
+    ASSERT_FALSE(a);
+    EXPECT_NE(std::string(a.error().what()).find("belongs to uid"), std::string::npos)
+        << a.error().what();
+  }
   auto missing = read_key("/nonexistent/bfd.key");
   ASSERT_FALSE(missing);
   EXPECT_NE(std::string(missing.error().what()).find("No such file"), std::string::npos)
