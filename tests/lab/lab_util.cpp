@@ -611,8 +611,15 @@ UdpStreamResult udp_stream(const std::string& client_ns, const std::string& serv
   const auto total = static_cast<uint32_t>(seconds * pps);
   const bool v6 = dst.find(':') != std::string::npos;
   size = std::max(size, 8);
-  int ready[2], rx[2], tx[2];
-  if (pipe(ready) || pipe(rx) || pipe(tx)) return {0, 0, 0, 0, 0, "pipe failed"};
+  int ready[2] = {-1, -1}, rx[2] = {-1, -1}, tx[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int fd : {ready[0], ready[1], rx[0], rx[1], tx[0], tx[1]})
+      if (fd >= 0) ::close(fd);
+  };
+  if (pipe(ready) || pipe(rx) || pipe(tx)) {
+    close_all();
+    return {0, 0, 0, 0, 0, "pipe failed"};
+  }
   struct Rx {
     uint64_t received = 0, max_gap_us = 0, tail_received = 0;
     int ok = 0;
@@ -653,6 +660,15 @@ UdpStreamResult udp_stream(const std::string& client_ns, const std::string& serv
     (void)!::write(rx[1], &r, sizeof(r));
     _exit(0);
   }
+  if (receiver < 0) {
+    close_all();
+    return {0, 0, 0, 0, 0, "fork failed"};
+  }
+  // the write ends the children use: closed here, so that a read sees the
+  // end of a child that died before it wrote
+  ::close(ready[1]);
+  ::close(rx[1]);
+  ready[1] = rx[1] = -1;
   int ok = 0;
   (void)!::read(ready[0], &ok, sizeof(ok));
   pid_t sender = -1;
@@ -676,12 +692,14 @@ UdpStreamResult udp_stream(const std::string& client_ns, const std::string& serv
     (void)!::write(tx[1], &sent, sizeof(sent));
     _exit(0);
   }
-  for (int fd : {ready[0], ready[1], rx[1], tx[1]}) ::close(fd);
+  ::close(tx[1]);
+  tx[1] = -1;
   if (sender > 0) {
     (void)!::read(tx[0], &out.sent, sizeof(out.sent));
     ::waitpid(sender, nullptr, 0);
   } else {
-    out.error = "the receiver could not bind UDP port " + std::to_string(dport);
+    out.error =
+        ok ? "fork failed" : "the receiver could not bind UDP port " + std::to_string(dport);
     ::kill(receiver, SIGKILL);
   }
   Rx r;
@@ -691,8 +709,7 @@ UdpStreamResult udp_stream(const std::string& client_ns, const std::string& serv
     out.tail_received = r.tail_received;
   }
   ::waitpid(receiver, nullptr, 0);
-  ::close(rx[0]);
-  ::close(tx[0]);
+  close_all();
   out.tail_sent = total / 5;
   return out;
 }
