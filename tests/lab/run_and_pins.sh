@@ -67,6 +67,14 @@ for i in 0 1; do
   in_ns ip link set "rail$i" up
   in_ns ip link set "peer$i" up
 done
+# The kernel gives each veth an IPv6 link-local address, and its route in
+# table local, a moment after the link comes up: wait for all four, so that
+# they are in every footprint's "before" and not taken for something left.
+for _ in $(seq 50); do
+  [[ $(in_ns ip -6 route show table local | grep -c '^local fe80::') -ge 4 &&
+    -z $(in_ns ip -6 addr show tentative) ]] && break
+  sleep 0.1
+done
 # the lab's node a, named for this test, with a multipath class
 sed -e 's/^name = "dpl-a"/name = "'"$ns"'"/' "$src/policies/lab-a.toml" >"$policy"
 cat >>"$policy" <<'EOF'
