@@ -160,6 +160,32 @@ struct Workload {
   }
 };
 
+// Sends `n` copies of the BFD control packet `pkt` from `src` in `ns` to
+// `dst`'s port 3784 with IP TTL `ttl`, as a forger on the link would; ""
+// or why it could not. A full queue (ENOBUFS) in a flood is not an error.
+std::string send_bfd(const std::string& ns, const char* src, const char* dst, int ttl,
+                     const std::vector<uint8_t>& pkt, int n) {
+  return in_netns(ns, [&]() -> std::string {
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in from{}, to{};
+    from.sin_family = to.sin_family = AF_INET;
+    ::inet_pton(AF_INET, src, &from.sin_addr);
+    ::inet_pton(AF_INET, dst, &to.sin_addr);
+    to.sin_port = htons(3784);
+    std::string err;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+        ::setsockopt(fd, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl)) != 0)
+      err = std::string("socket: ") + std::strerror(errno);
+    for (int i = 0; i < n && err.empty(); ++i)
+      if (::sendto(fd, pkt.data(), pkt.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) <
+              0 &&
+          errno != ENOBUFS)
+        err = std::string("sendto: ") + std::strerror(errno);
+    ::close(fd);
+    return err;
+  });
+}
+
 // rail1's share of what node a sent over both rails during `window`.
 double rail1_share(std::chrono::milliseconds window) {
   uint64_t r0 = tx_bytes("dpl-a", "rail0"), r1 = tx_bytes("dpl-a", "rail1");
@@ -213,25 +239,7 @@ TEST_F(Failover, AForgedBfdDownFromOutsideThePeerChangesNothing) {
     ~Unadd() { sh(nsenter("dpl-b") + "ip addr del 10.98.0.77/24 dev rail0"); }
   } unadd;
   auto send = [&](const char* src, int ttl, int n) {
-    return in_netns("dpl-b", [&]() -> std::string {
-      int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      sockaddr_in from{}, to{};
-      from.sin_family = to.sin_family = AF_INET;
-      ::inet_pton(AF_INET, src, &from.sin_addr);
-      ::inet_pton(AF_INET, "10.98.0.1", &to.sin_addr);
-      to.sin_port = htons(3784);
-      std::string err;
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-          ::setsockopt(fd, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl)) != 0)
-        err = std::string("socket: ") + std::strerror(errno);
-      for (int i = 0; i < n && err.empty(); ++i)
-        if (::sendto(fd, pkt.data(), pkt.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) <
-                0 &&
-            errno != ENOBUFS)
-          err = std::string("sendto: ") + std::strerror(errno);
-      ::close(fd);
-      return err;
-    });
+    return send_bfd("dpl-b", src, "10.98.0.1", ttl, {pkt.begin(), pkt.end()}, n);
   };
   auto discarded = [] { return path("a", "rail0")["health"]["bfd"]["discarded"].get<uint64_t>(); };
   auto until = [](auto pred, std::chrono::seconds t) {
@@ -323,22 +331,7 @@ TEST_F(Failover, AuthenticatedBfdComesUpAndDiscardsAnUnsignedOrReplayedDownFromT
   down.desired_min_tx_us = down.required_min_rx_us = 500000;
   down.auth_seq = 1;  // long past: b's session started at a random one
   auto send = [&](const std::vector<uint8_t>& pkt) {
-    return in_netns("dpl-b", [&]() -> std::string {
-      int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      sockaddr_in from{}, to{};
-      from.sin_family = to.sin_family = AF_INET;
-      ::inet_pton(AF_INET, "10.98.0.2", &from.sin_addr);  // the session's peer
-      ::inet_pton(AF_INET, "10.98.0.1", &to.sin_addr);
-      to.sin_port = htons(3784);
-      int ttl = 255;
-      std::string err;
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-          ::setsockopt(fd, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl)) != 0 ||
-          ::sendto(fd, pkt.data(), pkt.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0)
-        err = std::strerror(errno);
-      ::close(fd);
-      return err;
-    });
+    return send_bfd("dpl-b", "10.98.0.2", "10.98.0.1", 255, pkt, 1);  // from the session's peer
   };
   auto discarded = [] { return path("a", "rail0")["health"]["bfd"]["discarded"].get<uint64_t>(); };
   const uint64_t d0 = discarded();
