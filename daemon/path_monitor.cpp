@@ -260,7 +260,10 @@ void PathMonitor::transitions(size_t i) {
   for (auto& t : s.bfd->take_transitions()) {
     spdlog::info("path {}: BFD {} -> {}{}", names_[i], bfd::to_string(t.from), bfd::to_string(t.to),
                  t.diag == bfd::Diag::None ? "" : fmt::format(" ({})", bfd::to_string(t.diag)));
-    controller_.bfd(i, t.to, t.diag, s.bfd->remote_state() == bfd::State::AdminDown, t.t);
+    if (t.peer_restarted)
+      controller_.bfd_peer_restarted(i, t.t);
+    else
+      controller_.bfd(i, t.to, t.diag, s.bfd->remote_state() == bfd::State::AdminDown, t.t);
   }
 }
 

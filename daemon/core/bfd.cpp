@@ -297,6 +297,7 @@ std::optional<std::string> Session::receive(const Packet& p, Time now) {
                        kRxRateFactor, min_rx.count());
   if (auth_ != AuthType::None) rcv_seq_ = p.auth_seq;
   ++rx_;
+  const uint32_t known_disc = remote_disc_;
   remote_disc_ = p.my_disc;
   remote_state_ = p.state;
   remote_min_rx_ = Micros(p.required_min_rx_us);
@@ -325,6 +326,10 @@ std::optional<std::string> Session::receive(const Packet& p, Time now) {
     if (p.state == State::Init || p.state == State::Up) go(State::Up, Diag::None, now);
   } else if (p.state == State::Down) {  // Up
     go(State::Down, Diag::NeighborDown, now);
+    // a session that timed out keeps its discriminator; a restarted peer
+    // has a new one and knows none of ours yet
+    transitions_.back().peer_restarted =
+        known_disc != 0 && p.my_disc != known_disc && p.your_disc == 0;
   }
   return std::nullopt;
 }

@@ -97,6 +97,21 @@ void Controller::bfd(size_t path, bfd::State s, bfd::Diag diag, bool peer_admin_
   h.bfd(s, diag, peer_admin_down, now);
 }
 
+// The session went down because the peer's session started afresh (its
+// daemon killed and started again, or upgraded without a goodbye): the Down
+// came over the rail, so the rail forwards toward us. Not a forwarding
+// failure, however little traffic the rail carries: the rail is judged as
+// one without a session until the new one comes up (a rail that forwards
+// only toward us keeps it from coming up), and data-path evidence judges
+// it meanwhile.
+void Controller::bfd_peer_restarted(size_t path, Time now) {
+  if (path >= paths_.size()) return;
+  paths_[path].health.bfd_speaker_gone(
+      "the peer's BFD session started afresh (a new discriminator, and its Down came over "
+      "the rail): the peer's daemon restarted, not the rail",
+      now);
+}
+
 // One tick of data-path evidence: the rails' TCP counters and the classes'
 // arrivals since the tick before, and what they say about each rail. A
 // nested class, so that its steps read and update the controller's

@@ -827,6 +827,45 @@ TEST_F(Failover, ARestartInTheMiddleOfAFailoverKeepsTheRailFailedAndEveryWayBack
   EXPECT_EQ(static_cast<int>(w.rtts.size()), w.rpc_count) << "the control stream broke";
 }
 
+// The peer's daemon killed and started again on idle rails (too little
+// traffic arrives to show that the rails forward): its new BFD sessions say
+// Down to a's, which go down and come up again with them, and a fails no
+// rail: the Down came from a new discriminator over the rail itself. Before,
+// a failed both rails ("every path of node dpl-a is down") and held the
+// second one back for its hold-down.
+TEST_F(Failover, APeerDaemonKilledAndStartedAgainFailsNoRail) {
+  auto bfd_disc = [](const std::string& node, const std::string& rail) {
+    json p = path(node, rail);
+    return p["health"]["bfd"]["remote_discriminator"].get<uint64_t>();
+  };
+  const uint64_t before[] = {bfd_disc("a", "rail0"), bfd_disc("a", "rail1")};
+  pid_t pid = daemon_pid("dpl-b");
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  wait_gone(pid);
+  must(dp_lab() + " start b");
+  // a's sessions are up again, with b's new ones
+  ASSERT_TRUE(eventually(
+      [&] {
+        json p0 = path("a", "rail0"), p1 = path("a", "rail1");
+        return p0["health"]["bfd"]["state"] == "up" && p1["health"]["bfd"]["state"] == "up" &&
+               bfd_disc("a", "rail0") != before[0] && bfd_disc("a", "rail1") != before[1];
+      },
+      10s))
+      << path("a", "rail0").dump() << path("a", "rail1").dump();
+  std::string seen;
+  for (const char* rail : {"rail0", "rail1"}) {
+    EXPECT_EQ(health("a", rail), "up") << rail;
+    for (auto& e : health_events("a", rail, since_a_)) {
+      std::string r = e["reason"];
+      seen += std::string(rail) + ": " + r + "\n";
+      EXPECT_EQ(r.find("-> down"), std::string::npos) << rail << ": " << r;
+      EXPECT_EQ(r.find("-> holddown"), std::string::npos) << rail << ": " << r;
+    }
+  }
+  EXPECT_NE(seen.find("the peer's daemon restarted"), std::string::npos) << seen;
+}
+
 TEST_F(Failover, AFlappingRailGetsNoTrafficBackInsideItsHolddown) {
   Workload w(8s);
   std::this_thread::sleep_for(1000ms);

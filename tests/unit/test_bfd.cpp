@@ -185,6 +185,42 @@ TEST(BfdSession, RemoteDownTakesAnUpSessionDownWithNeighborDiag) {
   EXPECT_EQ(p.a.diag(), Diag::NeighborDown);
 }
 
+// The peer's daemon killed and started again: its new session (another
+// discriminator) says Down to no session of ours. The session goes down as
+// 6.8.6 says and comes up again with the new one, and the transition says
+// that the peer restarted, which the controller does not take for a failed
+// rail. A peer whose session timed out keeps its discriminator: that Down is
+// a failure.
+TEST(BfdSession, ADownFromThePeersNewSessionSaysThePeerRestarted) {
+  Pair p;
+  p.step(3000ms);
+  ASSERT_EQ(p.a.state(), State::Up);
+  (void)p.a.take_transitions();
+  p.b = Session(Config{}, 3003, p.now, 11);
+  p.step(3000ms);
+  auto tr = p.a.take_transitions();
+  ASSERT_GE(tr.size(), 2u);
+  EXPECT_EQ(tr[0].to, State::Down);
+  EXPECT_EQ(tr[0].diag, Diag::NeighborDown);
+  EXPECT_TRUE(tr[0].peer_restarted);
+  EXPECT_EQ(tr.back().to, State::Up) << "and up again with the new session";
+  EXPECT_EQ(p.a.remote_disc(), 3003u);
+
+  // the same peer session, timed out (6.8.1: it forgot our discriminator)
+  Packet down;
+  down.state = State::Down;
+  down.diag = Diag::TimeExpired;
+  down.my_disc = 3003;
+  down.your_disc = 0;
+  down.desired_min_tx_us = 1000000;
+  down.required_min_rx_us = 500000;
+  EXPECT_FALSE(p.a.receive(down, p.now).has_value());
+  tr = p.a.take_transitions();
+  ASSERT_EQ(tr.size(), 1u);
+  EXPECT_EQ(tr[0].to, State::Down);
+  EXPECT_FALSE(tr[0].peer_restarted) << "a Down from the session it was up with is a failure";
+}
+
 TEST(BfdSession, PeerAdminDownTakesItDownAndAdminDownSessionDiscards) {
   Pair p;
   p.step(3000ms);

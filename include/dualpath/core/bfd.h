@@ -103,6 +103,11 @@ struct Transition {
   Time t;
   State from, to;
   Diag diag;
+  // Down because the peer's session started afresh: a Down from another
+  // discriminator than the one this session was up with, addressed to no
+  // session (your discriminator 0). Its daemon restarted; the packet itself
+  // came over the rail.
+  bool peer_restarted = false;
 };
 
 class Session {

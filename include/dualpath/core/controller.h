@@ -130,6 +130,8 @@ class Controller {
   // What the rails say.
   void carrier(size_t path, bool up, Time now);
   void bfd(size_t path, bfd::State s, bfd::Diag diag, bool peer_admin_down, Time now);
+  // The session went down because the peer's started afresh (bfd::Transition).
+  void bfd_peer_restarted(size_t path, Time now);
   void vanished(size_t path);  // its interface is gone
 
   // One tick: health timers, data-path evidence, the scheduler, then settle().
