@@ -111,6 +111,7 @@ int log_count(const std::string& what) {
 // The properties the checks read, from any version's struct.
 struct Props {
   std::string name;
+  const char* name_ptr = nullptr;  // as the plugin gave it: NCCL keeps it
   const char* pci = nullptr;
   uint64_t guid = 0;
   int ptr = 0, speed = 0, max_comms = 0, max_recvs = 0, reg_global = -1, vdevs = 1;
@@ -145,6 +146,7 @@ struct Net {
   ncclResult_t props(int dev, Props* out) {
     auto common = [&](auto& p) {
       out->name = p.name ? p.name : "";
+      out->name_ptr = p.name;
       out->pci = p.pciPath;
       out->guid = p.guid;
       out->ptr = p.ptrSupport;
@@ -525,7 +527,7 @@ uint64_t seed_of(int from, size_t size, int round) {
 
 // ------------------------------------------------------------------ scenarios
 
-int props(Net& net, void* ctx) {
+int props(Net& net, void*& ctx) {
   int n = 0;
   CHECK_NCCL(net.devices(&n));
   if (n < 1) die("no devices");
@@ -547,12 +549,26 @@ int props(Net& net, void* ctx) {
                  p.pci ? p.pci : "(none)", static_cast<unsigned long long>(p.guid), p.speed,
                  p.max_recvs);
   }
+  // NCCL keeps the name pointers getProperties gave, and reads them after
+  // making virtual devices (ncclTopoForceMerge); a NULL pci path is allowed
+  std::vector<std::pair<const char*, std::string>> kept;
+  for (int d = 0; d < n; ++d) {
+    Props p;
+    CHECK_NCCL(net.props(d, &p));
+    kept.emplace_back(p.name_ptr, p.name);
+  }
   if (net.version >= 9 && n >= 2) {
     int v = -1;
     CHECK_NCCL(net.make_vdevice(&v, 0, 1));
+    for (int k = 0; k < 8; ++k) {  // more, so that storage that moves would have moved
+      int more = -1;
+      CHECK_NCCL(net.make_vdevice(&more, 0, 1));
+    }
+    for (const auto& [ptr, name] : kept)
+      if (!ptr || name != ptr) die("a device's name changed after makeVDevice: %s", name.c_str());
     int n2 = 0;
     CHECK_NCCL(net.devices(&n2));
-    if (v != n || n2 != n + 1) die("makeVDevice gave %d, devices now %d", v, n2);
+    if (v != n || n2 != n + 9) die("makeVDevice gave %d, devices now %d", v, n2);
     Props p;
     CHECK_NCCL(net.props(v, &p));
     if (p.vdevs != 2 || p.speed != speed_sum || p.name.find('+') == std::string::npos)
@@ -561,7 +577,22 @@ int props(Net& net, void* ctx) {
     int bad = -1;
     if (net.make_vdevice(&bad, 0, 99) == ncclSuccess) die("makeVDevice took a device that is not");
   }
-  (void)ctx;
+  int made = 0;
+  CHECK_NCCL(net.devices(&made));
+  // v11+: NCCL may keep the library loaded across communicators
+  // (NCCL_NET_PLUGIN_REF_COUNT) and reads devices() and makes its virtual
+  // devices on the first init only: after every communicator was finalized,
+  // a new one sees the same devices, virtual ones included
+  if (net.version >= 11) {
+    CHECK_NCCL(net.finalize(ctx));
+    CHECK_NCCL(
+        net.init(&ctx, 0x2000 + static_cast<uint64_t>(g_rank), NCCL_NET_TRAFFIC_CLASS_UNDEF));
+    int again = 0;
+    CHECK_NCCL(net.devices(&again));
+    if (again != made) die("after a new init, %d devices instead of %d", again, made);
+    Props p;
+    CHECK_NCCL(net.props(made - 1, &p));
+  }
   std::printf("{\"scenario\":\"props\",\"devices\":%d,\"ok\":true}\n", n);
   return 0;
 }
@@ -720,7 +751,7 @@ int fault(Net& net, void* ctx, Exchange& ex, const Options& o) {
 // A long transfer (the lab): --rounds messages of --bytes each way.
 int stream(Net& net, void* ctx, Exchange& ex, const Options& o) {
   auto pairs = connect_pairs(net, ctx, ex, o.dev, 1, o.traffic_class, "stream");
-  if (net.version >= 11) CHECK_NCCL(net.set_op(ctx, ncclFuncAlltoAll));
+  if (net.version >= 11) CHECK_NCCL(net.set_op(ctx, 1u << ncclFuncAlltoAll));
   ex.barrier("stream.start");
   Stats st;
   int round = 0;
@@ -999,7 +1030,7 @@ int bench_sizes(BenchLink& link, Exchange& ex, const Options& o, const char* tra
 int bench(Net& net, void* ctx, Exchange& ex, const Options& o) {
   auto pairs = connect_pairs(net, ctx, ex, o.dev, 1, o.traffic_class, "bench");
   if (net.version >= 11)
-    CHECK_NCCL(net.set_op(ctx, o.op == "alltoall" ? ncclFuncAlltoAll : ncclFuncSendRecv));
+    CHECK_NCCL(net.set_op(ctx, 1u << (o.op == "alltoall" ? ncclFuncAlltoAll : ncclFuncSend)));
   int rc;
   {
     std::vector<char> out(o.max_bytes), in(o.max_bytes);
@@ -1042,7 +1073,7 @@ int run_rank(const Options& o, Exchange& ex) {
     if (o.fuse && n >= 2 && net.version >= 9) {
       CHECK_NCCL(net.make_vdevice(&o2.dev, 0, 1));
     }
-    if (net.version >= 11) CHECK_NCCL(net.set_op(ctx, ncclFuncSendRecv));
+    if (net.version >= 11) CHECK_NCCL(net.set_op(ctx, 1u << ncclFuncSend));
     if (o.scenario == "sizes")
       rc = sizes(net, ctx, ex, o2);
     else if (o.scenario == "many")

@@ -38,6 +38,8 @@ DaemonSnapshot snapshot() {
 }
 
 constexpr uint32_t kUndef = static_cast<uint32_t>(NCCL_NET_ATTR_UNDEF);
+// ncclNetAttr.op as NCCL sets it before a transfer: the function's bit
+constexpr uint32_t bit(ncclFunc_t f) { return 1u << f; }
 
 }  // namespace
 
@@ -57,21 +59,21 @@ TEST(NcclPlacement, ClassOrder) {
   auto s = snapshot();
   auto rails = two_rails();
   // the environment first
-  auto p = place(&s, "kv-transfer", 3, ncclFuncAlltoAll, "", rails);
+  auto p = place(&s, "kv-transfer", 3, bit(ncclFuncAlltoAll), "", rails);
   EXPECT_EQ(p.klass, "kv-transfer");
   EXPECT_EQ(p.why, "NCCL_DUALPATH_CLASS");
   // then the communicator's traffic class
-  p = place(&s, "", 3, ncclFuncAlltoAll, "", rails);
+  p = place(&s, "", 3, bit(ncclFuncAlltoAll), "", rails);
   EXPECT_EQ(p.klass, "param-sync");
   EXPECT_DOUBLE_EQ(p.share[1], 1.0);
   // then the operation
-  p = place(&s, "", 7, ncclFuncAlltoAll, "", rails);
+  p = place(&s, "", 7, bit(ncclFuncAlltoAll), "", rails);
   EXPECT_EQ(p.klass, "expert-dispatch");
   EXPECT_EQ(p.why, "operation alltoall");
   EXPECT_NEAR(p.share[0], 0.7, 1e-9);
   // then the process's cgroup (below the class's directory)
-  p = place(&s, "", NCCL_NET_TRAFFIC_CLASS_UNDEF, ncclFuncBroadcast, "/dualpath.slice/kv/job-1",
-            rails);
+  p = place(&s, "", NCCL_NET_TRAFFIC_CLASS_UNDEF, bit(ncclFuncBroadcast),
+            "/dualpath.slice/kv/job-1", rails);
   EXPECT_EQ(p.klass, "kv-transfer");
   // not a sibling whose name only starts the same
   p = place(&s, "", NCCL_NET_TRAFFIC_CLASS_UNDEF, kUndef, "/dualpath.slice/kvx", rails);
@@ -79,7 +81,28 @@ TEST(NcclPlacement, ClassOrder) {
   EXPECT_EQ(p.why, "the policy's default class");
   // send and receive are one operation, sendrecv
   s.operations["sendrecv"] = "kv-transfer";
-  EXPECT_EQ(place(&s, "", -1, ncclFuncSend, "", rails).klass, "kv-transfer");
+  EXPECT_EQ(place(&s, "", -1, bit(ncclFuncSend), "", rails).klass, "kv-transfer");
+}
+
+// NCCL's op is a mask (net.cc: netAttr.op = BIT(collAPI)): AllGather's bit
+// is 4, which read as a function number would be AllReduce.
+TEST(NcclPlacement, TheOperationIsReadFromItsBit) {
+  EXPECT_EQ(operation_name(bit(ncclFuncAllGather)), "allgather");
+  EXPECT_EQ(operation_name(bit(ncclFuncAllReduce)), "allreduce");
+  EXPECT_EQ(operation_name(bit(ncclFuncReduceScatter)), "reducescatter");
+  EXPECT_EQ(operation_name(bit(ncclFuncBroadcast)), "broadcast");
+  EXPECT_EQ(operation_name(bit(ncclFuncReduce)), "reduce");
+  EXPECT_EQ(operation_name(bit(ncclFuncAlltoAll)), "alltoall");
+  EXPECT_EQ(operation_name(bit(ncclFuncAllGatherV)), "allgather");
+  EXPECT_EQ(operation_name(bit(ncclFuncSend)), "sendrecv");
+  EXPECT_EQ(operation_name(bit(ncclFuncRecv)), "sendrecv");
+  // at connect, a point-to-point connection's functions together: none
+  EXPECT_EQ(operation_name(bit(ncclFuncSend) | bit(ncclFuncRecv) | bit(ncclFuncAlltoAll) |
+                           bit(ncclFuncScatter) | bit(ncclFuncGather)),
+            "");
+  EXPECT_EQ(operation_name(kUndef), "");
+  EXPECT_EQ(operation_name(0), "");
+  EXPECT_EQ(operation_name(bit(ncclFuncScatter)), "");
 }
 
 TEST(NcclPlacement, ARailDownGetsNoShare) {

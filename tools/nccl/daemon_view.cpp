@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -394,7 +395,12 @@ std::shared_ptr<const DaemonSnapshot> DaemonView::snapshot() const {
 }
 
 std::string operation_name(uint32_t op) {
-  switch (op) {
+  // one function's bit, as NCCL sets it before a transfer; a mask of several
+  // (the point-to-point functions, at connect) or NCCL_NET_ATTR_UNDEF names
+  // none
+  if (op == 0 || op == static_cast<uint32_t>(NCCL_NET_ATTR_UNDEF) || (op & (op - 1)) != 0)
+    return "";
+  switch (std::countr_zero(op)) {
     case ncclFuncAlltoAll:
       return "alltoall";
     case ncclFuncAllReduce:

@@ -117,8 +117,10 @@ class DaemonView {
   std::string default_class_;
 };
 
-// NCCL's operation (ncclFunc_t) as the policy names it: alltoall, allreduce,
-// allgather, reducescatter, broadcast, reduce, sendrecv; "" for others.
+// NCCL's operation as the policy names it: alltoall, allreduce, allgather,
+// reducescatter, broadcast, reduce, sendrecv; "" for others. `op` is
+// ncclNetAttr.op: a mask of 1 << ncclFunc_t (NCCL 2.28.3 and later set one
+// function's bit before each transfer).
 std::string operation_name(uint32_t op);
 
 // The process's cgroup v2 path (/proc/self/cgroup), "" if none.

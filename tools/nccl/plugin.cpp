@@ -8,6 +8,7 @@
 // catches and returns an ncclResult_t.
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,7 +45,10 @@ struct State {
   int refs = 0;
   Settings settings;
   std::vector<Rail> rails;
-  std::vector<Device> devices;
+  // a deque: getProperties hands NCCL each device's name, which a later
+  // makeVDevice must not move (NCCL reads the names of earlier devices after it)
+  std::deque<Device> devices;
+  bool discovered = false;  // rails and devices: once per load (init_once)
   std::unique_ptr<Transport> transport;
   DaemonView daemon;
   bool have_daemon = false;
@@ -184,15 +188,27 @@ ncclResult_t init_once(ncclDebugLogger_t logfn) {
   State& st = state();
   std::lock_guard<std::mutex> g(st.mu);
   if (st.refs++ > 0) return ncclSuccess;
-  std::string error;
-  st.settings = Settings{};
-  st.rails.clear();
-  st.devices.clear();
-  if (!load_settings(&st.settings, &error) || !discover(st, &error)) {
-    DPN_WARN("init failed: %s; NCCL goes on without the dualpath plugin", error.c_str());
-    st.daemon.stop();
-    st.refs = 0;
-    return ncclInvalidUsage;
+  if (!st.discovered) {
+    std::string error;
+    st.settings = Settings{};
+    st.rails.clear();
+    st.devices.clear();
+    if (!load_settings(&st.settings, &error) || !discover(st, &error)) {
+      DPN_WARN("init failed: %s; NCCL goes on without the dualpath plugin", error.c_str());
+      st.daemon.stop();
+      st.refs = 0;
+      return ncclInvalidUsage;
+    }
+    st.discovered = true;
+  } else {
+    // a communicator after every earlier one was finalized, the library kept
+    // loaded (NCCL_NET_PLUGIN_REF_COUNT): NCCL read devices() and made its
+    // virtual devices on the first init of this load, so the rails and
+    // devices stay as they were; only the daemon's view starts again
+    std::string why;
+    st.have_daemon = st.settings.use_daemon && st.daemon.start(st.settings.socket, &why);
+    if (!st.have_daemon && st.settings.use_daemon)
+      DPN_INFO("dualpathd is not reachable (%s): shares by the rails' capacity", why.c_str());
   }
   st.cgroup = own_cgroup();
   st.transport = make_tcp_transport(st.settings, st.rails);
@@ -265,7 +281,7 @@ ncclResult_t dp_properties(int dev, ncclNetProperties_v12_t* p) {
     p->port = 0;
     p->latency = 0;
     p->maxComms = 65536;
-    p->maxRecvs = kMaxRecvs;
+    p->maxRecvs = kAdvertisedRecvs;
     p->netDeviceType = NCCL_NET_DEVICE_HOST;
     p->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
     p->vProps.ndevs = static_cast<int>(d.physical.size());
@@ -473,7 +489,7 @@ ncclResult_t dp_set_net_attr(void* ctx, ncclNetAttr_v12_t* attr) {
   uint32_t before = c->op.exchange(attr->op);
   if (before != attr->op) {
     std::string name = operation_name(attr->op);
-    DPN_TRACE("comm %llx: operation %s (%u)", static_cast<unsigned long long>(c->comm_id),
+    DPN_TRACE("comm %llx: operation %s (mask %#x)", static_cast<unsigned long long>(c->comm_id),
               name.empty() ? "other" : name.c_str(), attr->op);
   }
   return ncclSuccess;

@@ -77,6 +77,15 @@ std::unique_ptr<Transport> make_tcp_transport(const Settings& settings, std::vec
 // Requests a send connection may have in flight: NCCL's 32 times the grouped
 // receives a peer may post (maxRecvs).
 inline constexpr int kMaxRecvs = 8;
+// What getProperties advertises as maxRecvs: 1, as NCCL's socket transport
+// does. With more, NCCL shares one connection among the ranks of a node
+// (PXN, and NCCL_NET_SHARED_COMMS) and groups their receives into one irecv,
+// while those ranks post their sends each at its own pace: a transport that
+// matches a group by the order of the sends, and cannot hold a send back
+// until its receive is posted (as NCCL's IB transport does), would find a
+// message that matches no receive of its group. Grouped receives of up to
+// kMaxRecvs are still served, as the ABI allows.
+inline constexpr int kAdvertisedRecvs = 1;
 inline constexpr int kMaxRequests = 32;
 
 }  // namespace dpnccl

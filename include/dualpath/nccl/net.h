@@ -76,7 +76,8 @@ typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, 
 typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle,
                                                int64_t pluginId, void* extData);
 
-// The collective operations setNetAttr names in ncclNetAttr.op (NCCL's ncclFunc_t).
+// The collective operations (NCCL's ncclFunc_t); setNetAttr's ncclNetAttr.op
+// is a mask of their bits, 1 << ncclFunc_t.
 typedef enum {
   ncclFuncBroadcast = 0,
   ncclFuncReduce = 1,
@@ -388,9 +389,9 @@ typedef struct {
 typedef struct {
   ncclNetCommAttr_v11_t sendCommAttr;
   ncclNetCommAttr_v11_t recvCommAttr;
-  uint32_t op;     // ncclFunc_t, or (uint32_t)NCCL_NET_ATTR_UNDEF
-  uint32_t algo;   // NCCL_ALGO_*
-  uint32_t proto;  // NCCL_PROTO_*
+  uint32_t op;     // a mask of 1 << ncclFunc_t, or (uint32_t)NCCL_NET_ATTR_UNDEF
+  uint32_t algo;   // a mask of 1 << NCCL_ALGO_*
+  uint32_t proto;  // a mask of 1 << NCCL_PROTO_*
 } ncclNetAttr_v11_t;
 
 typedef struct {
