@@ -250,10 +250,12 @@ ncclResult_t dp_finalize(void* ctx) {
 }
 
 ncclResult_t dp_devices(int* ndev) {
-  State& st = state();
-  std::lock_guard<std::mutex> g(st.mu);
-  *ndev = static_cast<int>(st.devices.size());
-  return ncclSuccess;
+  return guard("devices", [&]() -> ncclResult_t {
+    State& st = state();
+    std::lock_guard<std::mutex> g(st.mu);
+    *ndev = static_cast<int>(st.devices.size());
+    return ncclSuccess;
+  });
 }
 
 // Every field, in the newest layout; the tables narrow it.
@@ -484,15 +486,17 @@ ncclResult_t dp_close_listen(void* c) {
 }
 
 ncclResult_t dp_set_net_attr(void* ctx, ncclNetAttr_v12_t* attr) {
-  if (!ctx || !attr) return ncclSuccess;
-  auto* c = static_cast<Context*>(ctx);
-  uint32_t before = c->op.exchange(attr->op);
-  if (before != attr->op) {
-    std::string name = operation_name(attr->op);
-    DPN_TRACE("comm %llx: operation %s (mask %#x)", static_cast<unsigned long long>(c->comm_id),
-              name.empty() ? "other" : name.c_str(), attr->op);
-  }
-  return ncclSuccess;
+  return guard("setNetAttr", [&]() -> ncclResult_t {
+    if (!ctx || !attr) return ncclSuccess;
+    auto* c = static_cast<Context*>(ctx);
+    uint32_t before = c->op.exchange(attr->op);
+    if (before != attr->op) {
+      std::string name = operation_name(attr->op);
+      DPN_TRACE("comm %llx: operation %s (mask %#x)", static_cast<unsigned long long>(c->comm_id),
+                name.empty() ? "other" : name.c_str(), attr->op);
+    }
+    return ncclSuccess;
+  });
 }
 
 // v6..v10 have one init for the process; their comms share its context, and
