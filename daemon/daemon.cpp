@@ -109,6 +109,7 @@ Result<void> Daemon::apply_policy(const Policy& next) {
   }
   spdlog::info("policy routing: {} added, {} removed, {} unchanged", routed->added, routed->removed,
                routed->unchanged);
+  note_refused_routes(routed->refused);
   if (auto a = datapath_->attach(next, *staged); !a) {
     undo_routing();
     return a.error();

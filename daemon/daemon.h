@@ -68,6 +68,9 @@ class Daemon : private Node {
   void tick();
   void check_interfaces();
   void resync_routing(std::chrono::steady_clock::time_point now);
+  // Says which routes the kernel refused (RoutingChange::refused) when that
+  // set changes, not on every retry.
+  void note_refused_routes(const std::vector<std::string>& refused);
   void apply_multipath(const Policy& p, std::chrono::steady_clock::time_point now, bool retry);
   void retry_multipath(std::chrono::steady_clock::time_point now);
   void adapt_flowlet_gap();
@@ -120,6 +123,11 @@ class Daemon : private Node {
   // policy routing compared with the kernel's (resync_routing): when, and
   // each rail's carrier then
   std::chrono::steady_clock::time_point routing_checked_{};
+  std::vector<std::string> routes_refused_;  // the last note_refused_routes
+  // check_interfaces: the last try at attaching to a rail's interface that
+  // came back, and its error
+  std::chrono::steady_clock::time_point reattach_tried_{};
+  std::string reattach_error_;
   std::vector<bool> routing_carrier_;
   uint64_t routing_overflows_ = 0;  // monitor_.overflows() at the last check
   std::chrono::steady_clock::time_point cgroups_checked_{};

@@ -106,10 +106,37 @@ void record_stream_shortfalls(const Policy& policy, const StreamPlan& by_count,
 
 // A rail whose interface was deleted (or replaced by one with another ifindex)
 // must stop being a redirect target at once: the kernel drops a packet
-// redirected to an ifindex that no longer exists. A reload re-attaches.
+// redirected to an ifindex that no longer exists. Once an interface of that
+// name is there again (a driver reloaded, a NIC reset, a bond or VF made
+// anew), the running policy is applied again, which attaches to it, binds
+// its BFD session to it and reads its carrier; tried once a second until it
+// takes.
 void Daemon::check_interfaces() {
-  for (size_t i = 0; i < policy_.paths.size(); ++i)
+  std::vector<size_t> back;
+  for (size_t i = 0; i < policy_.paths.size(); ++i) {
     if (datapath_->check_present(i, policy_.paths[i])) controller_.vanished(i);
+    if (!datapath_->present(i) && datapath_->ifindex_of(policy_.paths[i].interface) != 0)
+      back.push_back(i);
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (back.empty() || now - reattach_tried_ < std::chrono::seconds(1)) return;
+  reattach_tried_ = now;
+  const Policy running = policy_;
+  auto r = apply_policy(running);
+  if (r) {
+    spdlog::info("policy {} applied again: every rail's interface is attached", running.hash);
+    reattach_error_.clear();
+    // the new interface's link events came under an ifindex the daemon did
+    // not watch yet: its carrier as it is now
+    for (size_t i : back)
+      controller_.carrier(i, PathMonitor::carrier_of(running.paths[i].interface),
+                          SchedClock::now());
+  } else if (r.error().what() != reattach_error_) {
+    reattach_error_ = r.error().what();
+    spdlog::warn("a rail's interface is back, but applying the policy again failed: {}; tried "
+                 "again every second",
+                 reattach_error_);
+  }
 }
 
 // The kernel flushes a link's routes when it is set down, and someone may
@@ -135,13 +162,29 @@ void Daemon::resync_routing(std::chrono::steady_clock::time_point now) {
   auto missing = Routing::missing(policy_, around);
   if (!missing || missing->empty()) return;
   auto r = Routing::apply(policy_, around);
-  if (!r)
+  if (!r) {
     spdlog::error("restoring policy routing failed: {}", r.error().what());
-  else if (r->added > 0)
+    return;
+  }
+  if (r->added > 0)
     spdlog::info(
         "policy routing: {} of its rules and routes missing (a link set down flushes "
         "its routes; or removed by hand): {} added",
         missing->size(), r->added);
+  note_refused_routes(r->refused);
+}
+
+void Daemon::note_refused_routes(const std::vector<std::string>& refused) {
+  if (refused == routes_refused_) return;
+  for (const auto& why : refused)
+    if (std::find(routes_refused_.begin(), routes_refused_.end(), why) == routes_refused_.end())
+      spdlog::warn(
+          "policy routing: {}; the other rules and routes are in place, and this one "
+          "is tried again every second",
+          why);
+  if (refused.empty())
+    spdlog::info("policy routing: every route the kernel refused is in place now");
+  routes_refused_ = refused;
 }
 
 // The policy's multipath classes, and why they keep one subflow (a setting
@@ -435,6 +478,7 @@ void Daemon::carry_out(Plan plan) {
         if (failed[i]) around += (around.empty() ? "" : ", ") + policy_.paths[i].name;
       spdlog::info("policy routing {}: {} added, {} removed",
                    around.empty() ? "restored" : "around " + around, r->added, r->removed);
+      note_refused_routes(r->refused);
       controller_.routed(failed);
     }
   }

@@ -122,10 +122,13 @@ void PathMonitor::setup(const Policy& next, const std::vector<uint32_t>& ifindex
     // the BFD socket carries the redirect bit: a new one makes a new session
     // and the authentication: new ones make a new session (the key's hash
     // stands for the key, which is kept in no other string)
+    // and so does another interface of the same name (its socket is bound
+    // to the device that was there when it was opened)
     std::string key =
-        rail_key(next, i) + fmt::format("|{:#x}|{}|{}|{:x}", next.routing.redirect_mark,
+        rail_key(next, i) + fmt::format("|{:#x}|{}|{}|{:x}|{}", next.routing.redirect_mark,
                                         static_cast<int>(auth.type), auth.key_id,
-                                        std::hash<std::string>{}(auth.key));
+                                        std::hash<std::string>{}(auth.key),
+                                        i < ifindex.size() ? ifindex[i] : 0u);
     auto it = std::find_if(old.begin(), old.end(), [&](const Session& s) { return s.key == key; });
     if (it != old.end()) {
       sessions_.push_back(std::move(*it));

@@ -3,6 +3,8 @@
 // dpctl validate's local half, the node's rails against the policy, now.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "command.h"
@@ -109,6 +111,27 @@ json node_check(const Node& n) {
                             b["peer"].get<std::string>(), st, b["remote_state"].get<std::string>(),
                             b["diag"].get<std::string>()));
     }
+  }
+  // The shared topology moves established flows between rails, with
+  // segments sized for the rail they began on: one the other rail's MTU is
+  // too small for is dropped there, and the drops look like a failing rail.
+  // (The separate topology places a connection once: its MTU is its rail's.)
+  if (pol.topology == Topology::Shared) {
+    std::string sizes;
+    int lo = 0, hi = 0;
+    for (const auto& [name, m] : mtus.items()) {
+      int v = m.get<int>();
+      if (v == 0) continue;
+      sizes += fmt::format("{}{} {}", sizes.empty() ? "" : ", ", name, v);
+      lo = lo == 0 ? v : std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    add("-", "mtu", lo == hi,
+        lo == hi ? fmt::format("every rail's MTU is {}", hi)
+                 : fmt::format("the rails' MTUs differ ({}): a flow moved to a rail with a "
+                               "smaller MTU loses its larger segments there; set the same MTU "
+                               "on every rail (and the switch ports between)",
+                               sizes));
   }
   for (const auto& c : check_node(pol)) add(c.path, c.what, c.ok, c.detail);
   auto eph = read_ephemeral_ports();

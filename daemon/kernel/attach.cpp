@@ -361,7 +361,7 @@ Result<void> Tc::detach(int ifindex, const std::string& ifname, const dp_owned_m
     LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = point);
     LIBBPF_OPTS(bpf_tc_opts, o, .handle = kTcHandle, .priority = kTcPriority);
     int err = bpf_tc_detach(&h, &o);
-    if (err != 0 && err != -ENOENT)
+    if (err != 0 && err != -ENOENT && err != -ENODEV)  // ENODEV: the interface is gone
       return DP_SYS_ERROR(err, "detaching the tc {} program from {} failed", dir_name(point),
                           ifname);
   }
@@ -372,7 +372,7 @@ Result<void> Tc::detach(int ifindex, const std::string& ifname, const dp_owned_m
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
                 .attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
     int err = bpf_tc_hook_destroy(&hook);
-    if (err != 0 && err != -ENOENT && err != -EINVAL)
+    if (err != 0 && err != -ENOENT && err != -EINVAL && err != -ENODEV)
       return DP_SYS_ERROR(err, "removing the clsact qdisc dualpath created on {} failed", ifname);
   }
   // Once we have detached, the qdisc is no longer ours to manage: if others

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "dualpath/core/result.h"
+#include "dualpath/kernel/routing.h"
 
 namespace dp {
 
@@ -155,6 +156,19 @@ std::vector<NodeCheck> check_node(const Policy& p) {
       out.push_back({ps.name, "neighbour", st != "incomplete",
                      fmt::format("gateway {} on {}: {}", ps.gateway->str(), ps.interface,
                                  st.empty() ? "no entry yet (resolved on first use)" : st)});
+    }
+    if (ps.gateway6) {
+      auto st = Routing::neighbour_state(*ps.gateway6, ps.interface);
+      std::string s = st ? *st : "cannot read the neighbour table: " + st.error().what();
+      bool bad = s == "incomplete" || s == "failed";
+      out.push_back(
+          {ps.name, "neighbour", !bad,
+           fmt::format("gateway {} on {}: {}{}", ps.gateway6->str(), ps.interface,
+                       s.empty() ? "no entry yet (resolved on first use)" : s,
+                       bad ? fmt::format(" (is {} up, and is an address of its network on {}? "
+                                         "`ip -6 neigh show dev {}`)",
+                                         ps.gateway6->str(), ps.interface, ps.interface)
+                           : "")});
     }
   }
   return out;

@@ -273,7 +273,10 @@ Result<void> apply_rules(nl_sock* sk, const Policy& p, const std::vector<WantedR
 
 // Adds one wanted route to its path's table; a route to the same place that
 // is not dualpath's is an error that says so.
-Result<void> add_route(nl_sock* sk, const Policy& p, const WantedRoute& w) {
+// Adds one route. A route to the same destination that is not dualpath's
+// is a conflict (`*conflict` set): the policy must change; any other refusal
+// may pass (a gateway the interface cannot reach yet).
+Result<void> add_route(nl_sock* sk, const Policy& p, const WantedRoute& w, bool* conflict) {
   RoutePtr r(rtnl_route_alloc());
   rtnl_route_set_family(r.get(), static_cast<uint8_t>(w.dst.addr.family));
   rtnl_route_set_table(r.get(), w.path->table);
@@ -295,11 +298,18 @@ Result<void> add_route(nl_sock* sk, const Policy& p, const WantedRoute& w) {
   }
   rtnl_route_add_nexthop(r.get(), nh);  // the route owns nh now
   int err = rtnl_route_add(sk, r.get(), NLM_F_CREATE | NLM_F_EXCL);
+  *conflict = err == -NLE_EXIST;
   if (err == -NLE_EXIST)
     return DP_ERROR(
         "adding \"{}\" failed: a route to {} that is not dualpath's already exists "
         "in table {}; remove it or choose another table",
         w.key, w.dst.str(), w.path->table);
+  if (err < 0 && w.gw)
+    return DP_ERROR(
+        "adding \"{}\" failed: {} (is the gateway {} on a network of {}'s addresses? "
+        "a link set down flushes its IPv6 addresses unless "
+        "net.ipv6.conf.{}.keep_addr_on_down=1)",
+        w.key, nl_geterror(err), w.gw->str(), w.path->interface, w.path->interface);
   DP_TRY(nl_result(err, "adding \"" + w.key + "\" failed"));
   return {};
 }
@@ -332,7 +342,14 @@ Result<void> apply_routes(nl_sock* sk, const Policy& p, const std::vector<Wanted
       ++ch.skipped;
       continue;
     }
-    DP_TRY(add_route(sk, p, w));
+    // one route the kernel refuses does not keep the others, nor the rules,
+    // from being applied; a route that is someone else's stops the apply
+    bool conflict = false;
+    if (auto a = add_route(sk, p, w, &conflict); !a) {
+      if (conflict) return a.error();
+      ch.refused.push_back(a.error().what());
+      continue;
+    }
     ++ch.added;
   }
   return {};
@@ -398,6 +415,29 @@ Result<int> Routing::drop_unresolved_neighbours(const std::string& ifname) {
   for (auto* n : unresolved)
     if (rtnl_neigh_delete(sk, n, 0) >= 0) ++dropped;  // gone meanwhile: resolved or failed
   return dropped;
+}
+
+Result<std::string> Routing::neighbour_state(const IpAddr& addr, const std::string& ifname) {
+  unsigned idx = if_nametoindex(ifname.c_str());
+  if (!idx) return std::string();
+  auto sock = NlSocket::connect(NETLINK_ROUTE);
+  if (!sock) return sock.error();
+  nl_cache* raw = nullptr;
+  DP_TRY(
+      nl_result(rtnl_neigh_alloc_cache(sock->get(), &raw), "reading the neighbour table failed"));
+  CachePtr cache(raw);
+  AddrPtr want = make_addr(addr, addr.family == AF_INET ? 32 : 128);
+  for (nl_object* o = nl_cache_get_first(cache.get()); o; o = nl_cache_get_next(o)) {
+    auto* n = reinterpret_cast<rtnl_neigh*>(o);
+    if (rtnl_neigh_get_ifindex(n) != static_cast<int>(idx) ||
+        nl_addr_cmp(rtnl_neigh_get_dst(n), want.get()) != 0)
+      continue;
+    int st = rtnl_neigh_get_state(n);
+    if (st & NUD_INCOMPLETE) return std::string("incomplete");
+    if (st & NUD_FAILED) return std::string("failed");
+    return std::string("resolved");
+  }
+  return std::string();
 }
 
 Result<std::vector<RoutingObject>> Routing::owned(const Policy& p) {

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -190,6 +191,10 @@ std::string attach_drop(const std::string& ns, const std::string& dev, uint32_t 
                 .attach_point = BPF_TC_INGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = 2, .priority = 5);
     if (detach) return bpf_tc_detach(&hook, &opts) == 0 ? "" : "cannot detach the drop filter";
+    // a clsact of its own where none is (a rail made again, a daemon
+    // stopped with its cleanup): the test's, never dualpath's to remove
+    if (int e = bpf_tc_hook_create(&hook); e != 0 && e != -EEXIST)
+      return "cannot make a clsact qdisc on " + dev;
     drop* skel = drop__open();
     if (!skel) return "cannot open drop.bpf.o";
     skel->rodata->drop_per_100000 = per_100000;

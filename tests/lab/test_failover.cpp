@@ -866,6 +866,99 @@ TEST_F(Failover, APeerDaemonKilledAndStartedAgainFailsNoRail) {
   EXPECT_NE(seen.find("the peer's daemon restarted"), std::string::npos) << seen;
 }
 
+// How many times `text` holds `what`.
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
+// A link set down and up flushes its IPv6 addresses (keep_addr_on_down 0,
+// the kernel's default): rail0's IPv6 gateway is then on none of its
+// networks, and the kernel refuses that route. Every other rule and route
+// stays in place, the rail stays up with no failover rule, the daemon says
+// so once (not on every retry), and the route is back once the address is.
+// Before, every apply stopped at that route: an error each second, and
+// after a failover the restore failed on every tick with the failover rules
+// put back and taken away again.
+TEST_F(Failover, ARouteTheKernelRefusesLeavesTheRestOfPolicyRoutingInPlace) {
+  const std::string a = nsenter("dpl-a");
+  struct Address {  // rail0's IPv6 address, back whatever the test's outcome
+    std::string ns;
+    ~Address() { sh(ns + "ip -6 addr replace fd98:0::1/64 dev rail0 nodad"); }
+  } restore{a};
+  auto routes = [&](const char* family) {
+    return sh(a + "ip " + family + " route show table 100 proto 200").out;
+  };
+  ASSERT_NE(routes("-6").find("fd99::2"), std::string::npos) << routes("-6");
+  must(a + "ip -6 addr del fd98:0::1/64 dev rail0");
+  sh(a + "ip -6 route del fd99::2/128 table 100");  // if the kernel left it
+  std::this_thread::sleep_for(3500ms);
+  const std::string log = daemon_log("dpl-a");
+  EXPECT_EQ(count_of(log, "fd99::2 table 100"), 1u) << "said once: " << log;
+  EXPECT_NE(log.find("keep_addr_on_down"), std::string::npos) << log;
+  EXPECT_EQ(log.find("restoring policy routing failed"), std::string::npos) << log;
+  EXPECT_NE(routes("-4").find("10.99.0.2"), std::string::npos) << "IPv4 kept: " << routes("-4");
+  const std::string rules = sh(a + "ip rule show").out;
+  EXPECT_EQ(rules.find("fwmark 0x100 lookup 101"), std::string::npos)
+      << "no failover rule toward rail1's table: " << rules;
+  EXPECT_EQ(rules.find("to 10.99.0.2"), std::string::npos)
+      << "no failover rule toward rail1's table: " << rules;
+  EXPECT_EQ(health("a", "rail0"), "up");
+  // the address back: the route too, within the next resync
+  must(a + "ip -6 addr add fd98:0::1/64 dev rail0 nodad");
+  ASSERT_TRUE(eventually([&] { return routes("-6").find("fd99::2") != std::string::npos; }, 3s))
+      << routes("-6");
+  EXPECT_TRUE(eventually(
+      [&] {
+        return daemon_log("dpl-a").find("every route the kernel refused is in place now") !=
+               std::string::npos;
+      },
+      1s));
+}
+
+// A rail's interface deleted and made again under the same name (a driver
+// reloaded, a NIC reset, a VF or bond made anew): the daemon stops
+// redirecting to the old ifindex at once, and once the name is back it
+// applies the running policy again by itself: the tc programs on the new
+// interface, a BFD session bound to it (up with the peer's), its carrier
+// read afresh. Before, the rail stayed "down: carrier lost" until both
+// daemons were restarted, a reload included (its BFD socket stayed bound to
+// the old device).
+TEST_F(Failover, ARailInterfaceMadeAgainIsAttachedAgainByItself) {
+  const std::string a = nsenter("dpl-a");
+  struct Rail1 {  // rail1 there, as dp-lab makes it, whatever the test's outcome
+    std::string a;
+    ~Rail1() {
+      if (sh(a + "ip link show rail1").rc != 0) sh(dp_lab() + " remake-rail 1");
+    }
+  } keep{a};
+  auto ifindex = [&] { return sh(a + "ip -o link show dev rail1 | cut -d: -f1").out; };
+  const auto before = ifindex();
+  must(a + "ip link del rail1");  // both ends of the veth
+  ASSERT_TRUE(eventually([] { return health("a", "rail1") != "up"; }, 3s));
+  std::this_thread::sleep_for(500ms);
+  // made again: the same names, addresses, settings and shaping
+  must(dp_lab() + " remake-rail 1");
+  EXPECT_NE(ifindex(), before) << "a new ifindex";
+  ASSERT_TRUE(eventually(
+      [] {
+        json p = path("a", "rail1");
+        return p["health"]["bfd"]["state"] == "up" && health("b", "rail1") != "down";
+      },
+      10s))
+      << path("a", "rail1").dump();
+  EXPECT_NE(daemon_log("dpl-a").find("applied again"), std::string::npos) << daemon_log("dpl-a");
+  // and it carries its classes again after its hold-down and ramp
+  ASSERT_TRUE(eventually([] { return health("a", "rail1") == "up"; }, kHolddown + 10s))
+      << health("a", "rail1");
+  auto d = rail_delta([] {
+    Transfer t(TransferSpec{"dpl-a", "dpl-b", "10.99.0.2", 52111, 0, 0, 2'000'000, 20e6});
+    EXPECT_TRUE(t.wait().ok());
+  });
+  EXPECT_GT(d.second, 1'500'000u) << "param-sync's bytes on the new rail1";
+}
+
 TEST_F(Failover, AFlappingRailGetsNoTrafficBackInsideItsHolddown) {
   Workload w(8s);
   std::this_thread::sleep_for(1000ms);

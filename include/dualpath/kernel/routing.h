@@ -25,6 +25,10 @@ struct RoutingChange {
   // routes on an interface that is set down: the kernel refuses them (and
   // flushed them when it went down); added again once it is up
   int skipped = 0;
+  // routes the kernel refused to add, each with why (a gateway not on the
+  // interface's networks: an IPv6 address that a link set down flushed);
+  // the others are applied, and these are tried again at the next resync
+  std::vector<std::string> refused;
 };
 
 class Routing {
@@ -54,6 +58,9 @@ class Routing {
   // drops those packets, so TCP retransmits on the new path. Resolved,
   // permanent and noarp entries are not touched.
   static Result<int> drop_unresolved_neighbours(const std::string& ifname);
+  // The neighbour entry of `addr` on `ifname` (IPv4 or IPv6): "" if there is
+  // none, "incomplete", "failed" (resolution gave up), else "resolved".
+  static Result<std::string> neighbour_state(const IpAddr& addr, const std::string& ifname);
 };
 
 }  // namespace dp
