@@ -72,7 +72,10 @@ void PathHealth::go(RailState to, std::string reason, Time now) {
 // Carrier or BFD changed: fail at once, or start the way back.
 void PathHealth::evaluate(Time now, const std::string& why) {
   if (!link_ok()) {
-    if (state_ != RailState::Down) go(RailState::Down, why, now);
+    if (state_ != RailState::Down)
+      go(RailState::Down, why, now);
+    else if (carrier_)  // still down, no longer for the carrier: say what holds it
+      reason_ = fmt::format("{}; down until its BFD session is up", why);
     return;
   }
   if (state_ == RailState::Down) {

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "dualpath/core/result.h"
+#include "dualpath/kernel/procfs.h"
 #include "dualpath/kernel/routing.h"
 
 namespace dp {
@@ -122,7 +123,7 @@ std::vector<NodeCheck> check_node(const Policy& p) {
           "rp_filter is strict (1) on {}: packets of flows steered onto it come from addresses "
           "routed over the other rail and are dropped; set net.ipv4.conf.{}.rp_filter=2 (loose) "
           "and net.ipv4.conf.all.rp_filter to at most 2",
-          ps.interface, ps.interface);
+          ps.interface, sysctl_ifname(ps.interface));
     } else {
       rc.detail = fmt::format("{} ({})", rp, rp == 0 ? "off" : rp == 1 ? "strict" : "loose");
     }

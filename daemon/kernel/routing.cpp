@@ -18,6 +18,7 @@
 #include <set>
 
 #include "dualpath/kernel/netlink.h"
+#include "dualpath/kernel/procfs.h"
 
 namespace dp {
 namespace {
@@ -309,7 +310,7 @@ Result<void> add_route(nl_sock* sk, const Policy& p, const WantedRoute& w, bool*
         "adding \"{}\" failed: {} (is the gateway {} on a network of {}'s addresses? "
         "a link set down flushes its IPv6 addresses unless "
         "net.ipv6.conf.{}.keep_addr_on_down=1)",
-        w.key, nl_geterror(err), w.gw->str(), w.path->interface, w.path->interface);
+        w.key, nl_geterror(err), w.gw->str(), w.path->interface, sysctl_ifname(w.path->interface));
   DP_TRY(nl_result(err, "adding \"" + w.key + "\" failed"));
   return {};
 }

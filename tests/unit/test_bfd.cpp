@@ -207,13 +207,10 @@ TEST(BfdSession, ADownFromThePeersNewSessionSaysThePeerRestarted) {
   EXPECT_EQ(p.a.remote_disc(), 3003u);
 
   // the same peer session, timed out (6.8.1: it forgot our discriminator)
-  Packet down;
+  Packet down = sample();  // TimeExpired
   down.state = State::Down;
-  down.diag = Diag::TimeExpired;
   down.my_disc = 3003;
   down.your_disc = 0;
-  down.desired_min_tx_us = 1000000;
-  down.required_min_rx_us = 500000;
   EXPECT_FALSE(p.a.receive(down, p.now).has_value());
   tr = p.a.take_transitions();
   ASSERT_EQ(tr.size(), 1u);

@@ -87,6 +87,20 @@ TEST(PathHealth, BfdDownCountsOnlyAfterTheSessionWasUp) {
   EXPECT_EQ(h.state(), RailState::Holddown);
 }
 
+// A rail down for its carrier and its BFD session: once the carrier is back
+// its reason says what still holds it, not "carrier lost".
+TEST(PathHealth, ADownRailsReasonFollowsWhatStillHoldsIt) {
+  T t{};
+  PathHealth h(fast(), t);
+  h.bfd(bfd::State::Up, bfd::Diag::None, false, t);
+  h.carrier(false, t + 1s);
+  h.bfd(bfd::State::Down, bfd::Diag::TimeExpired, false, t + 2s);
+  EXPECT_EQ(h.reason(), "carrier lost");
+  h.carrier(true, t + 3s);
+  EXPECT_EQ(h.state(), RailState::Down);
+  EXPECT_EQ(h.reason(), "carrier up; down until its BFD session is up");
+}
+
 TEST(PathHealth, PeerAdminDownIsNotAFailure) {
   T t{};
   PathHealth h(fast(), t);

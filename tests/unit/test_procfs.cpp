@@ -50,4 +50,10 @@ TEST(Procfs, MptcpFallbacksAreBothFallbackCountersOfMptcpExt) {
   EXPECT_EQ(dp::mptcp_fallbacks(), dp::mptcp_fallbacks());  // reads this machine's
 }
 
+// sysctl(8) reads a dot as the next level: a VLAN's name is written with "/"
+TEST(Procfs, AnInterfacesNameInASysctlKeyHasItsDotsAsSlashes) {
+  EXPECT_EQ(dp::sysctl_ifname("eth1.100"), "eth1/100");
+  EXPECT_EQ(dp::sysctl_ifname("ens1f0np0"), "ens1f0np0");
+}
+
 }  // namespace

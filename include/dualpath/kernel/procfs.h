@@ -27,6 +27,15 @@ std::vector<CpuTime> cpu_times(bool all = false);
 // The busy fraction of each CPU between two readings.
 std::vector<double> cpu_busy(const std::vector<CpuTime>& before, const std::vector<CpuTime>& after);
 
+// An interface's name as it goes in a sysctl(8) key: a dot in it is written
+// "/" ("net.ipv4.conf.eth1/100.rp_filter" for eth1.100), as sysctl reads a
+// dot as the next level.
+inline std::string sysctl_ifname(std::string ifname) {
+  for (auto& c : ifname)
+    if (c == '.') c = '/';
+  return ifname;
+}
+
 // The node's ephemeral port range and reserved ports now.
 EphemeralPorts read_ephemeral_ports();
 
