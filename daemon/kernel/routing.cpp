@@ -272,11 +272,10 @@ Result<void> apply_rules(nl_sock* sk, const Policy& p, const std::vector<WantedR
   return {};
 }
 
-// Adds one wanted route to its path's table; a route to the same place that
-// is not dualpath's is an error that says so.
-// Adds one route. A route to the same destination that is not dualpath's
-// is a conflict (`*conflict` set): the policy must change; any other refusal
-// may pass (a gateway the interface cannot reach yet).
+// Adds one wanted route to its path's table. A route to the same destination
+// that is not dualpath's is a conflict (`*conflict` set): the policy must
+// change; any other refusal may pass (a gateway the interface cannot reach
+// yet).
 Result<void> add_route(nl_sock* sk, const Policy& p, const WantedRoute& w, bool* conflict) {
   RoutePtr r(rtnl_route_alloc());
   rtnl_route_set_family(r.get(), static_cast<uint8_t>(w.dst.addr.family));
@@ -307,10 +306,12 @@ Result<void> add_route(nl_sock* sk, const Policy& p, const WantedRoute& w, bool*
         w.key, w.dst.str(), w.path->table);
   if (err < 0 && w.gw)
     return DP_ERROR(
-        "adding \"{}\" failed: {} (is the gateway {} on a network of {}'s addresses? "
-        "a link set down flushes its IPv6 addresses unless "
-        "net.ipv6.conf.{}.keep_addr_on_down=1)",
-        w.key, nl_geterror(err), w.gw->str(), w.path->interface, sysctl_ifname(w.path->interface));
+        "adding \"{}\" failed: {} (is the gateway {} on a network of {}'s addresses?{})", w.key,
+        nl_geterror(err), w.gw->str(), w.path->interface,
+        w.gw->family != AF_INET6 ? ""
+                                 : fmt::format(" a link set down flushes its IPv6 addresses unless "
+                                               "net.ipv6.conf.{}.keep_addr_on_down=1",
+                                               sysctl_ifname(w.path->interface)));
   DP_TRY(nl_result(err, "adding \"" + w.key + "\" failed"));
   return {};
 }
